@@ -1,0 +1,54 @@
+"""Fault injection for crash tests: ``THREADLOG_CRASH_AT=<event type>[:<n>]``.
+
+When set, the process exits abruptly (``os._exit(137)``, no cleanup, like kill -9) right after
+the n-th record (default: the first) of that type has become durable. Read once at import.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Iterable
+
+from threadlog.model.envelope import Record
+
+__all__ = ["after_durable", "crash_point"]
+
+
+def _parse(spec: str | None) -> tuple[str, int] | None:
+    if not spec:
+        return None
+    name, _, count = spec.partition(":")
+    try:
+        n = int(count) if count else 1
+    except ValueError:
+        raise SystemExit(f"THREADLOG_CRASH_AT={spec!r}: expected <event type>[:<n>]") from None
+    return name.strip(), max(n, 1)
+
+
+_SPEC = _parse(os.environ.get("THREADLOG_CRASH_AT"))
+_seen = 0
+_lock = threading.Lock()
+
+
+def crash_point() -> tuple[str, int] | None:
+    """The configured crash point, if any."""
+    return _SPEC
+
+
+def after_durable(records: Iterable[Record]) -> None:
+    """Called by the store once ``records`` are durable; exits if the crash point is hit."""
+    global _seen
+    if _SPEC is None:
+        return
+    name, n = _SPEC
+    with _lock:
+        for record in records:
+            if record.type == name:
+                _seen += 1
+                if _seen == n:
+                    sys.stdout.flush()
+                    sys.stderr.write(f"THREADLOG_CRASH_AT: exiting after durable {name} #{n}\n")
+                    sys.stderr.flush()
+                    os._exit(137)

@@ -1,0 +1,144 @@
+"""The threadlog exception tree.
+
+Errors are split by audience (who has to act on them)::
+
+    ThreadlogError                  base of everything threadlog raises on purpose
+    ├── UsageError                  the caller's mistake: bad arguments, bad data, unknown thread
+    │   ├── ThreadNotFound          no thread with that id in this store
+    │   ├── InvalidEventType        a type name that is malformed or not in the catalogue
+    │   ├── InvalidData             data that cannot be encoded canonically (NaN, non-str keys…)
+    │   └── RecordTooLarge          a record over the store's size limit
+    ├── ConflictError               concurrency: somebody else got there first
+    │   ├── OrdinalConflict         append(expect_ord=N) but the log is elsewhere
+    │   ├── DuplicateEventConflict  the same event id with different content
+    │   └── LeaseHeld               another process holds the thread's single-writer lease
+    ├── IntegrityError              the log on disk is damaged: carries thread, ord and offset
+    ├── StorageError                an I/O failure; the log that saw it is fail-stopped
+    └── InvalidTransition           the reducer refused an event for the current state
+        (also a UsageError: the event is wrong, the log is not)
+
+`IntegrityError` is never raised for a *torn tail* (a final record cut short by a crash):
+that is repaired when the thread is next opened for writing. It is raised for damage that a
+crash cannot explain, such as a valid record following an invalid one, and it names the first
+bad ordinal so that nothing is ever silently dropped.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConflictError",
+    "DuplicateEventConflict",
+    "IntegrityError",
+    "InvalidData",
+    "InvalidEventType",
+    "InvalidTransition",
+    "LeaseHeld",
+    "OrdinalConflict",
+    "RecordTooLarge",
+    "StorageError",
+    "ThreadNotFound",
+    "ThreadlogError",
+    "UsageError",
+]
+
+
+class ThreadlogError(Exception):
+    """Base class of every error threadlog raises on purpose."""
+
+
+class UsageError(ThreadlogError):
+    """The caller asked for something that cannot be done as asked."""
+
+
+class ThreadNotFound(UsageError):
+    """No thread with this id exists in the store."""
+
+    def __init__(self, thread_id: str) -> None:
+        super().__init__(f"no thread {thread_id!r} in this store")
+        self.thread_id = thread_id
+
+
+class InvalidEventType(UsageError):
+    """The event type name is malformed or unknown (use ``custom.<name>`` for your own)."""
+
+
+class InvalidData(UsageError):
+    """The event data cannot be stored: not canonical-JSON encodable, or wrong for its type."""
+
+
+class RecordTooLarge(UsageError):
+    """The encoded record is over the store's limit."""
+
+
+class InvalidTransition(UsageError):
+    """The reducer refused an event: it is illegal in the current state. Nothing changed."""
+
+    def __init__(self, message: str, *, ord: int | None = None) -> None:
+        super().__init__(message if ord is None else f"ord {ord}: {message}")
+        self.ord = ord
+
+
+class ConflictError(ThreadlogError):
+    """A concurrency conflict: another writer or an earlier append got there first."""
+
+
+class OrdinalConflict(ConflictError):
+    """``append(expect_ord=N)`` found the log at another ordinal."""
+
+    def __init__(self, thread_id: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"thread {thread_id}: expected to append ord {expected}, but the next ord is {actual}"
+        )
+        self.thread_id = thread_id
+        self.expected = expected
+        self.actual = actual
+
+
+class DuplicateEventConflict(ConflictError):
+    """An event with this id is already in the log, with different content."""
+
+    def __init__(self, thread_id: str, event_id: str, ord: int) -> None:
+        super().__init__(
+            f"thread {thread_id}: event {event_id} is already stored at ord {ord} "
+            "with different content"
+        )
+        self.thread_id = thread_id
+        self.event_id = event_id
+        self.ord = ord
+
+
+class LeaseHeld(ConflictError):
+    """Another live process holds this thread's single-writer lease."""
+
+    def __init__(self, thread_id: str, holder: str) -> None:
+        super().__init__(f"thread {thread_id} is open for writing by {holder}")
+        self.thread_id = thread_id
+        self.holder = holder
+
+
+class IntegrityError(ThreadlogError):
+    """The log on disk is damaged in a way a crash cannot explain.
+
+    Attributes:
+        thread_id: the damaged thread.
+        ord: the first ordinal that is missing or bad (the record after the last good one).
+        offset: the byte offset of the damage in the rollout file, when known.
+        reason: what is wrong, in words.
+    """
+
+    def __init__(self, thread_id: str, ord: int, reason: str, *, offset: int | None = None) -> None:
+        where = f" at byte {offset}" if offset is not None else ""
+        super().__init__(f"thread {thread_id}: ord {ord}{where}: {reason}")
+        self.thread_id = thread_id
+        self.ord = ord
+        self.offset = offset
+        self.reason = reason
+
+
+class StorageError(ThreadlogError):
+    """An I/O operation failed. The log that saw it acknowledges nothing more until reopened.
+
+    After a failed ``fsync`` the kernel may have dropped the dirty pages and mark them clean,
+    so retrying would acknowledge data that is not on disk (PostgreSQL's "fsyncgate"). The
+    writer is therefore poisoned; reopening the thread re-reads the file from disk.
+    """

@@ -1,0 +1,24 @@
+"""The pure core: ids, events, the envelope, canonical JSON, the hash chain and the reducer.
+
+Nothing in this package does I/O or reads a clock (a test enforces it).
+"""
+
+from threadlog.model.envelope import FORMAT_VERSION, Record
+from threadlog.model.events import CATALOGUE, Event, from_data, to_data
+from threadlog.model.reducer import apply, apply_all, replay
+from threadlog.model.state import ThreadState, ToolCallState, TurnState
+
+__all__ = [
+    "CATALOGUE",
+    "FORMAT_VERSION",
+    "Event",
+    "Record",
+    "ThreadState",
+    "ToolCallState",
+    "TurnState",
+    "apply",
+    "apply_all",
+    "from_data",
+    "replay",
+    "to_data",
+]

@@ -1,0 +1,188 @@
+"""The envelope: one log record, its canonical bytes and its place in the hash chain.
+
+A record is ``{"v", "id", "thread", "ord", "parent", "ts", "type", "data", "prev", "hash"}``.
+``hash`` is the SHA-256 (hex) of the canonical JSON of the record *without* ``hash``; ``prev`` is
+the previous record's hash (``null`` for ord 1). Changing any byte of any record breaks its own
+hash or, through ``prev``, the next one, so tampering and torn writes are detectable.
+
+On disk (a JSONL rollout line) the record is its canonical bytes with ``"hash"`` appended as the
+last key::
+
+    {"data":{…},"id":"…","ord":7,"parent":"…","prev":"…","thread":"…","ts":"…","type":"…","v":1,"hash":"…"}\\n
+
+so a verifier hashes the line minus its fixed-size suffix, without re-encoding anything, and
+``json.loads`` of the line still gives the whole record. The backend never looks inside
+``data``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+__all__ = [
+    "FORMAT_VERSION",
+    "BadRecord",
+    "Record",
+    "encode_record",
+    "parse_line",
+    "record_from_obj",
+    "valid_type_name",
+]
+
+FORMAT_VERSION: Final = 1
+"""The envelope format version written in ``v`` of every record."""
+
+_TYPE_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+){0,4}$")
+_KEYS: Final = frozenset(("v", "id", "thread", "ord", "parent", "ts", "type", "data", "prev", "hash"))
+_HASH_HEAD: Final = b',"hash":"'
+_SUFFIX_LEN: Final = len(_HASH_HEAD) + 64 + len(b'"}\n')
+
+
+class BadRecord(ValueError):
+    """A line or object that is not a valid record; the message says why."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Record:
+    """One log record (the envelope). Backends read and write only this."""
+
+    v: int
+    """Format version of the envelope."""
+    id: str
+    """Stable event id: UUIDv7, or derived from a key for events that must de-duplicate."""
+    thread: str
+    """The thread this record belongs to."""
+    ord: int
+    """Gap-free per-thread ordinal, starting at 1 with ``thread.created``."""
+    parent: str | None
+    """The record this one continues on the conversation tree (None for a root)."""
+    ts: str
+    """When the store accepted the record: RFC 3339, UTC, microseconds."""
+    type: str
+    """Event type, e.g. ``turn.started`` or ``custom.my_app.thing``."""
+    data: Any
+    """The payload (plain JSON). Backends never interpret it."""
+    prev: str | None
+    """Hash of the previous record of this thread (None for ord 1)."""
+    hash: str
+    """SHA-256 of this record's canonical JSON without ``hash``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as a plain dict (the documented ``--json`` / JSONL shape)."""
+        return {
+            "v": self.v,
+            "id": self.id,
+            "thread": self.thread,
+            "ord": self.ord,
+            "parent": self.parent,
+            "ts": self.ts,
+            "type": self.type,
+            "data": self.data,
+            "prev": self.prev,
+            "hash": self.hash,
+        }
+
+    def same_content(self, type: str, data: Any, parent: str | None) -> bool:
+        """Whether an append of (type, data, parent) under this record's id is a replay."""
+        return self.type == type and self.parent == parent and self.data == data
+
+
+def valid_type_name(name: object) -> bool:
+    """Syntax check: dotted lower-case words, at most 64 characters."""
+    return isinstance(name, str) and len(name) <= 64 and _TYPE_RE.match(name) is not None
+
+
+def encode_record(
+    *,
+    id: str,
+    thread: str,
+    ord: int,
+    parent: str | None,
+    ts: str,
+    type: str,
+    data_json: bytes,
+    prev: str | None,
+    v: int = FORMAT_VERSION,
+) -> tuple[bytes, str]:
+    """Encode a record as its rollout line; returns ``(line, hash)``.
+
+    ``data_json`` must already be canonical (see `threadlog.model.codec.canonical`); it is
+    embedded as is.
+    """
+    body = orjson.dumps(
+        {
+            "data": orjson.Fragment(data_json),
+            "id": id,
+            "ord": ord,
+            "parent": parent,
+            "prev": prev,
+            "thread": thread,
+            "ts": ts,
+            "type": type,
+            "v": v,
+        },
+        option=orjson.OPT_SORT_KEYS,
+    )
+    digest = hashlib.sha256(body).hexdigest()
+    return body[:-1] + _HASH_HEAD + digest.encode() + b'"}\n', digest
+
+
+def parse_line(line: bytes) -> Record:
+    """Parse and verify one rollout line (with its trailing newline).
+
+    Checks the framing, the JSON, the field types, that the bytes are canonical and that the
+    hash matches. Does not check the chain (``prev``/``ord``); the reader does that.
+
+    Raises:
+        BadRecord: with the reason.
+    """
+    if not line.endswith(b"\n"):
+        raise BadRecord("line has no terminating newline (torn write)")
+    if len(line) < _SUFFIX_LEN + 2 or line[-_SUFFIX_LEN : -_SUFFIX_LEN + len(_HASH_HEAD)] != _HASH_HEAD:
+        raise BadRecord("line does not end with the hash field")
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise BadRecord(f"not valid JSON: {exc}") from None
+    body = line[:-_SUFFIX_LEN] + b"}"
+    digest = line[-_SUFFIX_LEN + len(_HASH_HEAD) : -3].decode("ascii", "replace")
+    if hashlib.sha256(body).hexdigest() != digest:
+        raise BadRecord("hash does not match the record's bytes")
+    record = record_from_obj(obj)
+    if record.hash != digest:
+        raise BadRecord("hash field is duplicated")
+    canon = orjson.dumps(
+        {k: val for k, val in obj.items() if k != "hash"}, option=orjson.OPT_SORT_KEYS
+    )
+    if canon != body:
+        raise BadRecord("record bytes are not canonical JSON")
+    return record
+
+
+def record_from_obj(obj: Any) -> Record:
+    """Build a `Record` from a decoded JSON object, checking field names and types."""
+    if not isinstance(obj, dict) or obj.keys() != _KEYS:
+        raise BadRecord("not an object with exactly the envelope's fields")
+    v, id_, thread, ord_, parent = obj["v"], obj["id"], obj["thread"], obj["ord"], obj["parent"]
+    ts, type_, prev, hash_ = obj["ts"], obj["type"], obj["prev"], obj["hash"]
+    if type(v) is not int or type(ord_) is not int or ord_ < 1:
+        raise BadRecord("v and ord must be integers, ord >= 1")
+    if not (isinstance(id_, str) and isinstance(thread, str) and isinstance(ts, str)):
+        raise BadRecord("id, thread and ts must be strings")
+    if not valid_type_name(type_):
+        raise BadRecord(f"invalid type name {type_!r}")
+    if parent is not None and not isinstance(parent, str):
+        raise BadRecord("parent must be a string or null")
+    if prev is not None and not isinstance(prev, str):
+        raise BadRecord("prev must be a string or null")
+    if not isinstance(hash_, str):
+        raise BadRecord("hash must be a string")
+    return Record(
+        v=v, id=id_, thread=thread, ord=ord_, parent=parent, ts=ts, type=type_,
+        data=obj["data"], prev=prev, hash=hash_,
+    )

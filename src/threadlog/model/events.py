@@ -1,0 +1,492 @@
+"""The event catalogue: one frozen, keyword-only dataclass per event type, and the `Event` union.
+
+Each class carries its type name as ``type: Literal["…"]``. `to_data` and `from_data` convert
+between an event and the ``(type, data)`` pair stored in a record's envelope; `from_data` checks
+every field, so a record whose data does not fit its type is refused with the field's name.
+
+Types outside the catalogue are allowed under the ``custom.`` prefix and stay plain dicts
+(`Custom`). The catalogue is documented in ``docs/events.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal, get_args, get_origin
+
+from threadlog.errors import InvalidData, InvalidEventType
+from threadlog.model.refs import is_artifact_ref
+
+__all__ = [
+    "CATALOGUE",
+    "SIDE_EFFECTS",
+    "TURN_OUTCOMES",
+    "ArtifactStored",
+    "BranchSummarized",
+    "Compaction",
+    "ConfigChanged",
+    "Custom",
+    "Event",
+    "InputConsumed",
+    "InputQueued",
+    "LabelSet",
+    "LeafMoved",
+    "MemoryRevoked",
+    "MemoryWritten",
+    "ModelResponded",
+    "OperationFinished",
+    "OperationStarted",
+    "PlanVersioned",
+    "ProviderInterrupted",
+    "ProviderStarted",
+    "SideEffect",
+    "StepStarted",
+    "ThreadCreated",
+    "ThreadResumed",
+    "ToolCallApproved",
+    "ToolCallDenied",
+    "ToolCallFinished",
+    "ToolCallProposed",
+    "ToolCallResolved",
+    "ToolCallStarted",
+    "ToolCallUnknown",
+    "TurnEnded",
+    "TurnOutcome",
+    "TurnStarted",
+    "from_data",
+    "known_type",
+    "to_data",
+]
+
+SideEffect = Literal["read_only", "idempotent", "non_idempotent"]
+TurnOutcome = Literal["completed", "aborted", "failed", "interrupted"]
+Resolution = Literal["done", "retry", "abort"]
+SIDE_EFFECTS: tuple[str, ...] = get_args(SideEffect)
+TURN_OUTCOMES: tuple[str, ...] = get_args(TurnOutcome)
+
+_ev = dataclass(frozen=True, slots=True, kw_only=True)
+
+
+@_ev
+class ThreadCreated:
+    """Ord 1 of every thread: who owns it, its first config, where it came from."""
+
+    type: Literal["thread.created"] = "thread.created"
+    format: int
+    """Format version the thread was written with."""
+    principal: str
+    """Who owns the thread (immutable)."""
+    config: dict[str, Any]
+    """Initial mutable config: model, instructions, cwd, tools, approval policy, …"""
+    lineage: dict[str, Any] | None = None
+    """For forks and sub-agents: ``{"thread", "ord", "entry", "kind"}`` of the source."""
+    title: str | None = None
+
+
+@_ev
+class ConfigChanged:
+    """Some config keys changed (between turns). ``None`` removes a key."""
+
+    type: Literal["config.changed"] = "config.changed"
+    changes: dict[str, Any]
+
+
+@_ev
+class TurnStarted:
+    """A user goal starts being handled."""
+
+    type: Literal["turn.started"] = "turn.started"
+    turn_id: str
+    input: str
+    """The user input that started the turn."""
+
+
+@_ev
+class InputQueued:
+    """Input arrived (steering while a turn runs, or the next turn's input)."""
+
+    type: Literal["input.queued"] = "input.queued"
+    input_id: str
+    text: str
+
+
+@_ev
+class InputConsumed:
+    """Queued input was taken into a turn at a safe point."""
+
+    type: Literal["input.consumed"] = "input.consumed"
+    input_id: str
+    turn_id: str
+
+
+@_ev
+class StepStarted:
+    """A model call is about to be made with this exact context."""
+
+    type: Literal["step.started"] = "step.started"
+    turn_id: str
+    step_id: str
+    context: Any = None
+    """The context snapshot, inline, or an artifact reference when large."""
+    context_hash: str | None = None
+
+
+@_ev
+class ProviderStarted:
+    """The request left for the provider (operation journal)."""
+
+    type: Literal["provider.started"] = "provider.started"
+    turn_id: str
+    step_id: str
+    provider: str
+    model: str
+
+
+@_ev
+class ProviderInterrupted:
+    """The provider stream died before a full response; ``partial`` is what arrived."""
+
+    type: Literal["provider.interrupted"] = "provider.interrupted"
+    turn_id: str
+    step_id: str
+    reason: str
+    partial: Any = None
+
+
+@_ev
+class ModelResponded:
+    """The model's full response to a step."""
+
+    type: Literal["model.responded"] = "model.responded"
+    turn_id: str
+    step_id: str
+    message: dict[str, Any]
+    usage: dict[str, Any] = dataclasses.field(default_factory=dict)
+    stop_reason: str = "end_turn"
+
+
+@_ev
+class ToolCallProposed:
+    """The model proposed a tool call."""
+
+    type: Literal["tool_call.proposed"] = "tool_call.proposed"
+    turn_id: str
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    side_effect: SideEffect
+    step_id: str | None = None
+    idempotency_key: str | None = None
+
+
+@_ev
+class ToolCallApproved:
+    type: Literal["tool_call.approved"] = "tool_call.approved"
+    call_id: str
+    by: str
+    reason: str | None = None
+
+
+@_ev
+class ToolCallDenied:
+    type: Literal["tool_call.denied"] = "tool_call.denied"
+    call_id: str
+    by: str
+    reason: str | None = None
+
+
+@_ev
+class ToolCallStarted:
+    """Durable intent: the tool is about to run (attempt ``attempt``)."""
+
+    type: Literal["tool_call.started"] = "tool_call.started"
+    call_id: str
+    attempt: int = 1
+    idempotency_key: str | None = None
+
+
+@_ev
+class ToolCallFinished:
+    """The tool's final result (an error is a result too, with ``ok`` false)."""
+
+    type: Literal["tool_call.finished"] = "tool_call.finished"
+    call_id: str
+    ok: bool
+    result: Any = None
+    error: str | None = None
+
+
+@_ev
+class ToolCallUnknown:
+    """The call started but its outcome is unknown (a crash cut it off)."""
+
+    type: Literal["tool_call.unknown"] = "tool_call.unknown"
+    call_id: str
+    reason: str
+
+
+@_ev
+class ToolCallResolved:
+    """A human (or a reconcile hook) decided what happened to an unknown call."""
+
+    type: Literal["tool_call.resolved"] = "tool_call.resolved"
+    call_id: str
+    decision: Resolution
+    by: str
+    note: str | None = None
+
+
+@_ev
+class TurnEnded:
+    """The turn's one terminal outcome."""
+
+    type: Literal["turn.ended"] = "turn.ended"
+    turn_id: str
+    outcome: TurnOutcome
+    reason: str | None = None
+
+
+@_ev
+class PlanVersioned:
+    type: Literal["plan.versioned"] = "plan.versioned"
+    version: int
+    plan: Any
+    reason: str | None = None
+
+
+@_ev
+class Compaction:
+    """Entries up to ``last_entry`` are replaced in model context by ``summary``."""
+
+    type: Literal["compaction"] = "compaction"
+    summary: str
+    first_entry: str | None
+    last_entry: str
+    tokens_before: int
+    tokens_after: int
+
+
+@_ev
+class BranchSummarized:
+    type: Literal["branch.summarized"] = "branch.summarized"
+    from_entry: str
+    summary: str
+
+
+@_ev
+class LeafMoved:
+    """The active leaf of the conversation tree moved (a branch from an older entry)."""
+
+    type: Literal["leaf.moved"] = "leaf.moved"
+    to: str | None
+
+
+@_ev
+class LabelSet:
+    type: Literal["label.set"] = "label.set"
+    entry: str
+    label: str | None
+
+
+@_ev
+class MemoryWritten:
+    type: Literal["memory.written"] = "memory.written"
+    memory_id: str
+    fact: str
+    source_event: str
+    scope: Literal["thread", "principal", "project"]
+    written_at: str
+    expires_at: str | None = None
+
+
+@_ev
+class MemoryRevoked:
+    type: Literal["memory.revoked"] = "memory.revoked"
+    memory_id: str
+    reason: str | None = None
+
+
+@_ev
+class ArtifactStored:
+    type: Literal["artifact.stored"] = "artifact.stored"
+    sha256: str
+    size: int
+    media_type: str = "application/octet-stream"
+    summary: str | None = None
+
+
+@_ev
+class OperationStarted:
+    """Operation journal: an external action begins."""
+
+    type: Literal["operation.started"] = "operation.started"
+    op_id: str
+    kind: str
+    detail: Any = None
+
+
+@_ev
+class OperationFinished:
+    type: Literal["operation.finished"] = "operation.finished"
+    op_id: str
+    ok: bool
+    detail: Any = None
+
+
+@_ev
+class ThreadResumed:
+    """A process resumed the thread; ``repairs`` lists what recovery did."""
+
+    type: Literal["thread.resumed"] = "thread.resumed"
+    repairs: list[Any] = dataclasses.field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Custom:
+    """An application's own event: ``custom.<name>`` with any plain JSON data."""
+
+    type: str
+    data: Any
+
+
+Event = (
+    ThreadCreated
+    | ConfigChanged
+    | TurnStarted
+    | InputQueued
+    | InputConsumed
+    | StepStarted
+    | ProviderStarted
+    | ProviderInterrupted
+    | ModelResponded
+    | ToolCallProposed
+    | ToolCallApproved
+    | ToolCallDenied
+    | ToolCallStarted
+    | ToolCallFinished
+    | ToolCallUnknown
+    | ToolCallResolved
+    | TurnEnded
+    | PlanVersioned
+    | Compaction
+    | BranchSummarized
+    | LeafMoved
+    | LabelSet
+    | MemoryWritten
+    | MemoryRevoked
+    | ArtifactStored
+    | OperationStarted
+    | OperationFinished
+    | ThreadResumed
+    | Custom
+)
+
+CATALOGUE: dict[str, type[Any]] = {
+    cls.__dataclass_fields__["type"].default: cls
+    for cls in get_args(Event)
+    if cls is not Custom
+}
+"""Type name → event class, for every catalogued type."""
+
+
+def known_type(name: str) -> bool:
+    """True for a catalogued type or a ``custom.`` one."""
+    return name in CATALOGUE or name.startswith("custom.")
+
+
+def to_data(event: Event) -> tuple[str, Any]:
+    """Split an event into the ``(type, data)`` pair a record stores."""
+    if isinstance(event, Custom):
+        return event.type, event.data
+    data = {f.name: getattr(event, f.name) for f in dataclasses.fields(event) if f.name != "type"}
+    return event.type, data
+
+
+def from_data(type_name: str, data: Any) -> Event:
+    """Build the typed event for a record's ``(type, data)``, checking every field.
+
+    Raises:
+        InvalidEventType: the type is neither catalogued nor ``custom.*``.
+        InvalidData: a field is missing, unknown or of the wrong type.
+    """
+    cls = CATALOGUE.get(type_name)
+    if cls is None:
+        if type_name.startswith("custom."):
+            return Custom(type=type_name, data=data)
+        raise InvalidEventType(
+            f"unknown event type {type_name!r}: use a catalogued type or 'custom.<name>'"
+        )
+    if not isinstance(data, dict):
+        raise InvalidData(f"{type_name}: data must be an object, not {type(data).__name__}")
+    spec = _spec(cls)
+    for key in data:
+        if key not in spec:
+            raise InvalidData(f"{type_name}: unknown field {key!r}")
+    for name, (hint, required) in spec.items():
+        if name not in data:
+            if required:
+                raise InvalidData(f"{type_name}: missing field {name!r}")
+            continue
+        if not _fits(data[name], hint):
+            raise InvalidData(f"{type_name}: field {name!r} must be {_describe(hint)}")
+    event: Event = cls(**data)
+    return event
+
+
+_SPECS: dict[type[Any], dict[str, tuple[Any, bool]]] = {}
+
+
+def _spec(cls: type[Any]) -> dict[str, tuple[Any, bool]]:
+    spec = _SPECS.get(cls)
+    if spec is None:
+        hints = typing.get_type_hints(cls)
+        spec = {
+            f.name: (
+                hints[f.name],
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(cls)
+            if f.name != "type"
+        }
+        _SPECS[cls] = spec
+    return spec
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    if hint is Any:
+        return True
+    origin = get_origin(hint)
+    if origin is Literal:
+        return value in get_args(hint)
+    if hint is not int and hint is not bool and is_artifact_ref(value):
+        return True  # a large value moved to the artifact store
+    if origin in (types.UnionType, typing.Union):
+        return any(_fits(value, h) for h in get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is dict or hint is dict:
+        return isinstance(value, dict)
+    if origin is list or hint is list:
+        return isinstance(value, list)
+    if hint is int:
+        return type(value) is int
+    if hint is bool:
+        return type(value) is bool
+    if hint is str:
+        return isinstance(value, str)
+    return isinstance(value, hint)
+
+
+def _describe(hint: Any) -> str:
+    origin = get_origin(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(hint))
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(_describe(h) for h in get_args(hint))
+    if hint is type(None):
+        return "null"
+    if origin is not None:
+        return getattr(origin, "__name__", str(hint))
+    return getattr(hint, "__name__", str(hint))

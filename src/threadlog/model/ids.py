@@ -1,0 +1,55 @@
+"""Identifiers: UUIDv7 for threads and events, deterministic ids where events must de-duplicate.
+
+Pure: the caller passes the time and the random bytes, so this module never reads a clock or
+the OS entropy pool itself (the store and the runtime do, at the edge).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+__all__ = ["derived_id", "is_uuid", "uuid7", "uuid7_millis"]
+
+_UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def uuid7(unix_ms: int, rand: bytes) -> str:
+    """Build a UUIDv7 (RFC 9562) string from a millisecond timestamp and 10 random bytes.
+
+    UUIDv7 ids sort by creation time, which keeps rollout directories and index pages in
+    time order.
+    """
+    if len(rand) < 10:
+        raise ValueError("uuid7 needs 10 random bytes")
+    value = (unix_ms & 0xFFFF_FFFF_FFFF) << 80
+    value |= 0x7 << 76  # version
+    value |= (int.from_bytes(rand[0:2], "big") & 0x0FFF) << 64  # rand_a
+    value |= 0b10 << 62  # variant
+    value |= int.from_bytes(rand[2:10], "big") & 0x3FFF_FFFF_FFFF_FFFF  # rand_b
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def uuid7_millis(uuid: str) -> int:
+    """The millisecond timestamp inside a UUIDv7 string."""
+    return int(uuid[:8] + uuid[9:13], 16)
+
+
+def is_uuid(value: object) -> bool:
+    """True for a lower-case, hyphenated UUID string (the only form threadlog writes)."""
+    return isinstance(value, str) and _UUID_RE.match(value) is not None
+
+
+def derived_id(namespace: str, *parts: str) -> str:
+    """A deterministic UUID-shaped id from a namespace and parts (version 8, RFC 9562).
+
+    Used for events that must de-duplicate: appending the same derived id twice is a no-op,
+    e.g. ``derived_id("tool_call.started", thread_id, call_id, "1")``.
+    """
+    digest = hashlib.sha256("\x1f".join((namespace, *parts)).encode()).digest()
+    value = int.from_bytes(digest[:16], "big")
+    value = (value & ~(0xF << 76)) | (0x8 << 76)
+    value = (value & ~(0b11 << 62)) | (0b10 << 62)
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"

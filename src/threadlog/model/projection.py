@@ -1,0 +1,113 @@
+"""What each record changes in the index tables (pure).
+
+The SQLite index never looks inside ``data`` itself: it asks `project` for the row changes a
+record implies and applies them. Every change is an upsert keyed by id and carries the record's
+ordinal, so applying a record twice changes nothing (catch-up and rebuild are idempotent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from threadlog.model.envelope import Record
+
+__all__ = ["RowChange", "project"]
+
+_TOOL_STATUS = {
+    "tool_call.approved": "approved",
+    "tool_call.denied": "denied",
+    "tool_call.started": "running",
+    "tool_call.finished": "finished",
+    "tool_call.unknown": "unknown",
+}
+_RESOLVED_STATUS = {"done": "done", "retry": "approved", "abort": "aborted"}
+
+
+@dataclass(frozen=True, slots=True)
+class RowChange:
+    """An upsert: ``table`` row ``key`` gets ``fields`` (table: thread, turn or tool_call)."""
+
+    table: str
+    key: str
+    fields: dict[str, Any]
+
+
+def _text(value: Any, limit: int = 200) -> str | None:
+    if not isinstance(value, str):
+        return None
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
+def project(record: Record) -> list[RowChange]:
+    """The row changes implied by one record (besides the thread's ord/hash bookkeeping)."""
+    data = record.data if isinstance(record.data, dict) else {}
+    type_ = record.type
+    if type_ == "thread.created":
+        lineage = data.get("lineage") if isinstance(data.get("lineage"), dict) else None
+        return [
+            RowChange(
+                "thread",
+                record.thread,
+                {
+                    "principal": data.get("principal"),
+                    "created_at": record.ts,
+                    "title": _text(data.get("title")),
+                    "forked_from": lineage.get("thread") if lineage else None,
+                },
+            )
+        ]
+    if type_ == "turn.started":
+        turn_id = data.get("turn_id")
+        if not isinstance(turn_id, str):
+            return []
+        return [
+            RowChange(
+                "turn",
+                turn_id,
+                {"status": "running", "started_ord": record.ord, "started_at": record.ts,
+                 "input": _text(data.get("input"))},
+            ),
+            RowChange("thread", record.thread, {"status": "running", "title_if_empty": _text(data.get("input"), 80)}),
+        ]
+    if type_ == "turn.ended":
+        turn_id = data.get("turn_id")
+        if not isinstance(turn_id, str):
+            return []
+        return [
+            RowChange(
+                "turn",
+                turn_id,
+                {"status": data.get("outcome"), "ended_ord": record.ord, "ended_at": record.ts},
+            ),
+            RowChange("thread", record.thread, {"status": "idle"}),
+        ]
+    if type_ == "tool_call.proposed":
+        call_id = data.get("call_id")
+        if not isinstance(call_id, str):
+            return []
+        return [
+            RowChange(
+                "tool_call",
+                call_id,
+                {
+                    "turn_id": data.get("turn_id"),
+                    "tool": data.get("tool"),
+                    "side_effect": data.get("side_effect"),
+                    "status": "proposed",
+                    "proposed_ord": record.ord,
+                    "last_ord": record.ord,
+                },
+            )
+        ]
+    if type_ in _TOOL_STATUS or type_ == "tool_call.resolved":
+        call_id = data.get("call_id")
+        if not isinstance(call_id, str):
+            return []
+        status = (
+            _TOOL_STATUS.get(type_)
+            if type_ != "tool_call.resolved"
+            else _RESOLVED_STATUS.get(str(data.get("decision")))
+        )
+        return [RowChange("tool_call", call_id, {"status": status, "last_ord": record.ord})]
+    return []

@@ -1,0 +1,348 @@
+"""The reducer: the one place that says what an event does to a thread's state.
+
+Theory of operation
+-------------------
+``apply(state, record)`` decodes the record's typed event, checks that it is legal in the
+current state, and only then changes the state. An illegal event raises `InvalidTransition`
+(naming the ordinal, the entity and the rule) and leaves the state exactly as it was: every
+check happens before the first mutation. ``replay(records)`` folds ``apply`` over a log, so
+``replay(a + b)`` equals ``apply_all(replay(a), b)``.
+
+Rules enforced here (the rest of threadlog relies on them):
+
+* ord 1 is ``thread.created`` and there is exactly one; ordinals follow each other by one.
+* A turn starts only when no turn is running, and ends exactly once.
+* Steps, proposals and consumed input belong to the running turn.
+* Tool calls follow `threadlog.model.toolcalls.TRANSITIONS` (no result before a start, no
+  approval for an unknown call, …); a re-start must raise the attempt number.
+* Queued input is consumed at most once.
+
+The reducer does no I/O and keeps no clock: time comes from the records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import assert_never
+
+from threadlog.errors import InvalidTransition
+from threadlog.model.envelope import Record
+from threadlog.model.events import (
+    ArtifactStored,
+    BranchSummarized,
+    Compaction,
+    ConfigChanged,
+    Custom,
+    Event,
+    InputConsumed,
+    InputQueued,
+    LabelSet,
+    LeafMoved,
+    MemoryRevoked,
+    MemoryWritten,
+    ModelResponded,
+    OperationFinished,
+    OperationStarted,
+    PlanVersioned,
+    ProviderInterrupted,
+    ProviderStarted,
+    StepStarted,
+    ThreadCreated,
+    ThreadResumed,
+    ToolCallApproved,
+    ToolCallDenied,
+    ToolCallFinished,
+    ToolCallProposed,
+    ToolCallResolved,
+    ToolCallStarted,
+    ToolCallUnknown,
+    TurnEnded,
+    TurnStarted,
+    from_data,
+)
+from threadlog.model.state import (
+    InputState,
+    MemoryState,
+    OperationState,
+    StepState,
+    ThreadState,
+    ToolCallState,
+    TurnState,
+)
+from threadlog.model.toolcalls import next_state
+
+__all__ = ["apply", "apply_all", "replay"]
+
+
+def replay(records: Iterable[Record]) -> ThreadState:
+    """Reduce a whole log from empty state."""
+    state: ThreadState | None = None
+    for record in records:
+        state = apply(state, record)
+    if state is None:
+        raise InvalidTransition("an empty log has no state: ord 1 must be thread.created")
+    return state
+
+
+def apply_all(state: ThreadState, records: Iterable[Record]) -> ThreadState:
+    """Apply more records to an existing state."""
+    for record in records:
+        state = apply(state, record)
+    return state
+
+
+def apply(state: ThreadState | None, record: Record, event: Event | None = None) -> ThreadState:
+    """Apply one record (and its decoded event, if the caller has it) to the state.
+
+    Raises:
+        InvalidTransition: the event is illegal now; the state is unchanged.
+        InvalidData / InvalidEventType: the record's data does not fit its type.
+    """
+    if event is None:
+        event = from_data(record.type, record.data)
+    if state is None:
+        if not isinstance(event, ThreadCreated) or record.ord != 1:
+            raise InvalidTransition("the first record must be thread.created at ord 1", ord=record.ord)
+        return ThreadState(
+            thread_id=record.thread,
+            principal=event.principal,
+            created_at=record.ts,
+            format=event.format,
+            config=dict(event.config),
+            lineage=event.lineage,
+            title=event.title,
+            last_ord=1,
+            last_hash=record.hash,
+            last_id=record.id,
+            leaf=record.id,
+        )
+    if record.ord != state.last_ord + 1:
+        raise InvalidTransition(
+            f"expected ord {state.last_ord + 1} after {state.last_ord}", ord=record.ord
+        )
+    try:
+        _apply_event(state, record, event)
+    except InvalidTransition as exc:
+        if exc.ord is None:
+            raise InvalidTransition(str(exc), ord=record.ord) from None
+        raise
+    state.last_ord = record.ord
+    state.last_hash = record.hash
+    state.last_id = record.id
+    if _on_tree(event):
+        state.leaf = record.id
+    return state
+
+
+def _on_tree(event: Event) -> bool:
+    """Conversation entries move the active leaf; bookkeeping records do not."""
+    return isinstance(
+        event,
+        TurnStarted
+        | InputConsumed
+        | ModelResponded
+        | ToolCallFinished
+        | Compaction
+        | BranchSummarized
+        | ProviderInterrupted,
+    )
+
+
+def _illegal(message: str) -> InvalidTransition:
+    return InvalidTransition(message)
+
+
+def _running_turn(state: ThreadState, turn_id: str, what: str) -> TurnState:
+    turn = state.turns.get(turn_id)
+    if turn is None:
+        raise _illegal(f"{what}: unknown turn {turn_id!r}")
+    if turn.status != "running":
+        raise _illegal(f"{what}: turn {turn_id!r} already ended ({turn.status})")
+    return turn
+
+
+def _step(state: ThreadState, step_id: str, what: str) -> StepState:
+    step = state.steps.get(step_id)
+    if step is None:
+        raise _illegal(f"{what}: unknown step {step_id!r}")
+    return step
+
+
+def _call(state: ThreadState, call_id: str, what: str) -> ToolCallState:
+    call = state.tool_calls.get(call_id)
+    if call is None:
+        raise _illegal(f"{what} for unknown tool call {call_id!r}")
+    return call
+
+
+def _apply_event(state: ThreadState, record: Record, event: Event) -> None:  # noqa: C901
+    ord_ = record.ord
+    match event:
+        case ThreadCreated():
+            raise _illegal("thread.created may only be ord 1")
+        case ConfigChanged(changes=changes):
+            for key, value in changes.items():
+                if value is None:
+                    state.config.pop(key, None)
+                else:
+                    state.config[key] = value
+        case TurnStarted(turn_id=turn_id, input=text):
+            if state.active_turn is not None:
+                raise _illegal(f"turn {turn_id!r} cannot start: turn {state.active_turn!r} is running")
+            if turn_id in state.turns:
+                raise _illegal(f"turn {turn_id!r} already exists")
+            state.turns[turn_id] = TurnState(
+                turn_id=turn_id, input=text, status="running", started_ord=ord_
+            )
+            state.active_turn = turn_id
+        case TurnEnded(turn_id=turn_id, outcome=outcome, reason=reason):
+            turn = _running_turn(state, turn_id, "turn.ended")
+            turn.status = outcome
+            turn.ended_ord = ord_
+            turn.reason = reason
+            state.active_turn = None
+        case InputQueued(input_id=input_id, text=text):
+            if input_id in state.inputs:
+                raise _illegal(f"input {input_id!r} was already queued")
+            state.inputs[input_id] = InputState(input_id=input_id, text=text, queued_ord=ord_)
+        case InputConsumed(input_id=input_id, turn_id=turn_id):
+            item = state.inputs.get(input_id)
+            if item is None:
+                raise _illegal(f"input.consumed for unknown input {input_id!r}")
+            if item.consumed_by is not None:
+                raise _illegal(f"input {input_id!r} was already consumed by turn {item.consumed_by!r}")
+            turn = _running_turn(state, turn_id, "input.consumed")
+            item.consumed_by = turn_id
+            turn.inputs.append(input_id)
+        case StepStarted(turn_id=turn_id, step_id=step_id, context_hash=context_hash):
+            turn = _running_turn(state, turn_id, "step.started")
+            if step_id in state.steps:
+                raise _illegal(f"step {step_id!r} already exists")
+            state.steps[step_id] = StepState(
+                step_id=step_id, turn_id=turn_id, status="started", started_ord=ord_,
+                context_hash=context_hash,
+            )
+            turn.steps.append(step_id)
+        case ProviderStarted(turn_id=turn_id, step_id=step_id):
+            _running_turn(state, turn_id, "provider.started")
+            step = _step(state, step_id, "provider.started")
+            if step.status != "started":
+                raise _illegal(f"provider.started: step {step_id!r} is {step.status}")
+            step.status = "provider_started"
+        case ProviderInterrupted(turn_id=turn_id, step_id=step_id):
+            _running_turn(state, turn_id, "provider.interrupted")
+            step = _step(state, step_id, "provider.interrupted")
+            if step.status not in ("started", "provider_started"):
+                raise _illegal(f"provider.interrupted: step {step_id!r} is {step.status}")
+            step.status = "interrupted"
+        case ModelResponded(turn_id=turn_id, step_id=step_id, stop_reason=stop_reason):
+            _running_turn(state, turn_id, "model.responded")
+            step = _step(state, step_id, "model.responded")
+            if step.status not in ("started", "provider_started"):
+                raise _illegal(f"model.responded: step {step_id!r} is {step.status}")
+            step.status = "responded"
+            step.stop_reason = stop_reason
+        case ToolCallProposed() as proposal:
+            turn = _running_turn(state, proposal.turn_id, "tool_call.proposed")
+            if proposal.call_id in state.tool_calls:
+                raise _illegal(f"tool call {proposal.call_id!r} was already proposed")
+            state.tool_calls[proposal.call_id] = ToolCallState(
+                call_id=proposal.call_id,
+                turn_id=proposal.turn_id,
+                tool=proposal.tool,
+                args=proposal.args,
+                side_effect=proposal.side_effect,
+                status="proposed",
+                proposed_ord=ord_,
+                last_ord=ord_,
+                idempotency_key=proposal.idempotency_key,
+            )
+            turn.tool_calls.append(proposal.call_id)
+        case ToolCallApproved(call_id=call_id, by=by) | ToolCallDenied(call_id=call_id, by=by):
+            call = _call(state, call_id, event.type)
+            call.status = next_state(call.status, event.type, call_id)
+            call.decided_by = by
+            call.last_ord = ord_
+        case ToolCallStarted(call_id=call_id, attempt=attempt, idempotency_key=key):
+            call = _call(state, call_id, "tool_call.started")
+            status = next_state(call.status, "tool_call.started", call_id)
+            if attempt <= call.attempt:
+                raise _illegal(
+                    f"tool call {call_id!r} attempt {attempt} after attempt {call.attempt}"
+                )
+            call.status = status
+            call.attempt = attempt
+            if key is not None:
+                call.idempotency_key = key
+            call.last_ord = ord_
+        case ToolCallFinished(call_id=call_id, ok=ok, result=result, error=error):
+            call = _call(state, call_id, "tool_call.finished")
+            call.status = next_state(call.status, "tool_call.finished", call_id)
+            call.ok, call.result, call.error = ok, result, error
+            call.last_ord = ord_
+        case ToolCallUnknown(call_id=call_id):
+            call = _call(state, call_id, "tool_call.unknown")
+            call.status = next_state(call.status, "tool_call.unknown", call_id)
+            call.last_ord = ord_
+        case ToolCallResolved(call_id=call_id, decision=decision, by=by):
+            call = _call(state, call_id, "tool_call.resolved")
+            call.status = next_state(call.status, f"tool_call.resolved:{decision}", call_id)
+            call.decided_by = by
+            call.last_ord = ord_
+        case PlanVersioned(version=version, plan=plan):
+            if version != state.plan_version + 1:
+                raise _illegal(f"plan version {version} does not follow {state.plan_version}")
+            state.plan_version = version
+            state.plan = plan
+        case Compaction() as compaction:
+            state.compactions.append(
+                {
+                    "ord": ord_,
+                    "id": record.id,
+                    "first_entry": compaction.first_entry,
+                    "last_entry": compaction.last_entry,
+                    "tokens_before": compaction.tokens_before,
+                    "tokens_after": compaction.tokens_after,
+                }
+            )
+        case BranchSummarized():
+            pass
+        case LeafMoved(to=to):
+            # The record itself is not a conversation entry; the leaf moves to its target.
+            state.leaf = to
+        case LabelSet(entry=entry, label=label):
+            if label is None:
+                state.labels.pop(entry, None)
+            else:
+                state.labels[entry] = label
+        case MemoryWritten() as memory:
+            if memory.memory_id in state.memories:
+                raise _illegal(f"memory {memory.memory_id!r} was already written")
+            state.memories[memory.memory_id] = MemoryState(
+                memory_id=memory.memory_id,
+                fact=memory.fact,
+                source_event=memory.source_event,
+                scope=memory.scope,
+                written_at=memory.written_at,
+                expires_at=memory.expires_at,
+            )
+        case MemoryRevoked(memory_id=memory_id):
+            mem = state.memories.get(memory_id)
+            if mem is None or mem.revoked:
+                raise _illegal(f"memory {memory_id!r} is not live")
+            mem.revoked = True
+        case OperationStarted(op_id=op_id, kind=kind):
+            if op_id in state.operations:
+                raise _illegal(f"operation {op_id!r} already started")
+            state.operations[op_id] = OperationState(op_id=op_id, kind=kind, started_ord=ord_)
+        case OperationFinished(op_id=op_id, ok=ok):
+            op = state.operations.get(op_id)
+            if op is None or op.ok is not None:
+                raise _illegal(f"operation {op_id!r} is not open")
+            op.ok = ok
+        case ThreadResumed():
+            state.resumes += 1
+        case ArtifactStored() | Custom():
+            pass
+        case _:
+            assert_never(event)

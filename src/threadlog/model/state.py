@@ -1,0 +1,132 @@
+"""Read models: the state of a thread and of its turns, steps, tool calls and inputs.
+
+The reducer owns these objects and updates them in place (one event costs O(1), so a 100,000
+event replay stays linear); everything else treats them as read-only. Use `copy.deepcopy` to
+keep a snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "InputState",
+    "MemoryState",
+    "OperationState",
+    "StepState",
+    "ThreadState",
+    "ToolCallState",
+    "TurnState",
+]
+
+
+@dataclass(slots=True, kw_only=True)
+class TurnState:
+    turn_id: str
+    input: str
+    status: str
+    """``running``, or the terminal outcome: completed | aborted | failed | interrupted."""
+    started_ord: int
+    ended_ord: int | None = None
+    reason: str | None = None
+    steps: list[str] = field(default_factory=list)
+    tool_calls: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    """Steering inputs consumed into this turn, in order."""
+
+
+@dataclass(slots=True, kw_only=True)
+class StepState:
+    step_id: str
+    turn_id: str
+    status: str
+    """``started`` → ``provider_started`` → ``responded`` | ``interrupted``."""
+    started_ord: int
+    context_hash: str | None = None
+    stop_reason: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolCallState:
+    call_id: str
+    turn_id: str
+    tool: str
+    args: dict[str, Any]
+    side_effect: str
+    status: str
+    """See `threadlog.model.toolcalls.TRANSITIONS`."""
+    proposed_ord: int
+    last_ord: int
+    idempotency_key: str | None = None
+    attempt: int = 0
+    ok: bool | None = None
+    result: Any = None
+    error: str | None = None
+    decided_by: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class InputState:
+    input_id: str
+    text: str
+    queued_ord: int
+    consumed_by: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class MemoryState:
+    memory_id: str
+    fact: str
+    source_event: str
+    scope: str
+    written_at: str
+    expires_at: str | None
+    revoked: bool = False
+
+
+@dataclass(slots=True, kw_only=True)
+class OperationState:
+    op_id: str
+    kind: str
+    started_ord: int
+    ok: bool | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class ThreadState:
+    thread_id: str
+    principal: str
+    created_at: str
+    format: int
+    config: dict[str, Any]
+    lineage: dict[str, Any] | None = None
+    title: str | None = None
+    last_ord: int = 0
+    last_hash: str | None = None
+    last_id: str | None = None
+    turns: dict[str, TurnState] = field(default_factory=dict)
+    active_turn: str | None = None
+    steps: dict[str, StepState] = field(default_factory=dict)
+    tool_calls: dict[str, ToolCallState] = field(default_factory=dict)
+    inputs: dict[str, InputState] = field(default_factory=dict)
+    plan_version: int = 0
+    plan: Any = None
+    leaf: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    memories: dict[str, MemoryState] = field(default_factory=dict)
+    operations: dict[str, OperationState] = field(default_factory=dict)
+    compactions: list[dict[str, Any]] = field(default_factory=list)
+    resumes: int = 0
+
+    @property
+    def pending_inputs(self) -> list[InputState]:
+        """Queued input not yet consumed by a turn, oldest first."""
+        return [i for i in self.inputs.values() if i.consumed_by is None]
+
+    @property
+    def open_tool_calls(self) -> list[ToolCallState]:
+        """Tool calls without a terminal state, in proposal order."""
+        from threadlog.model.toolcalls import TERMINAL
+
+        return [c for c in self.tool_calls.values() if c.status not in TERMINAL]

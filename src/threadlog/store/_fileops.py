@@ -1,0 +1,79 @@
+"""The file-operation seam: every byte threadlog writes goes through a `FileOps`.
+
+Tests swap in a subclass that fails the N-th operation with EIO or ENOSPC, cuts a write short,
+or exits the process at a chosen point (SQLite's VFS approach). Production code uses the
+default instance, which is a thin layer over `os`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+__all__ = ["DEFAULT_FILEOPS", "FileOps"]
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+
+
+class FileOps:
+    """Thin, overridable wrappers over the `os` calls the store makes."""
+
+    def open(self, path: str, flags: int, mode: int = 0o600) -> int:
+        return os.open(path, flags | getattr(os, "O_CLOEXEC", 0), mode)
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        return os.write(fd, data)
+
+    def write_all(self, fd: int, data: bytes) -> None:
+        """Write every byte, looping over short writes; a zero-byte write is an error."""
+        view = memoryview(data)
+        while view:
+            n = self.write(fd, view)
+            if n <= 0:
+                raise OSError(errno.EIO, "write wrote nothing")
+            view = view[n:]
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def fdatasync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        os.ftruncate(fd, length)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+    def mkdir(self, path: str) -> None:
+        os.mkdir(path, 0o700)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def fsync_dir(self, path: str) -> None:
+        """Make a directory's entries (new files, renames) durable."""
+        fd = os.open(path, _DIR_FLAGS)
+        try:
+            self.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def makedirs(self, path: str) -> None:
+        """Create ``path`` and missing parents, fsyncing each parent whose entries changed."""
+        path = os.path.abspath(path)
+        if os.path.isdir(path):
+            return
+        parent = os.path.dirname(path)
+        self.makedirs(parent)
+        try:
+            self.mkdir(path)
+        except FileExistsError:
+            return
+        self.fsync_dir(parent)
+
+
+DEFAULT_FILEOPS = FileOps()

@@ -1,0 +1,101 @@
+"""Content-addressed blob store: ``<root>/sha256/<ab>/<hex>``.
+
+Writes are atomic and durable before they return (temp file in the same directory, fsync,
+rename, fsync the directory), so a record that references a blob is only ever appended after
+the blob is safe (RELIABILITY B4). Reads check the digest's form before touching the file
+system, refuse symlinks and verify the content's hash.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import secrets
+from threadlog.errors import IntegrityError, StorageError, UsageError
+from threadlog.model.refs import ArtifactRef, is_artifact_ref
+from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps
+
+__all__ = ["ArtifactRef", "ArtifactStore", "is_artifact_ref"]
+
+_DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ArtifactStore:
+    """Blobs on disk, named by their SHA-256."""
+
+    def __init__(self, root: str, fops: FileOps = DEFAULT_FILEOPS) -> None:
+        self.root = root
+        self._fops = fops
+
+    def path(self, digest: str) -> str:
+        """The file of a digest; refuses anything but 64 lower-case hex characters."""
+        if not isinstance(digest, str) or _DIGEST_RE.match(digest) is None:
+            raise UsageError(f"not a sha256 digest: {digest!r:.80}")
+        return os.path.join(self.root, "sha256", digest[:2], digest)
+
+    def exists(self, digest: str) -> bool:
+        return os.path.isfile(self.path(digest))
+
+    def put(self, content: bytes, *, media_type: str = "application/octet-stream",
+            summary: str | None = None) -> ArtifactRef:
+        """Store ``content`` durably (a no-op if it is already there) and return its reference."""
+        digest = hashlib.sha256(content).hexdigest()
+        ref = ArtifactRef(digest, len(content), media_type, summary)
+        final = self.path(digest)
+        if os.path.isfile(final) and os.path.getsize(final) == len(content):
+            return ref
+        directory = os.path.dirname(final)
+        fops = self._fops
+        try:
+            fops.makedirs(directory)
+            tmp = os.path.join(directory, f".{digest[:16]}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+            fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                fops.write_all(fd, content)
+                fops.fsync(fd)
+            finally:
+                fops.close(fd)
+            fops.rename(tmp, final)
+            fops.fsync_dir(directory)
+        except OSError as exc:
+            raise StorageError(f"could not store artifact {digest}: {exc}") from exc
+        return ref
+
+    def get(self, digest: str) -> bytes:
+        """The blob's bytes, verified against its digest.
+
+        Raises:
+            UsageError: malformed digest, or no such blob.
+            IntegrityError: the blob on disk does not match its digest (ord 0: not a record).
+        """
+        path = self.path(digest)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            raise UsageError(f"no artifact {digest}") from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise IntegrityError("artifacts", 0, f"artifact {digest} is a symlink; refused") from None
+            raise StorageError(f"could not read artifact {digest}: {exc}") from exc
+        with os.fdopen(fd, "rb") as f:
+            content = f.read()
+        if hashlib.sha256(content).hexdigest() != digest:
+            raise IntegrityError("artifacts", 0, f"artifact {digest} does not match its hash")
+        return content
+
+    def sweep_temp_files(self) -> int:
+        """Delete leftover ``*.tmp`` files of interrupted writes (RELIABILITY B3)."""
+        removed = 0
+        base = os.path.join(self.root, "sha256")
+        if not os.path.isdir(base):
+            return 0
+        for sub in os.scandir(base):
+            if not sub.is_dir(follow_symlinks=False):
+                continue
+            for entry in os.scandir(sub.path):
+                if entry.name.endswith(".tmp"):
+                    os.unlink(entry.path)
+                    removed += 1
+        return removed

@@ -1,0 +1,630 @@
+"""The embedded store: JSONL rollouts (the truth), a SQLite index, an artifact store.
+
+Layout under ``<home>``::
+
+    threads/<yyyy>/<mm>/<thread_id>.jsonl   one rollout per thread, one record per line
+    index.sqlite3                           projections, rebuildable from the rollouts
+    artifacts/sha256/<ab>/<hex>             content-addressed blobs
+    locks/<thread_id>.lock                  single-writer leases (flock)
+
+The month directory comes from the thread id (a UUIDv7 carries its creation time), so a
+thread's file is found from its id alone, without the index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import EllipsisType, TracebackType
+from typing import Any
+
+from threadlog import _faults
+from threadlog._clock import rfc3339, wall_ns
+from threadlog.errors import (
+    IntegrityError,
+    InvalidEventType,
+    InvalidTransition,
+    StorageError,
+    ThreadNotFound,
+    UsageError,
+)
+from threadlog.model import codec
+from threadlog.model.envelope import FORMAT_VERSION, Record, valid_type_name
+from threadlog.model.events import Event, ThreadCreated, from_data, to_data
+from threadlog.model.ids import is_uuid, uuid7, uuid7_millis
+from threadlog.model.policy import durability_of
+from threadlog.model.reducer import replay
+from threadlog.model.refs import ArtifactRef, is_artifact_ref
+from threadlog.model.state import ThreadState
+from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps
+from threadlog.store.artifacts import ArtifactStore
+from threadlog.store.index import Index, IndexedThread
+from threadlog.store.leases import Lease
+from threadlog.store.rollout import RolloutLog, Scan, TornTail, scan, scan_file
+
+__all__ = ["EmbeddedStore", "VerifyReport", "default_home"]
+
+log = logging.getLogger("threadlog.store")
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+def default_home() -> str:
+    """``$THREADLOG_HOME``, else ``~/.threadlog``."""
+    return os.environ.get("THREADLOG_HOME") or os.path.join(os.path.expanduser("~"), ".threadlog")
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """The outcome of verifying one thread's rollout."""
+
+    thread_id: str
+    ok: bool
+    records: int
+    last_ord: int
+    torn: TornTail | None
+    error: IntegrityError | InvalidTransition | None
+
+    @property
+    def first_bad_ord(self) -> int | None:
+        err = self.error
+        if isinstance(err, IntegrityError):
+            return err.ord
+        if isinstance(err, InvalidTransition):
+            return err.ord
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "thread": self.thread_id,
+            "ok": self.ok,
+            "records": self.records,
+            "last_ord": self.last_ord,
+            "first_bad_ord": self.first_bad_ord,
+            "offset": self.error.offset if isinstance(self.error, IntegrityError) else None,
+            "error": str(self.error) if self.error else None,
+            "torn_tail": (
+                {"offset": self.torn.offset, "bytes": self.torn.size, "reason": self.torn.reason}
+                if self.torn
+                else None
+            ),
+        }
+
+
+class EmbeddedStore:
+    """An event store in a directory. Thread-safe; use as a context manager.
+
+    Args:
+        home: the store's directory (created if missing).
+        commit_interval: how long buffered appends may wait before their group commit (s).
+        artifact_threshold: event data (or one of its top-level values) whose canonical JSON
+            is larger than this many bytes goes to the artifact store, the record keeping a
+            reference.
+        max_record_bytes: the largest record line accepted (after offloading).
+        fops: the file-operation layer (tests inject faults through it).
+    """
+
+    def __init__(
+        self,
+        home: str | os.PathLike[str] | None = None,
+        *,
+        commit_interval: float = 0.1,
+        artifact_threshold: int = 64 * KiB,
+        max_record_bytes: int = 1 * MiB,
+        fops: FileOps = DEFAULT_FILEOPS,
+        catch_up: bool = True,
+    ) -> None:
+        self.home = os.path.abspath(os.fspath(home) if home is not None else default_home())
+        self._fops = fops
+        self.commit_interval = commit_interval
+        self.artifact_threshold = artifact_threshold
+        self.max_record_bytes = max_record_bytes
+        self._threads_dir = os.path.join(self.home, "threads")
+        self._locks_dir = os.path.join(self.home, "locks")
+        try:
+            for directory in (self._threads_dir, self._locks_dir):
+                fops.makedirs(directory)
+        except OSError as exc:
+            raise StorageError(f"cannot create the store at {self.home}: {exc}") from exc
+        self.artifacts = ArtifactStore(os.path.join(self.home, "artifacts"), fops)
+        self.index = Index(os.path.join(self.home, "index.sqlite3"))
+        self._logs: dict[str, RolloutLog] = {}
+        self._leases: dict[str, Lease] = {}
+        self._logs_lock = threading.Lock()
+        self._backlog: list[tuple[str, str, list[Record], int]] = []
+        self._backlog_lock = threading.Lock()
+        self._closed = False
+        self._stop = threading.Event()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._async_flush: dict[str, asyncio.Future[None]] = {}
+        if catch_up:
+            self.catch_up()
+        self._background = threading.Thread(
+            target=self._run_background, name="threadlog-committer", daemon=True
+        )
+        self._background.start()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> EmbeddedStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Flush everything, bring the index up to date, release every lease. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._background.join(timeout=10)
+        errors: list[BaseException] = []
+        with self._logs_lock:
+            for thread_id, rollout in list(self._logs.items()):
+                try:
+                    rollout.close()
+                except BaseException as exc:  # noqa: BLE001 - close the rest, then report
+                    errors.append(exc)
+                self._leases.pop(thread_id).release()
+            self._logs.clear()
+        try:
+            self._drain_backlog()
+        finally:
+            self.index.close()
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+        if errors:
+            raise errors[0]
+
+    def flush(self) -> None:
+        """Make every buffered append durable and update the index."""
+        for rollout in self._open_logs():
+            rollout.flush()
+        self._drain_backlog()
+
+    def release(self, thread_id: str) -> None:
+        """Flush and close one thread's log and give up its lease."""
+        with self._logs_lock:
+            rollout = self._logs.pop(thread_id, None)
+            lease = self._leases.pop(thread_id, None)
+        try:
+            if rollout is not None:
+                rollout.close()
+        finally:
+            if lease is not None:
+                lease.release()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def create_thread(
+        self,
+        principal: str = "local",
+        *,
+        title: str | None = None,
+        lineage: dict[str, Any] | None = None,
+        **config: Any,
+    ) -> str:
+        """Create a thread (its ``thread.created`` record is durable on return); its id."""
+        self._check_open()
+        if not isinstance(principal, str) or not principal:
+            raise UsageError("principal must be a non-empty string")
+        event = ThreadCreated(
+            format=FORMAT_VERSION, principal=principal, config=config, lineage=lineage,
+            title=title,
+        )
+        _, data = to_data(event)
+        data_json = codec.canonical(data)
+        now = wall_ns()
+        thread_id = uuid7(now // 1_000_000, os.urandom(10))
+        path = self.path_of(thread_id)
+        directory = os.path.dirname(path)
+        lease = Lease(self._locks_dir, thread_id)
+        try:
+            self._fops.makedirs(directory)
+            fd = self._fops.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            rollout = RolloutLog(
+                thread_id=thread_id, path=path, fd=fd, fops=self._fops, scanned=Scan(),
+                on_durable=self._on_durable, max_record_bytes=self.max_record_bytes,
+            )
+            record, _ = rollout.submit(
+                id=uuid7(now // 1_000_000, os.urandom(10)), type=event.type, data=data,
+                data_json=data_json, parent=None, ts=rfc3339(now), expect_ord=1,
+            )
+            rollout.wait_durable(record.ord)
+            self._fops.fsync_dir(directory)  # the new file's entry (RELIABILITY A3)
+        except OSError as exc:
+            lease.release()
+            raise StorageError(f"cannot create thread {thread_id}: {exc}") from exc
+        except BaseException:
+            lease.release()
+            raise
+        with self._logs_lock:
+            self._logs[thread_id] = rollout
+            self._leases[thread_id] = lease
+        return thread_id
+
+    def append(
+        self,
+        thread_id: str,
+        type: str | Event,
+        data: Any = None,
+        *,
+        durable: bool | None = None,
+        id: str | None = None,
+        parent: str | None | EllipsisType = ...,
+        expect_ord: int | None = None,
+    ) -> Record:
+        """Append one event and return its record.
+
+        Args:
+            thread_id: the thread (this process takes its single-writer lease on first use).
+            type: an event type name with ``data``, or a typed event (then ``data`` is unused).
+            durable: True waits for fsync (critical), False returns once queued (buffered,
+                committed within ``commit_interval``); None takes the type's class.
+            id: a stable event id; appending an id that is already stored returns the stored
+                record if the content is the same and raises `DuplicateEventConflict` if not.
+            parent: the record this one continues on the conversation tree (default: the
+                previous record).
+            expect_ord: the ordinal this record must get, else `OrdinalConflict`.
+        """
+        rollout, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord)
+        if rollout is not None:
+            rollout.wait_durable(record.ord)
+        return record
+
+    async def aappend(
+        self,
+        thread_id: str,
+        type: str | Event,
+        data: Any = None,
+        *,
+        durable: bool | None = None,
+        id: str | None = None,
+        parent: str | None | EllipsisType = ...,
+        expect_ord: int | None = None,
+    ) -> Record:
+        """`append` for asyncio: waits for durability without blocking the event loop.
+
+        Concurrent ``aappend`` calls on one thread share one fsync (group commit).
+        """
+        rollout, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord)
+        if rollout is not None:
+            await self._await_durable(rollout, record.ord)
+        return record
+
+    def _submit(
+        self,
+        thread_id: str,
+        type_: str | Event,
+        data: Any,
+        durable: bool | None,
+        id: str | None,
+        parent: str | None | EllipsisType,
+        expect_ord: int | None,
+    ) -> tuple[RolloutLog | None, Record]:
+        self._check_open()
+        if isinstance(type_, str):
+            type_name = type_
+            if not valid_type_name(type_name):
+                raise InvalidEventType(
+                    f"invalid event type name {type_name!r}: dotted lower-case words, "
+                    "e.g. 'turn.started' or 'custom.my_app.note'"
+                )
+            if data is None:
+                data = {}
+            from_data(type_name, data)  # schema check; raises InvalidData / InvalidEventType
+        else:
+            type_name, data = to_data(type_)
+        if type_name == "thread.created":
+            raise UsageError("thread.created is written by create_thread()")
+        if id is not None and not is_uuid(id):
+            raise UsageError(f"event id must be a lower-case UUID string, got {id!r:.80}")
+        if parent is not ... and parent is not None and not isinstance(parent, str):
+            raise UsageError("parent must be an event id, None, or omitted")
+        data, data_json = self._encode(data)
+        now = wall_ns()
+        rollout = self._log(thread_id)
+        record, _ = rollout.submit(
+            id=id or uuid7(now // 1_000_000, os.urandom(10)),
+            type=type_name, data=data, data_json=data_json, parent=parent, ts=rfc3339(now),
+            expect_ord=expect_ord,
+        )
+        if durable is None:
+            durable = durability_of(type_name) == "critical"
+        return (rollout if durable else None), record
+
+    def _encode(self, data: Any) -> tuple[Any, bytes]:
+        """Canonical JSON of the data, moving large values to the artifact store first."""
+        data_json = codec.canonical(data)
+        threshold = self.artifact_threshold
+        if len(data_json) <= threshold:
+            return data, data_json
+        if isinstance(data, dict) and not is_artifact_ref(data):
+            moved = dict(data)
+            for key, value in data.items():
+                value_json = codec.canonical(value)
+                if len(value_json) > threshold:
+                    moved[key] = self._offload(value, value_json).to_data()
+            data_json = codec.canonical(moved)
+            if len(data_json) <= threshold:
+                return moved, data_json
+            data = moved
+        ref = self._offload(data, data_json).to_data()
+        return ref, codec.canonical(ref)
+
+    def _offload(self, value: Any, value_json: bytes) -> ArtifactRef:
+        summary = value[:200] if isinstance(value, str) else value_json[:200].decode("utf-8", "replace")
+        return self.artifacts.put(value_json, media_type="application/json", summary=summary)
+
+    async def _await_durable(self, rollout: RolloutLog, ord_: int) -> None:
+        loop = asyncio.get_running_loop()
+        key = rollout.thread_id
+        while rollout.durable_ord < ord_:
+            fut = self._async_flush.get(key)
+            if fut is None or fut.done() or fut.get_loop() is not loop:
+                if self._executor is None:
+                    self._executor = concurrent.futures.ThreadPoolExecutor(
+                        max_workers=64, thread_name_prefix="threadlog-fsync"
+                    )
+                fut = loop.run_in_executor(self._executor, rollout.wait_durable, rollout.last_ord)
+                self._async_flush[key] = fut
+            await asyncio.shield(fut)
+
+    def _log(self, thread_id: str) -> RolloutLog:
+        rollout = self._logs.get(thread_id)
+        if rollout is not None:
+            return rollout
+        with self._logs_lock:
+            rollout = self._logs.get(thread_id)
+            if rollout is None:
+                rollout = self._open_for_writing(thread_id)
+                self._logs[thread_id] = rollout
+            return rollout
+
+    def _open_for_writing(self, thread_id: str) -> RolloutLog:
+        path = self.path_of(thread_id)
+        if not os.path.isfile(path):
+            raise ThreadNotFound(thread_id)
+        lease = Lease(self._locks_dir, thread_id)
+        try:
+            scanned = scan_file(path, thread_id)
+            if scanned.error is not None:
+                raise scanned.error
+            if not scanned.records:
+                raise ThreadNotFound(thread_id)
+            fd = self._fops.open(path, os.O_WRONLY | os.O_APPEND)
+            if scanned.torn is not None:
+                torn = scanned.torn
+                log.warning(
+                    "thread %s: repairing a torn tail: removing %d bytes at offset %d (%s)",
+                    thread_id, torn.size, torn.offset, torn.reason,
+                )
+                try:
+                    self._fops.ftruncate(fd, scanned.end)
+                    self._fops.fsync(fd)
+                except OSError:
+                    self._fops.close(fd)
+                    raise
+            rollout = RolloutLog(
+                thread_id=thread_id, path=path, fd=fd, fops=self._fops, scanned=scanned,
+                on_durable=self._on_durable, max_record_bytes=self.max_record_bytes,
+            )
+        except OSError as exc:
+            lease.release()
+            raise StorageError(f"cannot open thread {thread_id} for writing: {exc}") from exc
+        except BaseException:
+            lease.release()
+            raise
+        self._leases[thread_id] = lease
+        return rollout
+
+    def _on_durable(self, rollout: RolloutLog, records: list[Record], end: int) -> None:
+        _faults.after_durable(records)
+        with self._backlog_lock:
+            self._backlog.append((rollout.thread_id, rollout.path, records, end))
+
+    # -- background group commit and index ---------------------------------------------------
+
+    def _run_background(self) -> None:
+        while not self._stop.wait(self.commit_interval):
+            for rollout in self._open_logs():
+                if rollout.has_pending:
+                    try:
+                        rollout.flush()
+                    except StorageError as exc:
+                        log.error("background commit failed: %s", exc)
+            try:
+                self._drain_backlog()
+            except Exception:  # noqa: BLE001 - the index is rebuildable; keep committing
+                log.exception("index update failed; it will catch up on the next open")
+
+    def _open_logs(self) -> list[RolloutLog]:
+        with self._logs_lock:
+            return list(self._logs.values())
+
+    def _drain_backlog(self) -> None:
+        with self._backlog_lock:
+            batches, self._backlog = self._backlog, []
+        if batches:
+            self.index.apply(batches)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def path_of(self, thread_id: str) -> str:
+        """The rollout file of a thread (which need not exist)."""
+        if not is_uuid(thread_id):
+            raise UsageError(f"not a thread id: {thread_id!r:.80}")
+        when = datetime.fromtimestamp(uuid7_millis(thread_id) / 1000, UTC)
+        return os.path.join(self._threads_dir, f"{when:%Y}", f"{when:%m}", f"{thread_id}.jsonl")
+
+    def exists(self, thread_id: str) -> bool:
+        return is_uuid(thread_id) and os.path.isfile(self.path_of(thread_id))
+
+    def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
+        """Durable records of a thread with ``ord > after``, verified, in order.
+
+        A torn tail (an interrupted write) is not returned; damage raises `IntegrityError`.
+        """
+        path = self.path_of(thread_id)
+        try:
+            scanned = scan_file(path, thread_id)
+        except FileNotFoundError:
+            raise ThreadNotFound(thread_id) from None
+        if scanned.error is not None:
+            raise scanned.error
+        if not scanned.records:
+            raise ThreadNotFound(thread_id)
+        records = scanned.records[after:] if after > 0 else scanned.records
+        return records[:limit] if limit is not None else records
+
+    def iter_records(self, thread_id: str, after: int = 0) -> Iterator[Record]:
+        yield from self.read(thread_id, after)
+
+    def state(self, thread_id: str) -> ThreadState:
+        """The thread's state, reduced from its log."""
+        return replay(self.read(thread_id))
+
+    def resolve(self, data: Any) -> Any:
+        """Record data with every artifact reference (top level or one level down) loaded."""
+        if is_artifact_ref(data):
+            return self._load_ref(data)
+        if isinstance(data, dict):
+            return {k: self._load_ref(v) if is_artifact_ref(v) else v for k, v in data.items()}
+        return data
+
+    def _load_ref(self, data: Any) -> Any:
+        ref = ArtifactRef.from_data(data)
+        assert ref is not None
+        return codec.loads(self.artifacts.get(ref.sha256))
+
+    def threads(self, *, principal: str | None = None, limit: int | None = None) -> list[IndexedThread]:
+        """Threads from the index, most recently active first."""
+        self._drain_backlog()
+        return self.index.threads(principal=principal, limit=limit)
+
+    def thread_info(self, thread_id: str) -> IndexedThread:
+        self._drain_backlog()
+        info = self.index.thread(thread_id)
+        if info is None:
+            raise ThreadNotFound(thread_id)
+        return info
+
+    def verify(self, thread_id: str, *, check_events: bool = True) -> VerifyReport:
+        """Check a thread's framing, hashes, chain and ordinals (and, by default, that every
+        event is legal for the reducer). Reports; never repairs."""
+        path = self.path_of(thread_id)
+        try:
+            scanned = scan_file(path, thread_id)
+        except FileNotFoundError:
+            raise ThreadNotFound(thread_id) from None
+        error: IntegrityError | InvalidTransition | None = scanned.error
+        if error is None and not scanned.records:
+            error = IntegrityError(thread_id, 1, "the log holds no complete record", offset=0)
+        if error is None and check_events:
+            try:
+                replay(scanned.records)
+            except InvalidTransition as exc:
+                error = exc
+            except UsageError as exc:  # data that does not fit its type
+                bad = _first_undecodable(scanned.records)
+                error = InvalidTransition(str(exc), ord=bad)
+        last = scanned.records[-1].ord if scanned.records else 0
+        return VerifyReport(thread_id, error is None, len(scanned.records), last, scanned.torn, error)
+
+    def thread_ids(self) -> list[str]:
+        """Every thread with a rollout file, from the file system (not the index)."""
+        return [tid for tid, _ in self._rollout_files()]
+
+    def _rollout_files(self) -> Iterator[tuple[str, str]]:
+        try:
+            years = sorted(os.scandir(self._threads_dir), key=lambda e: e.name)
+        except FileNotFoundError:
+            return
+        for year in years:
+            if not year.is_dir(follow_symlinks=False):
+                continue
+            for month in sorted(os.scandir(year.path), key=lambda e: e.name):
+                if not month.is_dir(follow_symlinks=False):
+                    continue
+                for entry in os.scandir(month.path):
+                    name = entry.name
+                    if name.endswith(".jsonl") and is_uuid(name[:-6]):
+                        yield name[:-6], entry.path
+
+    # -- index maintenance -----------------------------------------------------------------
+
+    def catch_up(self) -> int:
+        """Bring the index up to date with the rollouts; returns the records applied."""
+        positions = self.index.positions()
+        seen: set[str] = set()
+        applied = 0
+        batches: list[tuple[str, str, list[Record], int]] = []
+        pending = 0
+        for thread_id, path in self._rollout_files():
+            seen.add(thread_id)
+            try:
+                size = os.stat(path).st_size
+            except FileNotFoundError:
+                continue
+            known = positions.get(thread_id)
+            if known is not None and known[0] == size:
+                continue
+            scanned: Scan | None = None
+            if known is not None and 0 < known[0] < size:
+                with open(path, "rb") as f:
+                    f.seek(known[0])
+                    tail = f.read()
+                scanned = scan(tail, thread_id, base_offset=known[0], start_ord=known[1] + 1,
+                               prev_hash=known[2])
+                if scanned.error is not None:
+                    scanned = None  # the index was wrong about the prefix: redo the thread
+            if scanned is None:
+                scanned = scan_file(path, thread_id)
+                if known is not None:
+                    self.index.reset_thread(thread_id)
+            if scanned.error is not None:
+                self.index.mark_damaged(thread_id, path, str(scanned.error))
+                log.warning("index: %s", scanned.error)
+            if scanned.records:
+                batches.append((thread_id, path, scanned.records, scanned.end))
+                applied += len(scanned.records)
+                pending += len(scanned.records)
+            if pending >= 50_000:
+                self.index.apply(batches)
+                batches, pending = [], 0
+        if batches:
+            self.index.apply(batches)
+        gone = [tid for tid in positions if tid not in seen]
+        if gone:
+            self.index.forget(gone)
+        return applied
+
+    def rebuild(self) -> int:
+        """Rebuild the index from the rollouts; returns the records indexed."""
+        self.flush()
+        self.index.clear()
+        return self.catch_up()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError("the store is closed")
+
+
+def _first_undecodable(records: list[Record]) -> int | None:
+    for record in records:
+        try:
+            from_data(record.type, record.data)
+        except UsageError:
+            return record.ord
+    return None

@@ -1,0 +1,289 @@
+"""The SQLite index: projections of the rollouts (threads, turns, tool calls).
+
+The index is never the only truth. It records, per thread, the last ordinal, hash and byte
+offset it applied, in the same transaction as the rows it derived (RELIABILITY C2), so it can
+be caught up from the rollouts exactly and idempotently, and rebuilt from them at any time.
+It runs in WAL mode with ``synchronous=NORMAL``: a power loss may roll back its latest
+transactions, never corrupt it, and catch-up redoes whatever was lost.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from threadlog.errors import StorageError
+from threadlog.model.envelope import Record
+from threadlog.model.projection import project
+
+__all__ = ["Index", "IndexedThread"]
+
+SCHEMA_VERSION = 1
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS threads (
+    thread_id   TEXT PRIMARY KEY,
+    path        TEXT NOT NULL,
+    principal   TEXT,
+    created_at  TEXT,
+    title       TEXT,
+    forked_from TEXT,
+    status      TEXT NOT NULL DEFAULT 'idle',
+    last_ord    INTEGER NOT NULL DEFAULT 0,
+    last_hash   TEXT,
+    last_ts     TEXT,
+    bytes       INTEGER NOT NULL DEFAULT 0,
+    turns       INTEGER NOT NULL DEFAULT 0,
+    tool_calls  INTEGER NOT NULL DEFAULT 0,
+    damage      TEXT
+);
+CREATE INDEX IF NOT EXISTS threads_by_activity ON threads (last_ts);
+CREATE TABLE IF NOT EXISTS turns (
+    thread_id   TEXT NOT NULL,
+    turn_id     TEXT NOT NULL,
+    status      TEXT,
+    started_ord INTEGER,
+    ended_ord   INTEGER,
+    started_at  TEXT,
+    ended_at    TEXT,
+    input       TEXT,
+    PRIMARY KEY (thread_id, turn_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tool_calls (
+    thread_id   TEXT NOT NULL,
+    call_id     TEXT NOT NULL,
+    turn_id     TEXT,
+    tool        TEXT,
+    side_effect TEXT,
+    status      TEXT,
+    proposed_ord INTEGER,
+    last_ord    INTEGER,
+    PRIMARY KEY (thread_id, call_id)
+) WITHOUT ROWID;
+"""
+
+_THREAD_COLUMNS = (
+    "thread_id", "path", "principal", "created_at", "title", "forked_from", "status",
+    "last_ord", "last_hash", "last_ts", "bytes", "turns", "tool_calls", "damage",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedThread:
+    """A row of the ``threads`` projection."""
+
+    thread_id: str
+    path: str
+    principal: str | None
+    created_at: str | None
+    title: str | None
+    forked_from: str | None
+    status: str
+    last_ord: int
+    last_hash: str | None
+    last_ts: str | None
+    bytes: int
+    turns: int
+    tool_calls: int
+    damage: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _THREAD_COLUMNS}
+
+
+class Index:
+    """One SQLite connection, shared by the store's threads under a lock."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.RLock()
+        try:
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
+                                       timeout=30.0)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_DDL)
+            self._db.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+            )
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open the index {path}: {exc}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def threads(self, *, principal: str | None = None, limit: int | None = None) -> list[IndexedThread]:
+        """Threads, most recently active first."""
+        sql = f"SELECT {', '.join(_THREAD_COLUMNS)} FROM threads"
+        args: list[Any] = []
+        if principal is not None:
+            sql += " WHERE principal = ?"
+            args.append(principal)
+        sql += " ORDER BY last_ts DESC, thread_id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit)
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [IndexedThread(*row) for row in rows]
+
+    def thread(self, thread_id: str) -> IndexedThread | None:
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT {', '.join(_THREAD_COLUMNS)} FROM threads WHERE thread_id = ?",
+                (thread_id,),
+            ).fetchone()
+        return IndexedThread(*row) if row else None
+
+    def positions(self) -> dict[str, tuple[int, int, str | None]]:
+        """``thread_id → (bytes, last_ord, last_hash)`` for catch-up."""
+        with self._lock:
+            rows = self._db.execute("SELECT thread_id, bytes, last_ord, last_hash FROM threads")
+            return {t: (b, o, h) for t, b, o, h in rows}
+
+    def turns(self, thread_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            cur = self._db.execute(
+                "SELECT turn_id, status, started_ord, ended_ord, started_at, ended_at, input "
+                "FROM turns WHERE thread_id = ? ORDER BY started_ord", (thread_id,))
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def tool_calls(self, thread_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            cur = self._db.execute(
+                "SELECT call_id, turn_id, tool, side_effect, status, proposed_ord, last_ord "
+                "FROM tool_calls WHERE thread_id = ? ORDER BY proposed_ord", (thread_id,))
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    def dump(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every projection row, sorted (to compare an incremental index with a rebuild)."""
+        with self._lock:
+            return {
+                table: sorted(self._db.execute(f"SELECT * FROM {table}").fetchall())
+                for table in ("threads", "turns", "tool_calls")
+            }
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def apply(self, batches: Iterable[tuple[str, str, Sequence[Record], int]]) -> None:
+        """Apply ``(thread_id, path, records, end_offset)`` batches in one transaction.
+
+        Records at or below a thread's applied ordinal are skipped, so re-applying is harmless.
+        """
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                for thread_id, path, records, end in batches:
+                    self._apply_one(thread_id, path, records, end)
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    def reset_thread(self, thread_id: str, *, damage: str | None = None) -> None:
+        """Forget a thread's rows (before re-indexing it from ord 1)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for table in ("threads", "turns", "tool_calls"):
+                    self._db.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def mark_damaged(self, thread_id: str, path: str, damage: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO threads (thread_id, path, damage) VALUES (?, ?, ?) "
+                "ON CONFLICT (thread_id) DO UPDATE SET damage = excluded.damage",
+                (thread_id, path, damage),
+            )
+
+    def forget(self, thread_ids: Iterable[str]) -> None:
+        with self._lock:
+            for thread_id in thread_ids:
+                for table in ("threads", "turns", "tool_calls"):
+                    self._db.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            for table in ("threads", "turns", "tool_calls"):
+                self._db.execute(f"DELETE FROM {table}")
+            self._db.execute("COMMIT")
+
+    def _apply_one(self, thread_id: str, path: str, records: Sequence[Record], end: int) -> None:
+        db = self._db
+        row = db.execute("SELECT last_ord FROM threads WHERE thread_id = ?", (thread_id,)).fetchone()
+        if row is None:
+            db.execute("INSERT INTO threads (thread_id, path) VALUES (?, ?)", (thread_id, path))
+            applied = 0
+        else:
+            applied = row[0]
+        fresh = [r for r in records if r.ord > applied]
+        if not fresh:
+            return
+        if fresh[0].ord != applied + 1:
+            raise StorageError(
+                f"index: thread {thread_id} jumps from ord {applied} to {fresh[0].ord}"
+            )
+        new_turns = new_calls = 0
+        for record in fresh:
+            for change in project(record):
+                if change.table == "thread":
+                    self._set_thread(thread_id, change.fields)
+                elif change.table == "turn":
+                    if "started_ord" in change.fields:
+                        new_turns += 1
+                    self._upsert(
+                        "turns", ("thread_id", "turn_id"), (thread_id, change.key), change.fields
+                    )
+                else:
+                    if change.fields.get("status") == "proposed":
+                        new_calls += 1
+                    self._upsert(
+                        "tool_calls", ("thread_id", "call_id"), (thread_id, change.key),
+                        change.fields,
+                    )
+        last = fresh[-1]
+        db.execute(
+            "UPDATE threads SET last_ord = ?, last_hash = ?, last_ts = ?, bytes = ?, "
+            "turns = turns + ?, tool_calls = tool_calls + ?, path = ? WHERE thread_id = ?",
+            (last.ord, last.hash, last.ts, end, new_turns, new_calls, path, thread_id),
+        )
+
+    def _set_thread(self, thread_id: str, fields: dict[str, Any]) -> None:
+        fields = dict(fields)
+        title_if_empty = fields.pop("title_if_empty", None)
+        if fields:
+            sets = ", ".join(f"{name} = ?" for name in fields)
+            self._db.execute(
+                f"UPDATE threads SET {sets} WHERE thread_id = ?", (*fields.values(), thread_id)
+            )
+        if title_if_empty:
+            self._db.execute(
+                "UPDATE threads SET title = ? WHERE thread_id = ? AND title IS NULL",
+                (title_if_empty, thread_id),
+            )
+
+    def _upsert(self, table: str, keys: tuple[str, str], key_values: tuple[str, str],
+                fields: dict[str, Any]) -> None:
+        names = (*keys, *fields)
+        placeholders = ", ".join("?" for _ in names)
+        updates = ", ".join(f"{name} = excluded.{name}" for name in fields)
+        self._db.execute(
+            f"INSERT INTO {table} ({', '.join(names)}) VALUES ({placeholders}) "
+            f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}",
+            (*key_values, *fields.values()),
+        )
