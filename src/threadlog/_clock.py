@@ -1,17 +1,44 @@
-"""Wall-clock time for records and ids (the only clock the store reads)."""
+"""Wall-clock time and randomness for records and ids (the store's only sources of either)."""
 
 from __future__ import annotations
 
+import os
+import random
 import time
 from datetime import UTC, datetime
 
-__all__ = ["rfc3339", "wall_ns"]
+__all__ = ["random_bytes", "rfc3339", "wall_ns"]
 
 
 def wall_ns() -> int:
     return time.time_ns()
 
 
+_second = -1
+_prefix = ""
+
+
 def rfc3339(ns: int) -> str:
     """``2026-11-30T02:00:00.123456Z``: UTC, microseconds, fixed width (sorts as text)."""
-    return datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    global _second, _prefix
+    second, rest = divmod(ns, 1_000_000_000)
+    if second != _second:
+        _prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+        _second = second
+    return f"{_prefix}{rest // 1000:06d}Z"
+
+
+# Event ids need uniqueness, not secrecy: a PRNG seeded from the OS is ~50x cheaper per id
+# than os.urandom on some VMs. It is reseeded in forked children so they never share ids.
+_rng = random.Random(os.urandom(32))
+
+
+def _reseed() -> None:
+    _rng.seed(os.urandom(32))
+
+
+os.register_at_fork(after_in_child=_reseed)
+
+
+def random_bytes(n: int) -> bytes:
+    return _rng.getrandbits(n * 8).to_bytes(n, "big")

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -47,9 +46,12 @@ class BadRecord(ValueError):
     """A line or object that is not a valid record; the message says why."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Record:
-    """One log record (the envelope). Backends read and write only this."""
+class Record(NamedTuple):
+    """One log record (the envelope). Backends read and write only this.
+
+    An immutable named tuple (cheap to build: a store creates one per append and a reader
+    one per line), with the fields in envelope order.
+    """
 
     v: int
     """Format version of the envelope."""
@@ -182,7 +184,4 @@ def record_from_obj(obj: Any) -> Record:
         raise BadRecord("prev must be a string or null")
     if not isinstance(hash_, str):
         raise BadRecord("hash must be a string")
-    return Record(
-        v=v, id=id_, thread=thread, ord=ord_, parent=parent, ts=ts, type=type_,
-        data=obj["data"], prev=prev, hash=hash_,
-    )
+    return Record(v, id_, thread, ord_, parent, ts, type_, obj["data"], prev, hash_)

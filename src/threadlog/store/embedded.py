@@ -6,6 +6,7 @@ Layout under ``<home>``::
     index.sqlite3                           projections, rebuildable from the rollouts
     artifacts/sha256/<ab>/<hex>             content-addressed blobs
     locks/<thread_id>.lock                  single-writer leases (flock)
+    journal/<pid>-<random>.wal              the open store's group-commit journal
 
 The month directory comes from the thread id (a UUIDv7 carries its creation time), so a
 thread's file is found from its id alone, without the index.
@@ -25,11 +26,12 @@ from types import EllipsisType, TracebackType
 from typing import Any
 
 from threadlog import _faults
-from threadlog._clock import rfc3339, wall_ns
+from threadlog._clock import random_bytes, rfc3339, wall_ns
 from threadlog.errors import (
     IntegrityError,
     InvalidEventType,
     InvalidTransition,
+    LeaseHeld,
     StorageError,
     ThreadNotFound,
     UsageError,
@@ -46,7 +48,9 @@ from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps
 from threadlog.store.artifacts import ArtifactStore
 from threadlog.store.index import Index, IndexedThread
 from threadlog.store.leases import Lease
-from threadlog.store.rollout import RolloutLog, Scan, TornTail, scan, scan_file
+from threadlog.store.journal import Journal, RolloutLog
+from threadlog.store.recovery import find_dead_journals, recover_rollout
+from threadlog.store.rollout import Scan, TornTail, scan, scan_file
 
 __all__ = ["EmbeddedStore", "VerifyReport", "default_home"]
 
@@ -54,6 +58,7 @@ log = logging.getLogger("threadlog.store")
 
 KiB = 1024
 MiB = 1024 * KiB
+_VALID_TYPES: set[str] = set()
 
 
 def default_home() -> str:
@@ -128,6 +133,7 @@ class EmbeddedStore:
         self.max_record_bytes = max_record_bytes
         self._threads_dir = os.path.join(self.home, "threads")
         self._locks_dir = os.path.join(self.home, "locks")
+        self._journal_dir = os.path.join(self.home, "journal")
         try:
             for directory in (self._threads_dir, self._locks_dir):
                 fops.makedirs(directory)
@@ -143,7 +149,9 @@ class EmbeddedStore:
         self._closed = False
         self._stop = threading.Event()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._async_flush: dict[str, asyncio.Future[None]] = {}
+        self._async_waiters: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+        self._journal = Journal(self._journal_dir, fops, self._on_durable)
+        self.recover()
         if catch_up:
             self.catch_up()
         self._background = threading.Thread(
@@ -169,28 +177,25 @@ class EmbeddedStore:
         self._closed = True
         self._stop.set()
         self._background.join(timeout=10)
-        errors: list[BaseException] = []
-        with self._logs_lock:
-            for thread_id, rollout in list(self._logs.items()):
-                try:
-                    rollout.close()
-                except BaseException as exc:  # noqa: BLE001 - close the rest, then report
-                    errors.append(exc)
-                self._leases.pop(thread_id).release()
-            self._logs.clear()
         try:
-            self._drain_backlog()
+            self._journal.close()
         finally:
-            self.index.close()
-            if self._executor is not None:
-                self._executor.shutdown(wait=True)
-        if errors:
-            raise errors[0]
+            with self._logs_lock:
+                for thread_id, rollout in list(self._logs.items()):
+                    rollout.closed = True
+                    self._fops.close(rollout.fd)
+                    self._leases.pop(thread_id).release()
+                self._logs.clear()
+            try:
+                self._drain_backlog()
+            finally:
+                self.index.close()
+                if self._executor is not None:
+                    self._executor.shutdown(wait=True)
 
     def flush(self) -> None:
         """Make every buffered append durable and update the index."""
-        for rollout in self._open_logs():
-            rollout.flush()
+        self._journal.flush()
         self._drain_backlog()
 
     def release(self, thread_id: str) -> None:
@@ -200,7 +205,10 @@ class EmbeddedStore:
             lease = self._leases.pop(thread_id, None)
         try:
             if rollout is not None:
-                rollout.close()
+                with rollout._lock:  # no new submissions
+                    rollout.closed = True
+                self._journal.sync_rollout(rollout)
+                self._fops.close(rollout.fd)
         finally:
             if lease is not None:
                 lease.release()
@@ -226,32 +234,35 @@ class EmbeddedStore:
         _, data = to_data(event)
         data_json = codec.canonical(data)
         now = wall_ns()
-        thread_id = uuid7(now // 1_000_000, os.urandom(10))
+        thread_id = uuid7(now // 1_000_000, random_bytes(10))
         path = self.path_of(thread_id)
         directory = os.path.dirname(path)
         lease = Lease(self._locks_dir, thread_id)
         try:
             self._fops.makedirs(directory)
             fd = self._fops.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            # The file's directory entry is durable before any record of it is acknowledged
+            # (RELIABILITY A3); a crash before the record leaves an empty file, which is no
+            # thread at all.
+            self._fops.fsync_dir(directory)
             rollout = RolloutLog(
-                thread_id=thread_id, path=path, fd=fd, fops=self._fops, scanned=Scan(),
-                on_durable=self._on_durable, max_record_bytes=self.max_record_bytes,
+                thread_id=thread_id, path=path, fd=fd, journal=self._journal, scanned=Scan(),
+                max_record_bytes=self.max_record_bytes,
             )
-            record, _ = rollout.submit(
-                id=uuid7(now // 1_000_000, os.urandom(10)), type=event.type, data=data,
+            _, seq = rollout.submit(
+                id=uuid7(now // 1_000_000, random_bytes(10)), type=event.type, data=data,
                 data_json=data_json, parent=None, ts=rfc3339(now), expect_ord=1,
             )
-            rollout.wait_durable(record.ord)
-            self._fops.fsync_dir(directory)  # the new file's entry (RELIABILITY A3)
+            with self._logs_lock:
+                self._logs[thread_id] = rollout
+                self._leases[thread_id] = lease
+            self._journal.wait(seq)
         except OSError as exc:
             lease.release()
             raise StorageError(f"cannot create thread {thread_id}: {exc}") from exc
         except BaseException:
             lease.release()
             raise
-        with self._logs_lock:
-            self._logs[thread_id] = rollout
-            self._leases[thread_id] = lease
         return thread_id
 
     def append(
@@ -278,9 +289,9 @@ class EmbeddedStore:
                 previous record).
             expect_ord: the ordinal this record must get, else `OrdinalConflict`.
         """
-        rollout, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord)
-        if rollout is not None:
-            rollout.wait_durable(record.ord)
+        seq, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord)
+        if seq:
+            self._journal.wait(seq)
         return record
 
     async def aappend(
@@ -298,9 +309,9 @@ class EmbeddedStore:
 
         Concurrent ``aappend`` calls on one thread share one fsync (group commit).
         """
-        rollout, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord)
-        if rollout is not None:
-            await self._await_durable(rollout, record.ord)
+        seq, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord)
+        if seq:
+            await self._await_durable(seq)
         return record
 
     def _submit(
@@ -312,18 +323,22 @@ class EmbeddedStore:
         id: str | None,
         parent: str | None | EllipsisType,
         expect_ord: int | None,
-    ) -> tuple[RolloutLog | None, Record]:
+    ) -> tuple[int, Record]:
+        """Queue a record; returns (journal sequence to wait for, or 0, record)."""
         self._check_open()
         if isinstance(type_, str):
             type_name = type_
-            if not valid_type_name(type_name):
-                raise InvalidEventType(
-                    f"invalid event type name {type_name!r}: dotted lower-case words, "
-                    "e.g. 'turn.started' or 'custom.my_app.note'"
-                )
+            if type_name not in _VALID_TYPES:
+                if not valid_type_name(type_name):
+                    raise InvalidEventType(
+                        f"invalid event type name {type_name!r}: dotted lower-case words, "
+                        "e.g. 'turn.started' or 'custom.my_app.note'"
+                    )
+                _VALID_TYPES.add(type_name)
             if data is None:
                 data = {}
-            from_data(type_name, data)  # schema check; raises InvalidData / InvalidEventType
+            if not type_name.startswith("custom."):
+                from_data(type_name, data)  # schema check: InvalidData / InvalidEventType
         else:
             type_name, data = to_data(type_)
         if type_name == "thread.created":
@@ -335,14 +350,14 @@ class EmbeddedStore:
         data, data_json = self._encode(data)
         now = wall_ns()
         rollout = self._log(thread_id)
-        record, _ = rollout.submit(
-            id=id or uuid7(now // 1_000_000, os.urandom(10)),
+        record, seq = rollout.submit(
+            id=id or uuid7(now // 1_000_000, random_bytes(10)),
             type=type_name, data=data, data_json=data_json, parent=parent, ts=rfc3339(now),
             expect_ord=expect_ord,
         )
         if durable is None:
             durable = durability_of(type_name) == "critical"
-        return (rollout if durable else None), record
+        return (seq if durable else 0), record
 
     def _encode(self, data: Any) -> tuple[Any, bytes]:
         """Canonical JSON of the data, moving large values to the artifact store first."""
@@ -367,19 +382,25 @@ class EmbeddedStore:
         summary = value[:200] if isinstance(value, str) else value_json[:200].decode("utf-8", "replace")
         return self.artifacts.put(value_json, media_type="application/json", summary=summary)
 
-    async def _await_durable(self, rollout: RolloutLog, ord_: int) -> None:
+    async def _await_durable(self, seq: int) -> None:
+        # One executor job per group commit; the tasks waiting for it each await a future of
+        # their own (so cancelling one waiter cancels nobody else's wait).
         loop = asyncio.get_running_loop()
-        key = rollout.thread_id
-        while rollout.durable_ord < ord_:
-            fut = self._async_flush.get(key)
-            if fut is None or fut.done() or fut.get_loop() is not loop:
+        journal = self._journal
+        while journal.durable_seq < seq:
+            waiters = self._async_waiters.get(loop)
+            if waiters is None:
+                waiters = self._async_waiters[loop] = []
+            if not waiters:
                 if self._executor is None:
                     self._executor = concurrent.futures.ThreadPoolExecutor(
-                        max_workers=64, thread_name_prefix="threadlog-fsync"
+                        max_workers=2, thread_name_prefix="threadlog-commit"
                     )
-                fut = loop.run_in_executor(self._executor, rollout.wait_durable, rollout.last_ord)
-                self._async_flush[key] = fut
-            await asyncio.shield(fut)
+                job = loop.run_in_executor(self._executor, journal.wait, journal.submitted)
+                job.add_done_callback(lambda job, waiters=waiters: _wake(job, waiters))
+            fut: asyncio.Future[None] = loop.create_future()
+            waiters.append(fut)
+            await fut
 
     def _log(self, thread_id: str) -> RolloutLog:
         rollout = self._logs.get(thread_id)
@@ -398,12 +419,12 @@ class EmbeddedStore:
             raise ThreadNotFound(thread_id)
         lease = Lease(self._locks_dir, thread_id)
         try:
-            scanned = scan_file(path, thread_id)
+            scanned = self._recover_thread(thread_id, path)
             if scanned.error is not None:
                 raise scanned.error
             if not scanned.records:
                 raise ThreadNotFound(thread_id)
-            fd = self._fops.open(path, os.O_WRONLY | os.O_APPEND)
+            fd = self._fops.open(path, os.O_RDWR | os.O_APPEND)
             if scanned.torn is not None:
                 torn = scanned.torn
                 log.warning(
@@ -417,8 +438,8 @@ class EmbeddedStore:
                     self._fops.close(fd)
                     raise
             rollout = RolloutLog(
-                thread_id=thread_id, path=path, fd=fd, fops=self._fops, scanned=scanned,
-                on_durable=self._on_durable, max_record_bytes=self.max_record_bytes,
+                thread_id=thread_id, path=path, fd=fd, journal=self._journal, scanned=scanned,
+                max_record_bytes=self.max_record_bytes,
             )
         except OSError as exc:
             lease.release()
@@ -436,22 +457,72 @@ class EmbeddedStore:
 
     # -- background group commit and index ---------------------------------------------------
 
+    def _recover_thread(self, thread_id: str, path: str) -> Scan:
+        """Scan a thread's rollout, first replaying its records from dead journals."""
+        dead = find_dead_journals(self._journal_dir)
+        try:
+            entries = [e for journal in dead for e in journal.entries.get(thread_id, ())]
+            return recover_rollout(path, thread_id, self._fops, entries)
+        finally:
+            for journal in dead:
+                journal.release()
+
+    def recover(self) -> list[str]:
+        """Replay the journals of crashed stores into their rollouts and delete them.
+
+        Runs on open. Threads whose lease another live process holds were recovered by that
+        process when it took the lease; a journal is deleted only once every thread in it has
+        its records in its rollout. Returns the ids of the threads repaired here.
+        """
+        dead = find_dead_journals(self._journal_dir)
+        repaired: list[str] = []
+        try:
+            threads: dict[str, list[tuple[Record, bytes]]] = {}
+            for journal in dead:
+                for thread_id, entries in journal.entries.items():
+                    threads.setdefault(thread_id, []).extend(entries)
+            for thread_id, entries in threads.items():
+                path = self.path_of(thread_id)
+                try:
+                    lease = Lease(self._locks_dir, thread_id)
+                except LeaseHeld:
+                    continue
+                try:
+                    before = os.path.getsize(path) if os.path.exists(path) else -1
+                    recover_rollout(path, thread_id, self._fops, entries)
+                    if os.path.getsize(path) != before:
+                        repaired.append(thread_id)
+                except IntegrityError as exc:
+                    log.error("recovery: %s", exc)
+                finally:
+                    lease.release()
+            for journal in dead:
+                if all(self._has_records(t, e) for t, e in journal.entries.items()):
+                    journal.try_delete(self._fops)
+        finally:
+            for journal in dead:
+                journal.release()
+        return repaired
+
+    def _has_records(self, thread_id: str, entries: list[tuple[Record, bytes]]) -> bool:
+        last = entries[-1][0]
+        try:
+            scanned = scan_file(self.path_of(thread_id), thread_id)
+        except FileNotFoundError:
+            return False
+        return len(scanned.records) >= last.ord and scanned.records[last.ord - 1].hash == last.hash
+
     def _run_background(self) -> None:
         while not self._stop.wait(self.commit_interval):
-            for rollout in self._open_logs():
-                if rollout.has_pending:
-                    try:
-                        rollout.flush()
-                    except StorageError as exc:
-                        log.error("background commit failed: %s", exc)
+            if self._journal.has_pending:
+                try:
+                    self._journal.flush()
+                except StorageError as exc:
+                    log.error("background commit failed: %s", exc)
             try:
                 self._drain_backlog()
             except Exception:  # noqa: BLE001 - the index is rebuildable; keep committing
                 log.exception("index update failed; it will catch up on the next open")
-
-    def _open_logs(self) -> list[RolloutLog]:
-        with self._logs_lock:
-            return list(self._logs.values())
 
     def _drain_backlog(self) -> None:
         with self._backlog_lock:
@@ -619,6 +690,20 @@ class EmbeddedStore:
     def _check_open(self) -> None:
         if self._closed:
             raise UsageError("the store is closed")
+
+
+def _wake(job: asyncio.Future[None], waiters: list[asyncio.Future[None]]) -> None:
+    """A group commit finished: settle every waiter of it (they re-check their sequence)."""
+    batch = waiters[:]
+    waiters.clear()
+    exc = None if job.cancelled() else job.exception()
+    for fut in batch:
+        if fut.done():
+            continue
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(None)
 
 
 def _first_undecodable(records: list[Record]) -> int | None:

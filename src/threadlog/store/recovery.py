@@ -1,0 +1,156 @@
+"""Replaying dead journals into rollouts (see `threadlog.store.journal` for the protocol)."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from dataclasses import dataclass, field
+
+from threadlog.errors import IntegrityError
+from threadlog.model.envelope import BadRecord, Record, parse_line
+from threadlog.store._fileops import FileOps
+from threadlog.store.rollout import Scan, scan, scan_file
+
+__all__ = ["DeadJournal", "find_dead_journals", "recover_rollout"]
+
+log = logging.getLogger("threadlog.store")
+
+
+@dataclass
+class DeadJournal:
+    """A journal whose store died before its checkpoint, held with a shared lock."""
+
+    path: str
+    fd: int
+    entries: dict[str, list[tuple[Record, bytes]]] = field(default_factory=dict)
+    """thread id → its ``(record, line)`` pairs in journal order."""
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def try_delete(self, fops: FileOps) -> bool:
+        """Delete the journal if no other process is reading it (lock upgrade)."""
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fops.unlink(self.path)
+        fops.fsync_dir(os.path.dirname(self.path))
+        return True
+
+
+def find_dead_journals(directory: str) -> list[DeadJournal]:
+    """Journals no live store holds, parsed. The caller must `release` each one."""
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".wal"))
+    except FileNotFoundError:
+        return []
+    dead: list[DeadJournal] = []
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)  # a live store's journal
+            continue
+        journal = DeadJournal(path, fd)
+        try:
+            with os.fdopen(os.dup(fd), "rb") as f:
+                data = f.read()
+            _parse_journal(journal, data)
+        except BaseException:
+            journal.release()
+            raise
+        dead.append(journal)
+    return dead
+
+
+def _parse_journal(journal: DeadJournal, data: bytes) -> None:
+    pos = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break  # torn tail: never acknowledged
+        line = data[pos : nl + 1]
+        try:
+            record = parse_line(line)
+        except BadRecord:
+            # A journal is only ever appended and fsynced; a bad line can only be the torn
+            # tail of the last write, so nothing after it was acknowledged either.
+            break
+        journal.entries.setdefault(record.thread, []).append((record, line))
+        pos = nl + 1
+
+
+def recover_rollout(
+    path: str, thread_id: str, fops: FileOps, entries: list[tuple[Record, bytes]]
+) -> Scan:
+    """Bring a rollout up to date with journal entries; returns the scan of the result.
+
+    The caller holds the thread's lease. Without entries this is just a scan.
+    """
+    scanned = scan_file(path, thread_id)
+    if not entries:
+        return scanned
+    by_ord: dict[int, tuple[Record, bytes]] = {}
+    for record, line in entries:
+        other = by_ord.get(record.ord)
+        if other is not None and other[0].hash != record.hash:
+            raise IntegrityError(thread_id, record.ord, "two journals disagree on this record")
+        by_ord[record.ord] = (record, line)
+    ords = sorted(by_ord)
+    have = scanned.records
+    last = have[-1].ord if have else 0
+    if ords[0] > last + 1:
+        if scanned.error is not None:
+            raise scanned.error
+        raise IntegrityError(
+            thread_id, last + 1,
+            f"the rollout ends at ord {last} but the journal resumes at ord {ords[0]}",
+            offset=scanned.end,
+        )
+    for ord_ in ords:
+        if ord_ <= last and have[ord_ - 1].hash != by_ord[ord_][0].hash:
+            raise IntegrityError(
+                thread_id, ord_, "the rollout and the journal disagree on this record"
+            )
+    missing = [by_ord[o] for o in ords if o > last]
+    prev_hash = have[-1].hash if have else None
+    expected = last + 1
+    for record, _ in missing:
+        if record.ord != expected or record.prev != prev_hash:
+            raise IntegrityError(thread_id, expected, "the journal's records do not chain")
+        prev_hash, expected = record.hash, expected + 1
+    damaged = scanned.error is not None or scanned.torn is not None
+    if not missing and not damaged:
+        return scanned
+    if damaged:
+        log.warning(
+            "thread %s: rollout damaged after ord %d (%s); restoring from the journal",
+            thread_id, last, scanned.error or (scanned.torn and scanned.torn.reason),
+        )
+    fd = fops.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        fops.ftruncate(fd, scanned.end)
+        if missing:
+            fops.write_all(fd, b"".join(line for _, line in missing))
+        fops.fsync(fd)
+    finally:
+        fops.close(fd)
+    log.info("thread %s: replayed %d record(s) from the journal", thread_id, len(missing))
+    tail = b"".join(line for _, line in missing)
+    extra = scan(tail, thread_id, base_offset=scanned.end, start_ord=last + 1, prev_hash=have[-1].hash if have else None)
+    if extra.error is not None:
+        raise extra.error
+    return Scan(
+        records=have + extra.records,
+        offsets=scanned.offsets + extra.offsets,
+        end=extra.end,
+    )
