@@ -6,7 +6,7 @@ tables are projections of it. Start with `open_store`.
 
 from __future__ import annotations
 
-import os
+from typing import TYPE_CHECKING
 
 from threadlog._version import __version__
 from threadlog.errors import (
@@ -27,6 +27,9 @@ from threadlog.errors import (
 from threadlog.model.envelope import Record
 from threadlog.model.state import ThreadState
 from threadlog.store.embedded import EmbeddedStore, VerifyReport
+
+if TYPE_CHECKING:
+    import os
 
 __all__ = [
     "ConflictError",

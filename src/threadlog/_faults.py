@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from threadlog.model.envelope import Record
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from threadlog.model.envelope import Record
 
 __all__ = ["after_durable", "crash_point"]
 

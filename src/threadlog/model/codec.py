@@ -61,7 +61,9 @@ def check_plain(value: Any, path: str = "$", depth: int = 0) -> None:
         return
     if type(value) is float:
         if not math.isfinite(value):
-            raise InvalidData(f"{path}: {value!r} is not valid JSON (NaN and infinities are refused)")
+            raise InvalidData(
+                f"{path}: {value!r} is not valid JSON (NaN and infinities are refused)"
+            )
         return
     if type(value) is dict:
         for key, item in value.items():

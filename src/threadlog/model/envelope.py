@@ -37,7 +37,9 @@ FORMAT_VERSION: Final = 1
 """The envelope format version written in ``v`` of every record."""
 
 _TYPE_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+){0,4}$")
-_KEYS: Final = frozenset(("v", "id", "thread", "ord", "parent", "ts", "type", "data", "prev", "hash"))
+_KEYS: Final = frozenset(
+    ("v", "id", "thread", "ord", "parent", "ts", "type", "data", "prev", "hash")
+)
 _HASH_HEAD: Final = b',"hash":"'
 _SUFFIX_LEN: Final = len(_HASH_HEAD) + 64 + len(b'"}\n')
 
@@ -145,7 +147,10 @@ def parse_line(line: bytes) -> Record:
     """
     if not line.endswith(b"\n"):
         raise BadRecord("line has no terminating newline (torn write)")
-    if len(line) < _SUFFIX_LEN + 2 or line[-_SUFFIX_LEN : -_SUFFIX_LEN + len(_HASH_HEAD)] != _HASH_HEAD:
+    if (
+        len(line) < _SUFFIX_LEN + 2
+        or line[-_SUFFIX_LEN : -_SUFFIX_LEN + len(_HASH_HEAD)] != _HASH_HEAD
+    ):
         raise BadRecord("line does not end with the hash field")
     try:
         obj = orjson.loads(line)

@@ -66,10 +66,8 @@ Resolution = Literal["done", "retry", "abort"]
 SIDE_EFFECTS: tuple[str, ...] = get_args(SideEffect)
 TURN_OUTCOMES: tuple[str, ...] = get_args(TurnOutcome)
 
-_ev = dataclass(frozen=True, slots=True, kw_only=True)
 
-
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ThreadCreated:
     """Ord 1 of every thread: who owns it, its first config, where it came from."""
 
@@ -85,7 +83,7 @@ class ThreadCreated:
     title: str | None = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigChanged:
     """Some config keys changed (between turns). ``None`` removes a key."""
 
@@ -93,7 +91,7 @@ class ConfigChanged:
     changes: dict[str, Any]
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TurnStarted:
     """A user goal starts being handled."""
 
@@ -103,7 +101,7 @@ class TurnStarted:
     """The user input that started the turn."""
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InputQueued:
     """Input arrived (steering while a turn runs, or the next turn's input)."""
 
@@ -112,7 +110,7 @@ class InputQueued:
     text: str
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InputConsumed:
     """Queued input was taken into a turn at a safe point."""
 
@@ -121,7 +119,7 @@ class InputConsumed:
     turn_id: str
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepStarted:
     """A model call is about to be made with this exact context."""
 
@@ -133,7 +131,7 @@ class StepStarted:
     context_hash: str | None = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProviderStarted:
     """The request left for the provider (operation journal)."""
 
@@ -144,7 +142,7 @@ class ProviderStarted:
     model: str
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProviderInterrupted:
     """The provider stream died before a full response; ``partial`` is what arrived."""
 
@@ -155,7 +153,7 @@ class ProviderInterrupted:
     partial: Any = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelResponded:
     """The model's full response to a step."""
 
@@ -167,7 +165,7 @@ class ModelResponded:
     stop_reason: str = "end_turn"
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallProposed:
     """The model proposed a tool call."""
 
@@ -181,7 +179,7 @@ class ToolCallProposed:
     idempotency_key: str | None = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallApproved:
     type: Literal["tool_call.approved"] = "tool_call.approved"
     call_id: str
@@ -189,7 +187,7 @@ class ToolCallApproved:
     reason: str | None = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallDenied:
     type: Literal["tool_call.denied"] = "tool_call.denied"
     call_id: str
@@ -197,7 +195,7 @@ class ToolCallDenied:
     reason: str | None = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallStarted:
     """Durable intent: the tool is about to run (attempt ``attempt``)."""
 
@@ -207,7 +205,7 @@ class ToolCallStarted:
     idempotency_key: str | None = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallFinished:
     """The tool's final result (an error is a result too, with ``ok`` false)."""
 
@@ -218,7 +216,7 @@ class ToolCallFinished:
     error: str | None = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallUnknown:
     """The call started but its outcome is unknown (a crash cut it off)."""
 
@@ -227,7 +225,7 @@ class ToolCallUnknown:
     reason: str
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallResolved:
     """A human (or a reconcile hook) decided what happened to an unknown call."""
 
@@ -238,7 +236,7 @@ class ToolCallResolved:
     note: str | None = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TurnEnded:
     """The turn's one terminal outcome."""
 
@@ -248,7 +246,7 @@ class TurnEnded:
     reason: str | None = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PlanVersioned:
     type: Literal["plan.versioned"] = "plan.versioned"
     version: int
@@ -256,7 +254,7 @@ class PlanVersioned:
     reason: str | None = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Compaction:
     """Entries up to ``last_entry`` are replaced in model context by ``summary``."""
 
@@ -268,14 +266,14 @@ class Compaction:
     tokens_after: int
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BranchSummarized:
     type: Literal["branch.summarized"] = "branch.summarized"
     from_entry: str
     summary: str
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LeafMoved:
     """The active leaf of the conversation tree moved (a branch from an older entry)."""
 
@@ -283,14 +281,14 @@ class LeafMoved:
     to: str | None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LabelSet:
     type: Literal["label.set"] = "label.set"
     entry: str
     label: str | None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryWritten:
     type: Literal["memory.written"] = "memory.written"
     memory_id: str
@@ -301,14 +299,14 @@ class MemoryWritten:
     expires_at: str | None = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MemoryRevoked:
     type: Literal["memory.revoked"] = "memory.revoked"
     memory_id: str
     reason: str | None = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ArtifactStored:
     type: Literal["artifact.stored"] = "artifact.stored"
     sha256: str
@@ -317,7 +315,7 @@ class ArtifactStored:
     summary: str | None = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OperationStarted:
     """Operation journal: an external action begins."""
 
@@ -327,7 +325,7 @@ class OperationStarted:
     detail: Any = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class OperationFinished:
     type: Literal["operation.finished"] = "operation.finished"
     op_id: str
@@ -335,7 +333,7 @@ class OperationFinished:
     detail: Any = None
 
 
-@_ev
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ThreadResumed:
     """A process resumed the thread; ``repairs`` lists what recovery did."""
 
@@ -384,9 +382,7 @@ Event = (
 )
 
 CATALOGUE: dict[str, type[Any]] = {
-    cls.__dataclass_fields__["type"].default: cls
-    for cls in get_args(Event)
-    if cls is not Custom
+    cls.__dataclass_fields__["type"].default: cls for cls in get_args(Event) if cls is not Custom
 }
 """Type name → event class, for every catalogued type."""
 

@@ -8,9 +8,10 @@ ordinal, so applying a record twice changes nothing (catch-up and rebuild are id
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from threadlog.model.envelope import Record
+if TYPE_CHECKING:
+    from threadlog.model.envelope import Record
 
 __all__ = ["RowChange", "project"]
 
@@ -65,10 +66,18 @@ def project(record: Record) -> list[RowChange]:
             RowChange(
                 "turn",
                 turn_id,
-                {"status": "running", "started_ord": record.ord, "started_at": record.ts,
-                 "input": _text(data.get("input"))},
+                {
+                    "status": "running",
+                    "started_ord": record.ord,
+                    "started_at": record.ts,
+                    "input": _text(data.get("input")),
+                },
             ),
-            RowChange("thread", record.thread, {"status": "running", "title_if_empty": _text(data.get("input"), 80)}),
+            RowChange(
+                "thread",
+                record.thread,
+                {"status": "running", "title_if_empty": _text(data.get("input"), 80)},
+            ),
         ]
     if type_ == "turn.ended":
         turn_id = data.get("turn_id")

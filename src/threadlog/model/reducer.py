@@ -22,11 +22,9 @@ The reducer does no I/O and keeps no clock: time comes from the records.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import assert_never
+from typing import TYPE_CHECKING, assert_never
 
 from threadlog.errors import InvalidTransition
-from threadlog.model.envelope import Record
 from threadlog.model.events import (
     ArtifactStored,
     BranchSummarized,
@@ -71,6 +69,11 @@ from threadlog.model.state import (
 )
 from threadlog.model.toolcalls import next_state
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from threadlog.model.envelope import Record
+
 __all__ = ["apply", "apply_all", "replay"]
 
 
@@ -102,7 +105,9 @@ def apply(state: ThreadState | None, record: Record, event: Event | None = None)
         event = from_data(record.type, record.data)
     if state is None:
         if not isinstance(event, ThreadCreated) or record.ord != 1:
-            raise InvalidTransition("the first record must be thread.created at ord 1", ord=record.ord)
+            raise InvalidTransition(
+                "the first record must be thread.created at ord 1", ord=record.ord
+            )
         return ThreadState(
             thread_id=record.thread,
             principal=event.principal,
@@ -175,7 +180,7 @@ def _call(state: ThreadState, call_id: str, what: str) -> ToolCallState:
     return call
 
 
-def _apply_event(state: ThreadState, record: Record, event: Event) -> None:  # noqa: C901
+def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
     ord_ = record.ord
     match event:
         case ThreadCreated():
@@ -188,7 +193,9 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:  # n
                     state.config[key] = value
         case TurnStarted(turn_id=turn_id, input=text):
             if state.active_turn is not None:
-                raise _illegal(f"turn {turn_id!r} cannot start: turn {state.active_turn!r} is running")
+                raise _illegal(
+                    f"turn {turn_id!r} cannot start: turn {state.active_turn!r} is running"
+                )
             if turn_id in state.turns:
                 raise _illegal(f"turn {turn_id!r} already exists")
             state.turns[turn_id] = TurnState(
@@ -210,7 +217,9 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:  # n
             if item is None:
                 raise _illegal(f"input.consumed for unknown input {input_id!r}")
             if item.consumed_by is not None:
-                raise _illegal(f"input {input_id!r} was already consumed by turn {item.consumed_by!r}")
+                raise _illegal(
+                    f"input {input_id!r} was already consumed by turn {item.consumed_by!r}"
+                )
             turn = _running_turn(state, turn_id, "input.consumed")
             item.consumed_by = turn_id
             turn.inputs.append(input_id)
@@ -219,7 +228,10 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:  # n
             if step_id in state.steps:
                 raise _illegal(f"step {step_id!r} already exists")
             state.steps[step_id] = StepState(
-                step_id=step_id, turn_id=turn_id, status="started", started_ord=ord_,
+                step_id=step_id,
+                turn_id=turn_id,
+                status="started",
+                started_ord=ord_,
                 context_hash=context_hash,
             )
             turn.steps.append(step_id)

@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import secrets
+
 from threadlog.errors import IntegrityError, StorageError, UsageError
 from threadlog.model.refs import ArtifactRef, is_artifact_ref
 from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps
@@ -38,8 +39,13 @@ class ArtifactStore:
     def exists(self, digest: str) -> bool:
         return os.path.isfile(self.path(digest))
 
-    def put(self, content: bytes, *, media_type: str = "application/octet-stream",
-            summary: str | None = None) -> ArtifactRef:
+    def put(
+        self,
+        content: bytes,
+        *,
+        media_type: str = "application/octet-stream",
+        summary: str | None = None,
+    ) -> ArtifactRef:
         """Store ``content`` durably (a no-op if it is already there) and return its reference."""
         digest = hashlib.sha256(content).hexdigest()
         ref = ArtifactRef(digest, len(content), media_type, summary)
@@ -50,7 +56,9 @@ class ArtifactStore:
         fops = self._fops
         try:
             fops.makedirs(directory)
-            tmp = os.path.join(directory, f".{digest[:16]}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+            tmp = os.path.join(
+                directory, f".{digest[:16]}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+            )
             fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
                 fops.write_all(fd, content)
@@ -72,12 +80,16 @@ class ArtifactStore:
         """
         path = self.path(digest)
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(
+                path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+            )
         except FileNotFoundError:
             raise UsageError(f"no artifact {digest}") from None
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise IntegrityError("artifacts", 0, f"artifact {digest} is a symlink; refused") from None
+                raise IntegrityError(
+                    "artifacts", 0, f"artifact {digest} is a symlink; refused"
+                ) from None
             raise StorageError(f"could not read artifact {digest}: {exc}") from exc
         with os.fdopen(fd, "rb") as f:
             content = f.read()

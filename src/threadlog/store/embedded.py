@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import os
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import EllipsisType, TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from threadlog import _faults
 from threadlog._clock import random_bytes, rfc3339, wall_ns
@@ -43,14 +42,19 @@ from threadlog.model.ids import is_uuid, uuid7, uuid7_millis
 from threadlog.model.policy import durability_of
 from threadlog.model.reducer import replay
 from threadlog.model.refs import ArtifactRef, is_artifact_ref
-from threadlog.model.state import ThreadState
 from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps
 from threadlog.store.artifacts import ArtifactStore
 from threadlog.store.index import Index, IndexedThread
+from threadlog.store.journal import Journal, LogClosed, RolloutLog
 from threadlog.store.leases import Lease
-from threadlog.store.journal import Journal, RolloutLog
 from threadlog.store.recovery import find_dead_journals, recover_rollout
 from threadlog.store.rollout import Scan, TornTail, scan, scan_file
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from types import EllipsisType, TracebackType
+
+    from threadlog.model.state import ThreadState
 
 __all__ = ["EmbeddedStore", "VerifyReport", "default_home"]
 
@@ -113,6 +117,8 @@ class EmbeddedStore:
             is larger than this many bytes goes to the artifact store, the record keeping a
             reference.
         max_record_bytes: the largest record line accepted (after offloading).
+        max_open_threads: how many threads may be open for writing at once; beyond it the
+            least used idle ones are flushed, closed and their leases released.
         fops: the file-operation layer (tests inject faults through it).
     """
 
@@ -125,12 +131,15 @@ class EmbeddedStore:
         max_record_bytes: int = 1 * MiB,
         fops: FileOps = DEFAULT_FILEOPS,
         catch_up: bool = True,
+        max_open_threads: int = 1000,
     ) -> None:
         self.home = os.path.abspath(os.fspath(home) if home is not None else default_home())
         self._fops = fops
         self.commit_interval = commit_interval
         self.artifact_threshold = artifact_threshold
         self.max_record_bytes = max_record_bytes
+        self.max_open_threads = max(1, max_open_threads)
+        _raise_fd_limit()
         self._threads_dir = os.path.join(self.home, "threads")
         self._locks_dir = os.path.join(self.home, "locks")
         self._journal_dir = os.path.join(self.home, "journal")
@@ -165,7 +174,9 @@ class EmbeddedStore:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close()
@@ -228,7 +239,10 @@ class EmbeddedStore:
         if not isinstance(principal, str) or not principal:
             raise UsageError("principal must be a non-empty string")
         event = ThreadCreated(
-            format=FORMAT_VERSION, principal=principal, config=config, lineage=lineage,
+            format=FORMAT_VERSION,
+            principal=principal,
+            config=config,
+            lineage=lineage,
             title=title,
         )
         _, data = to_data(event)
@@ -240,20 +254,31 @@ class EmbeddedStore:
         lease = Lease(self._locks_dir, thread_id)
         try:
             self._fops.makedirs(directory)
-            fd = self._fops.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            fd = self._fops.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
             # The file's directory entry is durable before any record of it is acknowledged
             # (RELIABILITY A3); a crash before the record leaves an empty file, which is no
             # thread at all.
             self._fops.fsync_dir(directory)
             rollout = RolloutLog(
-                thread_id=thread_id, path=path, fd=fd, journal=self._journal, scanned=Scan(),
+                thread_id=thread_id,
+                path=path,
+                fd=fd,
+                journal=self._journal,
+                scanned=Scan(),
                 max_record_bytes=self.max_record_bytes,
             )
             _, seq = rollout.submit(
-                id=uuid7(now // 1_000_000, random_bytes(10)), type=event.type, data=data,
-                data_json=data_json, parent=None, ts=rfc3339(now), expect_ord=1,
+                id=uuid7(now // 1_000_000, random_bytes(10)),
+                type=event.type,
+                data=data,
+                data_json=data_json,
+                parent=None,
+                ts=rfc3339(now),
+                expect_ord=1,
             )
             with self._logs_lock:
+                if len(self._logs) >= self.max_open_threads:
+                    self._evict_locked()
                 self._logs[thread_id] = rollout
                 self._leases[thread_id] = lease
             self._journal.wait(seq)
@@ -349,12 +374,22 @@ class EmbeddedStore:
             raise UsageError("parent must be an event id, None, or omitted")
         data, data_json = self._encode(data)
         now = wall_ns()
-        rollout = self._log(thread_id)
-        record, seq = rollout.submit(
-            id=id or uuid7(now // 1_000_000, random_bytes(10)),
-            type=type_name, data=data, data_json=data_json, parent=parent, ts=rfc3339(now),
-            expect_ord=expect_ord,
-        )
+        event_id = id or uuid7(now // 1_000_000, random_bytes(10))
+        while True:
+            rollout = self._log(thread_id)
+            try:
+                record, seq = rollout.submit(
+                    id=event_id,
+                    type=type_name,
+                    data=data,
+                    data_json=data_json,
+                    parent=parent,
+                    ts=rfc3339(now),
+                    expect_ord=expect_ord,
+                )
+                break
+            except LogClosed:
+                self._check_open()  # evicted under us: reopen and try again
         if durable is None:
             durable = durability_of(type_name) == "critical"
         return (seq if durable else 0), record
@@ -379,7 +414,9 @@ class EmbeddedStore:
         return ref, codec.canonical(ref)
 
     def _offload(self, value: Any, value_json: bytes) -> ArtifactRef:
-        summary = value[:200] if isinstance(value, str) else value_json[:200].decode("utf-8", "replace")
+        summary = (
+            value[:200] if isinstance(value, str) else value_json[:200].decode("utf-8", "replace")
+        )
         return self.artifacts.put(value_json, media_type="application/json", summary=summary)
 
     async def _await_durable(self, seq: int) -> None:
@@ -397,7 +434,7 @@ class EmbeddedStore:
                         max_workers=2, thread_name_prefix="threadlog-commit"
                     )
                 job = loop.run_in_executor(self._executor, journal.wait, journal.submitted)
-                job.add_done_callback(lambda job, waiters=waiters: _wake(job, waiters))
+                job.add_done_callback(functools.partial(_wake, waiters=waiters))
             fut: asyncio.Future[None] = loop.create_future()
             waiters.append(fut)
             await fut
@@ -409,9 +446,24 @@ class EmbeddedStore:
         with self._logs_lock:
             rollout = self._logs.get(thread_id)
             if rollout is None:
+                if len(self._logs) >= self.max_open_threads:
+                    self._evict_locked()
                 rollout = self._open_for_writing(thread_id)
                 self._logs[thread_id] = rollout
             return rollout
+
+    def _evict_locked(self) -> None:
+        """Close the least used half of the open logs (``_logs_lock`` held)."""
+        victims = sorted(self._logs.values(), key=lambda r: r.uses)[: max(1, len(self._logs) // 2)]
+        for rollout in victims:
+            with rollout._lock:
+                rollout.closed = True
+            self._journal.sync_rollout(rollout)
+            self._fops.close(rollout.fd)
+            del self._logs[rollout.thread_id]
+            self._leases.pop(rollout.thread_id).release()
+        for rollout in self._logs.values():
+            rollout.uses = 0
 
     def _open_for_writing(self, thread_id: str) -> RolloutLog:
         path = self.path_of(thread_id)
@@ -429,7 +481,10 @@ class EmbeddedStore:
                 torn = scanned.torn
                 log.warning(
                     "thread %s: repairing a torn tail: removing %d bytes at offset %d (%s)",
-                    thread_id, torn.size, torn.offset, torn.reason,
+                    thread_id,
+                    torn.size,
+                    torn.offset,
+                    torn.reason,
                 )
                 try:
                     self._fops.ftruncate(fd, scanned.end)
@@ -438,7 +493,11 @@ class EmbeddedStore:
                     self._fops.close(fd)
                     raise
             rollout = RolloutLog(
-                thread_id=thread_id, path=path, fd=fd, journal=self._journal, scanned=scanned,
+                thread_id=thread_id,
+                path=path,
+                fd=fd,
+                journal=self._journal,
+                scanned=scanned,
                 max_record_bytes=self.max_record_bytes,
             )
         except OSError as exc:
@@ -521,7 +580,7 @@ class EmbeddedStore:
                     log.error("background commit failed: %s", exc)
             try:
                 self._drain_backlog()
-            except Exception:  # noqa: BLE001 - the index is rebuildable; keep committing
+            except Exception:
                 log.exception("index update failed; it will catch up on the next open")
 
     def _drain_backlog(self) -> None:
@@ -579,7 +638,9 @@ class EmbeddedStore:
         assert ref is not None
         return codec.loads(self.artifacts.get(ref.sha256))
 
-    def threads(self, *, principal: str | None = None, limit: int | None = None) -> list[IndexedThread]:
+    def threads(
+        self, *, principal: str | None = None, limit: int | None = None
+    ) -> list[IndexedThread]:
         """Threads from the index, most recently active first."""
         self._drain_backlog()
         return self.index.threads(principal=principal, limit=limit)
@@ -611,7 +672,9 @@ class EmbeddedStore:
                 bad = _first_undecodable(scanned.records)
                 error = InvalidTransition(str(exc), ord=bad)
         last = scanned.records[-1].ord if scanned.records else 0
-        return VerifyReport(thread_id, error is None, len(scanned.records), last, scanned.torn, error)
+        return VerifyReport(
+            thread_id, error is None, len(scanned.records), last, scanned.torn, error
+        )
 
     def thread_ids(self) -> list[str]:
         """Every thread with a rollout file, from the file system (not the index)."""
@@ -656,8 +719,13 @@ class EmbeddedStore:
                 with open(path, "rb") as f:
                     f.seek(known[0])
                     tail = f.read()
-                scanned = scan(tail, thread_id, base_offset=known[0], start_ord=known[1] + 1,
-                               prev_hash=known[2])
+                scanned = scan(
+                    tail,
+                    thread_id,
+                    base_offset=known[0],
+                    start_ord=known[1] + 1,
+                    prev_hash=known[2],
+                )
                 if scanned.error is not None:
                     scanned = None  # the index was wrong about the prefix: redo the thread
             if scanned is None:
@@ -690,6 +758,20 @@ class EmbeddedStore:
     def _check_open(self) -> None:
         if self._closed:
             raise UsageError("the store is closed")
+
+
+def _raise_fd_limit() -> None:
+    """Raise the soft open-files limit to the hard one (two descriptors per open thread)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY:
+            hard = 1 << 20
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
 
 
 def _wake(job: asyncio.Future[None], waiters: list[asyncio.Future[None]]) -> None:

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from threadlog.errors import StorageError
-from threadlog.model.envelope import Record
 from threadlog.model.projection import project
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from threadlog.model.envelope import Record
 
 __all__ = ["Index", "IndexedThread"]
 
@@ -67,8 +70,20 @@ CREATE TABLE IF NOT EXISTS tool_calls (
 """
 
 _THREAD_COLUMNS = (
-    "thread_id", "path", "principal", "created_at", "title", "forked_from", "status",
-    "last_ord", "last_hash", "last_ts", "bytes", "turns", "tool_calls", "damage",
+    "thread_id",
+    "path",
+    "principal",
+    "created_at",
+    "title",
+    "forked_from",
+    "status",
+    "last_ord",
+    "last_hash",
+    "last_ts",
+    "bytes",
+    "turns",
+    "tool_calls",
+    "damage",
 )
 
 
@@ -102,13 +117,15 @@ class Index:
         self.path = path
         self._lock = threading.RLock()
         try:
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
-                                       timeout=30.0)
+            self._db = sqlite3.connect(
+                path, check_same_thread=False, isolation_level=None, timeout=30.0
+            )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_DDL)
             self._db.execute(
-                "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)",
+                (str(SCHEMA_VERSION),),
             )
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open the index {path}: {exc}") from exc
@@ -119,7 +136,9 @@ class Index:
 
     # -- reads -----------------------------------------------------------------------------
 
-    def threads(self, *, principal: str | None = None, limit: int | None = None) -> list[IndexedThread]:
+    def threads(
+        self, *, principal: str | None = None, limit: int | None = None
+    ) -> list[IndexedThread]:
         """Threads, most recently active first."""
         sql = f"SELECT {', '.join(_THREAD_COLUMNS)} FROM threads"
         args: list[Any] = []
@@ -152,7 +171,9 @@ class Index:
         with self._lock:
             cur = self._db.execute(
                 "SELECT turn_id, status, started_ord, ended_ord, started_at, ended_at, input "
-                "FROM turns WHERE thread_id = ? ORDER BY started_ord", (thread_id,))
+                "FROM turns WHERE thread_id = ? ORDER BY started_ord",
+                (thread_id,),
+            )
             names = [d[0] for d in cur.description]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
@@ -160,7 +181,9 @@ class Index:
         with self._lock:
             cur = self._db.execute(
                 "SELECT call_id, turn_id, tool, side_effect, status, proposed_ord, last_ord "
-                "FROM tool_calls WHERE thread_id = ? ORDER BY proposed_ord", (thread_id,))
+                "FROM tool_calls WHERE thread_id = ? ORDER BY proposed_ord",
+                (thread_id,),
+            )
             names = [d[0] for d in cur.description]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
@@ -225,7 +248,9 @@ class Index:
 
     def _apply_one(self, thread_id: str, path: str, records: Sequence[Record], end: int) -> None:
         db = self._db
-        row = db.execute("SELECT last_ord FROM threads WHERE thread_id = ?", (thread_id,)).fetchone()
+        row = db.execute(
+            "SELECT last_ord FROM threads WHERE thread_id = ?", (thread_id,)
+        ).fetchone()
         if row is None:
             db.execute("INSERT INTO threads (thread_id, path) VALUES (?, ?)", (thread_id, path))
             applied = 0
@@ -253,7 +278,9 @@ class Index:
                     if change.fields.get("status") == "proposed":
                         new_calls += 1
                     self._upsert(
-                        "tool_calls", ("thread_id", "call_id"), (thread_id, change.key),
+                        "tool_calls",
+                        ("thread_id", "call_id"),
+                        (thread_id, change.key),
                         change.fields,
                     )
         last = fresh[-1]
@@ -277,8 +304,9 @@ class Index:
                 (title_if_empty, thread_id),
             )
 
-    def _upsert(self, table: str, keys: tuple[str, str], key_values: tuple[str, str],
-                fields: dict[str, Any]) -> None:
+    def _upsert(
+        self, table: str, keys: tuple[str, str], key_values: tuple[str, str], fields: dict[str, Any]
+    ) -> None:
         names = (*keys, *fields)
         placeholders = ", ".join("?" for _ in names)
         updates = ", ".join(f"{name} = excluded.{name}" for name in fields)

@@ -43,8 +43,7 @@ import os
 import secrets
 import threading
 from collections.abc import Callable
-from types import EllipsisType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from threadlog.errors import (
     DuplicateEventConflict,
@@ -54,14 +53,22 @@ from threadlog.errors import (
     StorageError,
 )
 from threadlog.model.envelope import BadRecord, Record, encode_record, parse_line
-from threadlog.store._fileops import FileOps
-from threadlog.store.rollout import Scan
 
-__all__ = ["Journal", "RolloutLog"]
+if TYPE_CHECKING:
+    from types import EllipsisType
+
+    from threadlog.store._fileops import FileOps
+    from threadlog.store.rollout import Scan
+
+__all__ = ["Journal", "LogClosed", "RolloutLog"]
 
 log = logging.getLogger("threadlog.store")
 
 DurableCallback = Callable[["RolloutLog", list[Record], int], None]
+
+
+class LogClosed(StorageError):
+    """The rollout was closed (released or evicted); reopen the thread to append."""
 
 
 class RolloutLog:
@@ -98,6 +105,8 @@ class RolloutLog:
         self._ids: dict[str, int] = {r.id: r.ord for r in records}
         self._unwritten: dict[int, Record] = {}
         self.closed = False
+        self.uses = 0
+        """Appends so far (the store evicts the least used idle logs)."""
 
     def submit(
         self,
@@ -118,7 +127,8 @@ class RolloutLog:
         """
         with self._lock:
             if self.closed:
-                raise StorageError(f"thread {self.thread_id}: the log is closed")
+                raise LogClosed(f"thread {self.thread_id}: the log is closed")
+            self.uses += 1
             existing = self._ids.get(id)
             if existing is not None:
                 stored = self._record_at(existing)
@@ -132,8 +142,14 @@ class RolloutLog:
             parent_id = self.last_id if parent is ... else parent
             prev = self.last_hash
             line, digest = encode_record(
-                id=id, thread=self.thread_id, ord=ord_, parent=parent_id, ts=ts, type=type,
-                data_json=data_json, prev=prev,
+                id=id,
+                thread=self.thread_id,
+                ord=ord_,
+                parent=parent_id,
+                ts=ts,
+                type=type,
+                data_json=data_json,
+                prev=prev,
             )
             if len(line) > self._max_record_bytes:
                 raise RecordTooLarge(
@@ -243,7 +259,7 @@ class Journal:
         self._cond.release()
         try:
             self._commit(batch)
-        except BaseException as exc:  # noqa: BLE001 - any failure must poison the journal
+        except BaseException as exc:
             failure = exc
         finally:
             self._cond.acquire()

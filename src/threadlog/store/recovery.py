@@ -6,11 +6,14 @@ import fcntl
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from threadlog.errors import IntegrityError
 from threadlog.model.envelope import BadRecord, Record, parse_line
-from threadlog.store._fileops import FileOps
 from threadlog.store.rollout import Scan, scan, scan_file
+
+if TYPE_CHECKING:
+    from threadlog.store._fileops import FileOps
 
 __all__ = ["DeadJournal", "find_dead_journals", "recover_rollout"]
 
@@ -112,7 +115,8 @@ def recover_rollout(
         if scanned.error is not None:
             raise scanned.error
         raise IntegrityError(
-            thread_id, last + 1,
+            thread_id,
+            last + 1,
             f"the rollout ends at ord {last} but the journal resumes at ord {ords[0]}",
             offset=scanned.end,
         )
@@ -134,7 +138,9 @@ def recover_rollout(
     if damaged:
         log.warning(
             "thread %s: rollout damaged after ord %d (%s); restoring from the journal",
-            thread_id, last, scanned.error or (scanned.torn and scanned.torn.reason),
+            thread_id,
+            last,
+            scanned.error or (scanned.torn and scanned.torn.reason),
         )
     fd = fops.open(path, os.O_WRONLY | os.O_APPEND)
     try:
@@ -146,7 +152,13 @@ def recover_rollout(
         fops.close(fd)
     log.info("thread %s: replayed %d record(s) from the journal", thread_id, len(missing))
     tail = b"".join(line for _, line in missing)
-    extra = scan(tail, thread_id, base_offset=scanned.end, start_ord=last + 1, prev_hash=have[-1].hash if have else None)
+    extra = scan(
+        tail,
+        thread_id,
+        base_offset=scanned.end,
+        start_ord=last + 1,
+        prev_hash=have[-1].hash if have else None,
+    )
     if extra.error is not None:
         raise extra.error
     return Scan(

@@ -1,10 +1,10 @@
-"""The JSONL rollout: one thread's log file, scanned, repaired and appended with group commit.
+"""The JSONL rollout: scanning and verifying one thread's log file.
 
 Theory of operation
 -------------------
-*Scanning.* `scan` walks a rollout from the start and checks every line: framing (a line ends
-with ``\\n``), canonical JSON, hash, ``ord == previous + 1``, ``prev == previous hash``, the
-thread id, unique event ids. It stops at the first bad line and classifies it:
+`scan` walks a rollout from the start and checks every line: framing (a line ends with
+``\\n``), canonical JSON, hash, ``ord == previous + 1``, ``prev == previous hash``, the thread
+id, unique event ids. It stops at the first bad line and classifies it:
 
 * **torn tail** — the bad bytes run to the end of the file and look like an interrupted write
   (a line without its newline, zeros, garbage), with no valid record after them. A crash can
@@ -15,41 +15,22 @@ thread id, unique event ids. It stops at the first bad line and classifies it:
   acknowledged records, so it is reported as `IntegrityError` with the first bad ordinal and
   byte offset, and the thread refuses writes. Nothing is ever dropped silently.
 
-*Appending.* `RolloutLog` owns the file of one thread while its process holds the lease.
-`submit` assigns the next ordinal, chains the hash and queues the encoded line, all under the
-log's lock (this is cheap: no I/O). `wait_durable(ord)` then makes the line durable with
-*leader/follower group commit*: the first waiter that finds no flush running takes every queued
-line, writes them with one ``write`` and one ``fdatasync`` (without the lock), and wakes the
-rest; a waiter whose line came in during that flush leads the next one. So concurrent critical
-appends share fsyncs, and each caller returns only once its own line is durable.
-
-*Fail-stop.* Any write or fsync error poisons the log: the waiters of that batch and every
-later call get `StorageError`, nothing more is acknowledged, and the thread must be reopened
-(which re-reads and repairs the file from disk). fsync is never retried on the same file
-(after a failed fsync the kernel may have marked the lost pages clean).
+Appending (and the group commit that makes appends durable) lives in
+`threadlog.store.journal`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import EllipsisType
 from typing import Any
 
 from threadlog.errors import (
-    DuplicateEventConflict,
     IntegrityError,
-    OrdinalConflict,
-    RecordTooLarge,
-    StorageError,
 )
-from threadlog.model.envelope import BadRecord, Record, encode_record, parse_line
-from threadlog.store._fileops import FileOps
+from threadlog.model.envelope import BadRecord, Record, parse_line
 
-__all__ = ["RolloutLog", "Scan", "TornTail", "scan", "scan_file"]
+__all__ = ["Scan", "TornTail", "scan", "scan_file"]
 
 log = logging.getLogger("threadlog.store")
 
@@ -145,8 +126,14 @@ def scan(
 
 
 def _classify(
-    result: Scan, data: bytes, pos: int, line: bytes, problem: str, thread_id: str,
-    expected: int, base_offset: int,
+    result: Scan,
+    data: bytes,
+    pos: int,
+    line: bytes,
+    problem: str,
+    thread_id: str,
+    expected: int,
+    base_offset: int,
 ) -> None:
     offset = base_offset + pos
     if _looks_like_record(line):
@@ -179,5 +166,3 @@ def scan_file(path: str, thread_id: str, **kwargs: Any) -> Scan:
             f.seek(offset)
         data = f.read()
     return scan(data, thread_id, **kwargs)
-
-

@@ -1,0 +1,3 @@
+from threadlog.cli import main
+
+main()

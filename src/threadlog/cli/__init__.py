@@ -1,0 +1,83 @@
+"""The ``threadlog`` command.
+
+Every command takes ``--home`` (default: ``$THREADLOG_HOME``, else ``~/.threadlog``) and
+``--json`` (machine-readable output, documented in ``docs/cli.md``). Exit codes: 0 success,
+1 a verification failed, 2 a usage error (bad arguments, unknown thread), 3 the store could not
+do it (I/O error, lease held by another process, damaged log).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from threadlog._version import __version__
+from threadlog.errors import ThreadlogError, UsageError
+
+__all__ = ["main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_STORE = 3
+
+
+def store_options(func: F) -> F:
+    """Add ``--home`` and ``--json`` to a command."""
+    func = click.option(
+        "--json", "as_json", is_flag=True, help="Machine-readable output (see docs/cli.md)."
+    )(func)
+    func = click.option(
+        "--home",
+        type=click.Path(file_okay=False),
+        envvar="THREADLOG_HOME",
+        show_envvar=True,
+        help="The store's directory [default: ~/.threadlog].",
+    )(func)
+    return func
+
+
+def handle_errors(func: F) -> F:
+    """Turn threadlog errors into one clear line on stderr and an exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except UsageError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_USAGE)
+        except ThreadlogError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_STORE)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="threadlog")
+def cli() -> None:
+    """Durable, resumable, forkable sessions for AI agents.
+
+    Every fact of an agent's work is a record in an append-only, hash-chained log.
+
+    \b
+    Examples:
+      threadlog demo                 run a scripted agent session end to end
+      threadlog ls                   list threads, most recent first
+      threadlog show THREAD          a thread's turns, tool calls and latest events
+      threadlog events THREAD        its records as JSON lines
+      threadlog verify               check every log's hashes, chain and ordinals
+    """
+
+
+def main() -> None:
+    """Entry point of the ``threadlog`` console script."""
+    from threadlog.cli import commands, demo  # noqa: F401 - registers the commands
+
+    cli(prog_name="threadlog")

@@ -1,0 +1,302 @@
+"""Inspection commands: ls, show, events, verify, rebuild."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import click
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from threadlog.cli import EXIT_FAILED, cli, handle_errors, store_options
+from threadlog.errors import UsageError
+from threadlog.store.embedded import EmbeddedStore, VerifyReport
+
+if TYPE_CHECKING:
+    from threadlog.model.envelope import Record
+
+__all__ = ["events", "ls", "rebuild", "show", "verify"]
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _short(text: str | None, width: int = 48) -> str:
+    if not text:
+        return ""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def open_store(home: str | None) -> EmbeddedStore:
+    return EmbeddedStore(home)
+
+
+@cli.command()
+@store_options
+@click.option("--principal", help="Only threads owned by this principal.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    help="At most this many threads [default: 50 in tables, all with --json].",
+)
+@handle_errors
+def ls(home: str | None, as_json: bool, principal: str | None, limit: int | None) -> None:
+    """List threads, most recently active first.
+
+    \b
+    Example:
+      threadlog ls --limit 20
+      threadlog ls --json | jq '.[].thread_id'
+    """
+    shown = limit if limit is not None or as_json else 50
+    with open_store(home) as store:
+        rows = store.threads(principal=principal, limit=None if shown is None else shown + 1)
+    if as_json:
+        _print_json([_thread_json(row.to_dict()) for row in rows[:shown]])
+        return
+    if not rows:
+        click.echo(f"no threads in {store.home} (try: threadlog demo)")
+        return
+    more = len(rows) > (shown or len(rows))
+    rows = rows[:shown]
+    table = Table(box=None, header_style="bold")
+    for name in ("thread", "principal", "title", "status", "records", "turns", "last activity"):
+        table.add_column(name, no_wrap=name != "title")
+    for row in rows:
+        status = "[red]damaged[/red]" if row.damage else row.status
+        table.add_row(
+            row.thread_id,
+            row.principal or "",
+            _short(row.title, 40),
+            status,
+            str(row.last_ord),
+            str(row.turns),
+            (row.last_ts or "")[:19].replace("T", " "),
+        )
+    _console().print(table)
+    if more:
+        click.echo("… more threads not shown (--limit N to see more)")
+
+
+def _thread_json(row: dict[str, Any]) -> dict[str, Any]:
+    row = dict(row)
+    row.pop("path", None)
+    row.pop("bytes", None)
+    return row
+
+
+@cli.command()
+@store_options
+@click.argument("thread")
+@click.option(
+    "--last",
+    "last_n",
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="How many of the latest records to list.",
+)
+@handle_errors
+def show(home: str | None, as_json: bool, thread: str, last_n: int) -> None:
+    """Show a thread: owner, config, turns, tool calls and its latest records.
+
+    \b
+    Example:
+      threadlog show 0190b7e2-4c1a-7d2e-9f00-1a2b3c4d5e6f
+    """
+    with open_store(home) as store:
+        records = store.read(thread)
+        state = store.state(thread)
+        info = store.thread_info(thread)
+        turns = store.index.turns(thread)
+        calls = store.index.tool_calls(thread)
+    if as_json:
+        _print_json(
+            {
+                "thread": _thread_json(info.to_dict()),
+                "config": state.config,
+                "lineage": state.lineage,
+                "active_turn": state.active_turn,
+                "leaf": state.leaf,
+                "plan_version": state.plan_version,
+                "turns": turns,
+                "tool_calls": calls,
+                "last_records": [r.to_dict() for r in records[-last_n:]] if last_n else [],
+            }
+        )
+        return
+    console = _console()
+    console.print(f"[bold]thread[/bold] {state.thread_id}")
+    console.print(f"  principal  {state.principal}")
+    console.print(f"  created    {state.created_at}")
+    if state.title or info.title:
+        console.print(f"  title      {_short(state.title or info.title, 70)}")
+    if state.lineage:
+        console.print(
+            f"  forked     from {state.lineage.get('thread')} at ord {state.lineage.get('ord')}"
+        )
+    console.print(f"  records    {state.last_ord}   (last {info.last_ts})")
+    if state.config:
+        console.print("  config     " + ", ".join(f"{k}={v!r}" for k, v in state.config.items()))
+    if turns:
+        table = Table(title="turns", box=None, header_style="bold", title_justify="left")
+        for name in ("turn", "status", "ords", "input"):
+            table.add_column(name)
+        for turn in turns:
+            ords = f"{turn['started_ord']}–{turn['ended_ord'] or '…'}"
+            table.add_row(turn["turn_id"], turn["status"], ords, _short(turn["input"], 50))
+        console.print(table)
+    if calls:
+        table = Table(title="tool calls", box=None, header_style="bold", title_justify="left")
+        for name in ("call", "tool", "side effect", "status"):
+            table.add_column(name)
+        for call in calls:
+            status = call["status"]
+            if status == "unknown":
+                status = "[bold red]unknown[/bold red] (threadlog resolve)"
+            table.add_row(call["call_id"], call["tool"] or "", call["side_effect"] or "", status)
+        console.print(table)
+    if last_n:
+        console.print(
+            _records_table(records[-last_n:], title=f"last {min(last_n, len(records))} records")
+        )
+
+
+def _records_table(records: list[Record], *, title: str) -> Table:
+    table = Table(title=title, box=None, header_style="bold", title_justify="left")
+    for name in ("ord", "time", "type", "data"):
+        table.add_column(name, no_wrap=name != "data")
+    for record in records:
+        data = orjson.dumps(record.data).decode()
+        table.add_row(str(record.ord), record.ts[11:23], record.type, _short(data, 70))
+    return table
+
+
+@cli.command()
+@store_options
+@click.argument("thread")
+@click.option(
+    "--after",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Only records with a larger ordinal (a cursor).",
+)
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many records.")
+@handle_errors
+def events(home: str | None, as_json: bool, thread: str, after: int, limit: int | None) -> None:
+    """Print a thread's records as JSON lines, one envelope per line.
+
+    The output is the log itself (each line verifies on its own), so it can be piped into jq
+    or another tool. --json is accepted and changes nothing.
+
+    \b
+    Example:
+      threadlog events THREAD --after 40 | jq -c '{ord, type}'
+    """
+    with open_store(home) as store:
+        records = store.read(thread, after, limit=limit)
+    out = sys.stdout.buffer
+    for record in records:
+        out.write(orjson.dumps(record.to_dict()) + b"\n")
+    out.flush()
+
+
+@cli.command()
+@store_options
+@click.argument("thread", required=False)
+@click.option(
+    "--no-events",
+    is_flag=True,
+    help="Check only framing, hashes, chain and ordinals, not event semantics.",
+)
+@handle_errors
+def verify(home: str | None, as_json: bool, thread: str | None, no_events: bool) -> None:
+    """Verify logs: framing, hashes, the hash chain, gap-free ordinals and (unless
+    --no-events) that every event is legal for its thread's state.
+
+    Exits 1 and names the first bad ordinal of each damaged thread. A torn tail (an
+    interrupted final write, never acknowledged) is reported but is not a failure: it is
+    repaired when the thread is next opened for writing.
+
+    \b
+    Examples:
+      threadlog verify                verify every thread
+      threadlog verify THREAD --json
+    """
+    with open_store(home) as store:
+        ids = [thread] if thread else store.thread_ids()
+        if thread and not store.exists(thread):
+            raise UsageError(f"no thread {thread!r} in this store")
+        reports = [store.verify(t, check_events=not no_events) for t in ids]
+    failed = [r for r in reports if not r.ok]
+    if as_json:
+        _print_json(reports[0].to_dict() if thread else [r.to_dict() for r in reports])
+    else:
+        _print_verify(reports)
+    if failed:
+        sys.exit(EXIT_FAILED)
+
+
+def _print_verify(reports: list[VerifyReport]) -> None:
+    console = _console()
+    if not reports:
+        console.print("no threads to verify")
+        return
+    for report in reports:
+        if report.ok:
+            line = f"[green]ok[/green]      {report.thread_id}  {report.records} records"
+            if report.torn:
+                line += f"  (torn tail of {report.torn.size} bytes at {report.torn.offset}, repaired on next write)"
+        else:
+            line = (
+                f"[red]FAILED[/red]  {report.thread_id}  first bad ord {report.first_bad_ord}: "
+                f"{report.error}"
+            )
+        console.print(line)
+    bad = sum(not r.ok for r in reports)
+    console.print(f"{len(reports) - bad} ok, {bad} failed")
+
+
+@cli.command()
+@store_options
+@handle_errors
+def rebuild(home: str | None, as_json: bool) -> None:
+    """Rebuild the SQLite index from the rollouts (they are the source of truth).
+
+    Safe at any time: the index is a projection. Damaged threads are listed, not dropped.
+
+    \b
+    Example:
+      threadlog rebuild
+    """
+    start = time.perf_counter()
+    with open_store(home) as store:
+        if not as_json:
+            click.echo(f"rebuilding the index of {store.home} …", err=True)
+        count = store.rebuild()
+        rows = store.threads()
+    seconds = time.perf_counter() - start
+    damaged = [r.thread_id for r in rows if r.damage]
+    if as_json:
+        _print_json(
+            {
+                "threads": len(rows),
+                "records": count,
+                "seconds": round(seconds, 3),
+                "damaged": damaged,
+            }
+        )
+        return
+    click.echo(f"indexed {count} records of {len(rows)} threads in {seconds:.2f}s")
+    for thread_id in damaged:
+        click.echo(f"  damaged: {thread_id} (threadlog verify {thread_id})")

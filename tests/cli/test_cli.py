@@ -1,0 +1,141 @@
+"""The CLI: exact JSON shapes, exit codes, help with examples for every command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from threadlog import open_store
+from threadlog.cli import cli
+from threadlog.cli import commands as _commands  # noqa: F401 - registers commands
+from threadlog.cli import demo as _demo  # noqa: F401
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def demo_thread(home: str) -> str:
+    code, out, _ = run("demo", "--home", home, "--pause", "0", "--json")
+    assert code == 0, out
+    doc = json.loads(out)
+    assert doc["verified"] is True
+    return str(doc["thread"])
+
+
+def test_every_command_has_help_with_an_example() -> None:
+    for name, _command in cli.commands.items():
+        code, out, _ = run(name, "--help")
+        assert code == 0
+        assert "Example" in out, f"{name} --help has no example"
+        assert "--home" in out and "--json" in out, name
+
+
+def test_demo_writes_a_verified_thread(home: str, demo_thread: str) -> None:
+    with open_store(home) as store:
+        state = store.state(demo_thread)
+        assert state.turns["turn-1"].status == "completed"
+        assert [c.status for c in state.tool_calls.values()] == ["finished"] * 3
+        assert store.verify(demo_thread).ok
+
+
+def test_ls_json_shape(home: str, demo_thread: str) -> None:
+    code, out, _ = run("ls", "--home", home, "--json")
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["thread_id"] for r in rows] == [demo_thread]
+    assert set(rows[0]) == {
+        "thread_id",
+        "principal",
+        "created_at",
+        "title",
+        "forked_from",
+        "status",
+        "last_ord",
+        "last_hash",
+        "last_ts",
+        "turns",
+        "tool_calls",
+        "damage",
+    }
+    assert rows[0]["principal"] == "demo" and rows[0]["turns"] == 1 and rows[0]["tool_calls"] == 3
+
+
+def test_ls_human_and_empty(home: str) -> None:
+    code, out, _ = run("ls", "--home", home)
+    assert code == 0 and "no threads" in out
+
+
+def test_events_are_json_lines_from_a_cursor(home: str, demo_thread: str) -> None:
+    code, out, _ = run("events", demo_thread, "--home", home, "--after", "20")
+    assert code == 0
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [r["ord"] for r in lines] == list(range(21, 26))
+    assert list(lines[0]) == [
+        "v",
+        "id",
+        "thread",
+        "ord",
+        "parent",
+        "ts",
+        "type",
+        "data",
+        "prev",
+        "hash",
+    ]
+    code, out, _ = run("events", demo_thread, "--home", home, "--after", "2", "--limit", "2")
+    assert [json.loads(x)["ord"] for x in out.splitlines()] == [3, 4]
+
+
+def test_show_json(home: str, demo_thread: str) -> None:
+    code, out, _ = run("show", demo_thread, "--home", home, "--json", "--last", "3")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["thread"]["thread_id"] == demo_thread
+    assert [t["status"] for t in doc["turns"]] == ["completed"]
+    assert [r["ord"] for r in doc["last_records"]] == [23, 24, 25]
+    code, out, _ = run("show", demo_thread, "--home", home)
+    assert code == 0 and "append_file" in out
+
+
+def test_unknown_thread_is_a_usage_error(home: str) -> None:
+    for args in (
+        ["show", "01a22a39-6d4f-761f-be74-ff624577f40c"],
+        ["events", "nope"],
+        ["verify", "01a22a39-6d4f-761f-be74-ff624577f40c"],
+    ):
+        code, _, err = run(*args, "--home", home)
+        assert code == 2, args
+        assert err.startswith("error: ")
+
+
+def test_verify_names_the_tampered_ordinal(home: str, demo_thread: str) -> None:
+    with open_store(home) as store:
+        path = Path(store.path_of(demo_thread))
+    lines = path.read_bytes().splitlines(keepends=True)
+    line = bytearray(lines[11])  # ord 12
+    pos = line.index(b'"id":"') + 10  # a hex digit of the event id: still valid JSON
+    line[pos] = ord("0") if line[pos] != ord("0") else ord("1")
+    lines[11] = bytes(line)
+    path.write_bytes(b"".join(lines))
+    code, out, _ = run("verify", demo_thread, "--home", home, "--json")
+    assert code == 1
+    report = json.loads(out)
+    assert report["ok"] is False and report["first_bad_ord"] == 12
+    code, out, _ = run("verify", "--home", home)
+    assert code == 1 and "first bad ord 12" in out
+
+
+def test_verify_ok_and_rebuild(home: str, demo_thread: str) -> None:
+    code, out, _ = run("verify", "--home", home, "--json")
+    assert code == 0
+    assert json.loads(out)[0]["ok"] is True
+    code, out, _ = run("rebuild", "--home", home, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["threads"] == 1 and doc["records"] == 25 and doc["damaged"] == []
