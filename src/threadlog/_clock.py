@@ -7,7 +7,7 @@ import random
 import time
 from datetime import UTC, datetime
 
-__all__ = ["random_bytes", "rfc3339", "wall_ns"]
+__all__ = ["random_bits", "random_bytes", "rfc3339", "wall_ns"]
 
 
 def wall_ns() -> int:
@@ -42,3 +42,7 @@ os.register_at_fork(after_in_child=_reseed)
 
 def random_bytes(n: int) -> bytes:
     return _rng.getrandbits(n * 8).to_bytes(n, "big")
+
+
+random_bits = _rng.getrandbits
+"""``random_bits(k)``: a non-negative int of k random bits (reseeded after fork)."""

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from threadlog import _faults
-from threadlog._clock import random_bytes, rfc3339, wall_ns
+from threadlog._clock import random_bits, random_bytes, rfc3339, wall_ns
 from threadlog.errors import (
     IntegrityError,
     InvalidEventType,
@@ -38,7 +38,7 @@ from threadlog.errors import (
 from threadlog.model import codec
 from threadlog.model.envelope import FORMAT_VERSION, Record, valid_type_name
 from threadlog.model.events import Event, ThreadCreated, from_data, to_data
-from threadlog.model.ids import is_uuid, uuid7, uuid7_millis
+from threadlog.model.ids import is_uuid, uuid7, uuid7_from_bits, uuid7_millis
 from threadlog.model.policy import durability_of
 from threadlog.model.reducer import replay
 from threadlog.model.refs import ArtifactRef, is_artifact_ref
@@ -51,7 +51,7 @@ from threadlog.store.recovery import find_dead_journals, recover_rollout
 from threadlog.store.rollout import Scan, TornTail, scan, scan_file
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from types import EllipsisType, TracebackType
 
     from threadlog.model.state import ThreadState
@@ -156,6 +156,7 @@ class EmbeddedStore:
         self._backlog: list[tuple[str, str, list[Record], int]] = []
         self._backlog_lock = threading.Lock()
         self._closed = False
+        self._listeners: list[Callable[[str, list[Record]], None]] = []
         self._stop = threading.Event()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._async_waiters: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
@@ -300,6 +301,7 @@ class EmbeddedStore:
         id: str | None = None,
         parent: str | None | EllipsisType = ...,
         expect_ord: int | None = None,
+        check: Callable[[Record], object] | None = None,
     ) -> Record:
         """Append one event and return its record.
 
@@ -313,8 +315,11 @@ class EmbeddedStore:
             parent: the record this one continues on the conversation tree (default: the
                 previous record).
             expect_ord: the ordinal this record must get, else `OrdinalConflict`.
+            check: called with the finished record just before it is queued, under the
+                thread's lock; if it raises, nothing is written (the runtime applies the
+                record to its in-memory state here, so that state and log cannot diverge).
         """
-        seq, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord)
+        seq, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord, check)
         if seq:
             self._journal.wait(seq)
         return record
@@ -329,12 +334,13 @@ class EmbeddedStore:
         id: str | None = None,
         parent: str | None | EllipsisType = ...,
         expect_ord: int | None = None,
+        check: Callable[[Record], object] | None = None,
     ) -> Record:
         """`append` for asyncio: waits for durability without blocking the event loop.
 
         Concurrent ``aappend`` calls on one thread share one fsync (group commit).
         """
-        seq, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord)
+        seq, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord, check)
         if seq:
             await self._await_durable(seq)
         return record
@@ -348,6 +354,7 @@ class EmbeddedStore:
         id: str | None,
         parent: str | None | EllipsisType,
         expect_ord: int | None,
+        check: Callable[[Record], object] | None = None,
     ) -> tuple[int, Record]:
         """Queue a record; returns (journal sequence to wait for, or 0, record)."""
         self._check_open()
@@ -374,7 +381,7 @@ class EmbeddedStore:
             raise UsageError("parent must be an event id, None, or omitted")
         data, data_json = self._encode(data)
         now = wall_ns()
-        event_id = id or uuid7(now // 1_000_000, random_bytes(10))
+        event_id = id or uuid7_from_bits(now // 1_000_000, random_bits(74))
         while True:
             rollout = self._log(thread_id)
             try:
@@ -386,6 +393,7 @@ class EmbeddedStore:
                     parent=parent,
                     ts=rfc3339(now),
                     expect_ord=expect_ord,
+                    check=check,
                 )
                 break
             except LogClosed:
@@ -509,8 +517,24 @@ class EmbeddedStore:
         self._leases[thread_id] = lease
         return rollout
 
+    def add_listener(self, listener: Callable[[str, list[Record]], None]) -> None:
+        """Call ``listener(thread_id, records)`` whenever records become durable and readable.
+
+        Called from the committing thread, in commit order per thread; it must be quick and
+        must not block (hand the records to an event loop with ``call_soon_threadsafe``).
+        """
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[str, list[Record]], None]) -> None:
+        self._listeners.remove(listener)
+
     def _on_durable(self, rollout: RolloutLog, records: list[Record], end: int) -> None:
         _faults.after_durable(records)
+        for listener in self._listeners:
+            try:
+                listener(rollout.thread_id, records)
+            except Exception:  # noqa: BLE001 - a listener must not break the commit
+                log.exception("a store listener failed")
         with self._backlog_lock:
             self._backlog.append((rollout.thread_id, rollout.path, records, end))
 

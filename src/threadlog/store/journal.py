@@ -118,12 +118,14 @@ class RolloutLog:
         parent: str | None | EllipsisType,
         ts: str,
         expect_ord: int | None,
+        check: Callable[[Record], object] | None = None,
     ) -> tuple[Record, int]:
         """Assign the next ordinal, chain, encode and queue one record; ``(record, seq)``.
 
         ``parent=...`` means "the previous record". An id that is already in the log returns
         the stored record if the content is the same (with the sequence to wait for), and
-        raises `DuplicateEventConflict` if not.
+        raises `DuplicateEventConflict` if not. ``check(record)`` runs before the record is
+        queued; if it raises, nothing is queued and the ordinal stays free.
         """
         with self._lock:
             if self.closed:
@@ -156,6 +158,8 @@ class RolloutLog:
                     f"record of {len(line)} bytes is over the limit of {self._max_record_bytes}"
                 )
             record = Record(1, id, self.thread_id, ord_, parent_id, ts, type, data, prev, digest)
+            if check is not None:
+                check(record)
             seq = self._journal.enqueue(self, line, record)
             self._offsets.append(self.size + self._queued_bytes)
             self._queued_bytes += len(line)
