@@ -1,12 +1,16 @@
 """threadlog: durable, resumable, forkable sessions for AI agents.
 
 Every fact of an agent's work is an event in an append-only, hash-chained log; state and
-tables are projections of it. Start with `open_store`.
+tables are projections of it. Start with `open_store`, or `Runtime` for a live agent loop.
+
+The store and the runtime are imported lazily, so that ``import threadlog.model`` (the pure
+core) loads no I/O module.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+from typing import TYPE_CHECKING, Any
 
 from threadlog._version import __version__
 from threadlog.errors import (
@@ -19,6 +23,7 @@ from threadlog.errors import (
     LeaseHeld,
     OrdinalConflict,
     RecordTooLarge,
+    RunError,
     StorageError,
     ThreadlogError,
     ThreadNotFound,
@@ -26,10 +31,12 @@ from threadlog.errors import (
 )
 from threadlog.model.envelope import Record
 from threadlog.model.state import ThreadState
-from threadlog.store.embedded import EmbeddedStore, VerifyReport
 
 if TYPE_CHECKING:
-    import os
+    from threadlog.runtime.runtime import Runtime
+    from threadlog.runtime.session import Session
+    from threadlog.store.embedded import EmbeddedStore, VerifyReport
+    from threadlog.store.memory import MemoryStore
 
 __all__ = [
     "ConflictError",
@@ -40,9 +47,13 @@ __all__ = [
     "InvalidEventType",
     "InvalidTransition",
     "LeaseHeld",
+    "MemoryStore",
     "OrdinalConflict",
     "Record",
     "RecordTooLarge",
+    "RunError",
+    "Runtime",
+    "Session",
     "StorageError",
     "ThreadNotFound",
     "ThreadState",
@@ -53,10 +64,27 @@ __all__ = [
     "open_store",
 ]
 
-Store = EmbeddedStore
+_LAZY = {
+    "EmbeddedStore": "threadlog.store.embedded",
+    "VerifyReport": "threadlog.store.embedded",
+    "MemoryStore": "threadlog.store.memory",
+    "Runtime": "threadlog.runtime.runtime",
+    "Session": "threadlog.runtime.session",
+}
 
 
-def open_store(home: str | os.PathLike[str] | None = None, **options: object) -> EmbeddedStore:
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'threadlog' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def open_store(home: str | os.PathLike[str] | None = None, **options: Any) -> EmbeddedStore:
     """Open (or create) the embedded store at ``home`` (default ``$THREADLOG_HOME`` or
     ``~/.threadlog``). Use it as a context manager so that it is flushed and closed.
 
@@ -67,4 +95,6 @@ def open_store(home: str | os.PathLike[str] | None = None, **options: object) ->
             store.append(thread, "custom.note", {"text": "hello"})
             print(store.read(thread)[-1].data)
     """
-    return EmbeddedStore(home, **options)  # type: ignore[arg-type]
+    from threadlog.store.embedded import EmbeddedStore
+
+    return EmbeddedStore(home, **options)

@@ -14,6 +14,8 @@ Errors are split by audience (who has to act on them)::
     │   └── LeaseHeld               another process holds the thread's single-writer lease
     ├── IntegrityError              the log on disk is damaged: carries thread, ord and offset
     ├── StorageError                an I/O failure; the log that saw it is fail-stopped
+    ├── RunError                    a failure while running a turn
+    │   └── ProviderError           the model provider failed (threadlog.runtime.models)
     └── InvalidTransition           the reducer refused an event for the current state
         (also a UsageError: the event is wrong, the log is not)
 
@@ -35,6 +37,7 @@ __all__ = [
     "LeaseHeld",
     "OrdinalConflict",
     "RecordTooLarge",
+    "RunError",
     "StorageError",
     "ThreadNotFound",
     "ThreadlogError",
@@ -142,3 +145,7 @@ class StorageError(ThreadlogError):
     so retrying would acknowledge data that is not on disk (PostgreSQL's "fsyncgate"). The
     writer is therefore poisoned; reopening the thread re-reads the file from disk.
     """
+
+
+class RunError(ThreadlogError):
+    """A failure while running a turn (the provider, the session's state)."""

@@ -7,7 +7,10 @@ and every version must produce exactly them; a test pins a set of golden encodin
 
 Only plain JSON goes in: ``dict`` with ``str`` keys, ``list``/``tuple``, ``str``, ``int``
 (64-bit), ``float`` (finite), ``bool`` and ``None``. Anything else raises `InvalidData` with
-the path to the offending value, rather than being converted behind the caller's back.
+the path to the offending value, with one exception: values orjson encodes natively and cannot
+be told to refuse (``uuid.UUID``, plain ``enum.Enum`` members) are written as their JSON
+value. Stores hand back the decoded bytes, never the caller's objects, so a record always
+equals what a later read returns.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ def canonical(value: Any) -> bytes:
     except (TypeError, orjson.JSONEncodeError) as exc:
         check_plain(value)  # names the path to the bad value when it can
         raise InvalidData(f"data is not canonical JSON: {exc}") from None
-    # orjson writes NaN and infinities as null; only then is the slow walk needed.
-    if b"null" in out:
+    # orjson writes NaN and infinities as null, and nests deeper than we allow; only then is
+    # the slow walk needed (bracket counts include ones inside strings: extra walks, no misses).
+    if b"null" in out or out.count(b"[") + out.count(b"{") > MAX_DEPTH:
         check_plain(value)
     return out
 

@@ -98,7 +98,7 @@ class Record(NamedTuple):
 
 def valid_type_name(name: object) -> bool:
     """Syntax check: dotted lower-case words, at most 64 characters."""
-    return isinstance(name, str) and len(name) <= 64 and _TYPE_RE.match(name) is not None
+    return isinstance(name, str) and len(name) <= 64 and _TYPE_RE.fullmatch(name) is not None
 
 
 def encode_record(

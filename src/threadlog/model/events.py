@@ -99,6 +99,8 @@ class TurnStarted:
     turn_id: str
     input: str
     """The user input that started the turn."""
+    input_id: str | None = None
+    """Set when the turn starts from queued input: that input is consumed by this turn."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -51,7 +51,7 @@ def uuid7_millis(uuid: str) -> int:
 
 def is_uuid(value: object) -> bool:
     """True for a lower-case, hyphenated UUID string (the only form threadlog writes)."""
-    return isinstance(value, str) and _UUID_RE.match(value) is not None
+    return isinstance(value, str) and _UUID_RE.fullmatch(value) is not None
 
 
 def derived_id(namespace: str, *parts: str) -> str:
@@ -60,7 +60,10 @@ def derived_id(namespace: str, *parts: str) -> str:
     Used for events that must de-duplicate: appending the same derived id twice is a no-op,
     e.g. ``derived_id("tool_call.started", thread_id, call_id, "1")``.
     """
-    digest = hashlib.sha256("\x1f".join((namespace, *parts)).encode()).digest()
+    # Length-prefixed, so that no two different part lists encode alike.
+    raw = [p.encode("utf-8", "surrogatepass") for p in (namespace, *parts)]
+    encoded = b"".join(len(b).to_bytes(4, "big") + b for b in raw)
+    digest = hashlib.sha256(encoded).digest()
     value = int.from_bytes(digest[:16], "big")
     value = (value & ~(0xF << 76)) | (0x8 << 76)
     value = (value & ~(0b11 << 62)) | (0b10 << 62)

@@ -118,5 +118,7 @@ def project(record: Record) -> list[RowChange]:
             if type_ != "tool_call.resolved"
             else _RESOLVED_STATUS.get(str(data.get("decision")))
         )
+        if status is None:
+            return []
         return [RowChange("tool_call", call_id, {"status": status, "last_ord": record.ord})]
     return []

@@ -121,6 +121,10 @@ def apply(state: ThreadState | None, record: Record, event: Event | None = None)
             last_id=record.id,
             leaf=record.id,
         )
+    if record.thread != state.thread_id:
+        raise InvalidTransition(
+            f"record of thread {record.thread} in thread {state.thread_id}", ord=record.ord
+        )
     if record.ord != state.last_ord + 1:
         raise InvalidTransition(
             f"expected ord {state.last_ord + 1} after {state.last_ord}", ord=record.ord
@@ -166,10 +170,12 @@ def _running_turn(state: ThreadState, turn_id: str, what: str) -> TurnState:
     return turn
 
 
-def _step(state: ThreadState, step_id: str, what: str) -> StepState:
+def _step(state: ThreadState, step_id: str, what: str, turn_id: str | None = None) -> StepState:
     step = state.steps.get(step_id)
     if step is None:
         raise _illegal(f"{what}: unknown step {step_id!r}")
+    if turn_id is not None and step.turn_id != turn_id:
+        raise _illegal(f"{what}: step {step_id!r} belongs to turn {step.turn_id!r}, not {turn_id!r}")
     return step
 
 
@@ -191,17 +197,24 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
                     state.config.pop(key, None)
                 else:
                     state.config[key] = value
-        case TurnStarted(turn_id=turn_id, input=text):
+        case TurnStarted(turn_id=turn_id, input=text, input_id=input_id):
             if state.active_turn is not None:
                 raise _illegal(
                     f"turn {turn_id!r} cannot start: turn {state.active_turn!r} is running"
                 )
             if turn_id in state.turns:
                 raise _illegal(f"turn {turn_id!r} already exists")
+            queued = None
+            if input_id is not None:
+                queued = state.inputs.get(input_id)
+                if queued is None or queued.consumed_by is not None:
+                    raise _illegal(f"turn {turn_id!r} cannot start from input {input_id!r}: not queued")
             state.turns[turn_id] = TurnState(
                 turn_id=turn_id, input=text, status="running", started_ord=ord_
             )
             state.active_turn = turn_id
+            if queued is not None:
+                queued.consumed_by, queued.consumed_ord = turn_id, ord_
         case TurnEnded(turn_id=turn_id, outcome=outcome, reason=reason):
             turn = _running_turn(state, turn_id, "turn.ended")
             turn.status = outcome
@@ -222,6 +235,7 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
                 )
             turn = _running_turn(state, turn_id, "input.consumed")
             item.consumed_by = turn_id
+            item.consumed_ord = ord_
             turn.inputs.append(input_id)
         case StepStarted(turn_id=turn_id, step_id=step_id, context_hash=context_hash):
             turn = _running_turn(state, turn_id, "step.started")
@@ -237,25 +251,27 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
             turn.steps.append(step_id)
         case ProviderStarted(turn_id=turn_id, step_id=step_id):
             _running_turn(state, turn_id, "provider.started")
-            step = _step(state, step_id, "provider.started")
+            step = _step(state, step_id, "provider.started", turn_id)
             if step.status != "started":
                 raise _illegal(f"provider.started: step {step_id!r} is {step.status}")
             step.status = "provider_started"
         case ProviderInterrupted(turn_id=turn_id, step_id=step_id):
             _running_turn(state, turn_id, "provider.interrupted")
-            step = _step(state, step_id, "provider.interrupted")
+            step = _step(state, step_id, "provider.interrupted", turn_id)
             if step.status not in ("started", "provider_started"):
                 raise _illegal(f"provider.interrupted: step {step_id!r} is {step.status}")
             step.status = "interrupted"
         case ModelResponded(turn_id=turn_id, step_id=step_id, stop_reason=stop_reason):
             _running_turn(state, turn_id, "model.responded")
-            step = _step(state, step_id, "model.responded")
+            step = _step(state, step_id, "model.responded", turn_id)
             if step.status not in ("started", "provider_started"):
                 raise _illegal(f"model.responded: step {step_id!r} is {step.status}")
             step.status = "responded"
             step.stop_reason = stop_reason
         case ToolCallProposed() as proposal:
             turn = _running_turn(state, proposal.turn_id, "tool_call.proposed")
+            if proposal.step_id is not None:
+                _step(state, proposal.step_id, "tool_call.proposed", proposal.turn_id)
             if proposal.call_id in state.tool_calls:
                 raise _illegal(f"tool call {proposal.call_id!r} was already proposed")
             state.tool_calls[proposal.call_id] = ToolCallState(
@@ -270,6 +286,8 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
                 idempotency_key=proposal.idempotency_key,
             )
             turn.tool_calls.append(proposal.call_id)
+            if proposal.step_id is not None:
+                state.steps[proposal.step_id].tool_calls.append(proposal.call_id)
         case ToolCallApproved(call_id=call_id, by=by) | ToolCallDenied(call_id=call_id, by=by):
             call = _call(state, call_id, event.type)
             call.status = next_state(call.status, event.type, call_id)

@@ -43,7 +43,7 @@ class ArtifactRef:
         if not is_artifact_ref(data):
             return None
         ref = data[REF_KEY]
-        return cls(ref["sha256"], ref["size"], ref.get("media_type") or "", ref.get("summary"))
+        return cls(ref["sha256"], ref["size"], ref.get("media_type") or "application/octet-stream", ref.get("summary"))
 
 
 def is_artifact_ref(data: Any) -> bool:
@@ -54,6 +54,6 @@ def is_artifact_ref(data: Any) -> bool:
     return (
         isinstance(ref, dict)
         and isinstance(ref.get("sha256"), str)
-        and _DIGEST_RE.match(ref["sha256"]) is not None
+        and _DIGEST_RE.fullmatch(ref["sha256"]) is not None
         and type(ref.get("size")) is int
     )

@@ -45,6 +45,8 @@ class StepState:
     started_ord: int
     context_hash: str | None = None
     stop_reason: str | None = None
+    tool_calls: list[str] = field(default_factory=list)
+    """Calls proposed from this step's response, in order."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -72,6 +74,7 @@ class InputState:
     text: str
     queued_ord: int
     consumed_by: str | None = None
+    consumed_ord: int | None = None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -32,7 +32,7 @@ class ArtifactStore:
 
     def path(self, digest: str) -> str:
         """The file of a digest; refuses anything but 64 lower-case hex characters."""
-        if not isinstance(digest, str) or _DIGEST_RE.match(digest) is None:
+        if not isinstance(digest, str) or _DIGEST_RE.fullmatch(digest) is None:
             raise UsageError(f"not a sha256 digest: {digest!r:.80}")
         return os.path.join(self.root, "sha256", digest[:2], digest)
 

@@ -28,7 +28,6 @@ from threadlog import _faults
 from threadlog._clock import random_bits, random_bytes, rfc3339, wall_ns
 from threadlog.errors import (
     IntegrityError,
-    InvalidEventType,
     InvalidTransition,
     LeaseHeld,
     StorageError,
@@ -36,7 +35,7 @@ from threadlog.errors import (
     UsageError,
 )
 from threadlog.model import codec
-from threadlog.model.envelope import FORMAT_VERSION, Record, valid_type_name
+from threadlog.model.envelope import FORMAT_VERSION, Record
 from threadlog.model.events import Event, ThreadCreated, from_data, to_data
 from threadlog.model.ids import is_uuid, uuid7, uuid7_from_bits, uuid7_millis
 from threadlog.model.policy import durability_of
@@ -44,6 +43,7 @@ from threadlog.model.reducer import replay
 from threadlog.model.refs import ArtifactRef, is_artifact_ref
 from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps
 from threadlog.store.artifacts import ArtifactStore
+from threadlog.store.base import normalize_append
 from threadlog.store.index import Index, IndexedThread
 from threadlog.store.journal import Journal, LogClosed, RolloutLog
 from threadlog.store.leases import Lease
@@ -62,7 +62,6 @@ log = logging.getLogger("threadlog.store")
 
 KiB = 1024
 MiB = 1024 * KiB
-_VALID_TYPES: set[str] = set()
 
 
 def default_home() -> str:
@@ -358,27 +357,7 @@ class EmbeddedStore:
     ) -> tuple[int, Record]:
         """Queue a record; returns (journal sequence to wait for, or 0, record)."""
         self._check_open()
-        if isinstance(type_, str):
-            type_name = type_
-            if type_name not in _VALID_TYPES:
-                if not valid_type_name(type_name):
-                    raise InvalidEventType(
-                        f"invalid event type name {type_name!r}: dotted lower-case words, "
-                        "e.g. 'turn.started' or 'custom.my_app.note'"
-                    )
-                _VALID_TYPES.add(type_name)
-            if data is None:
-                data = {}
-            if not type_name.startswith("custom."):
-                from_data(type_name, data)  # schema check: InvalidData / InvalidEventType
-        else:
-            type_name, data = to_data(type_)
-        if type_name == "thread.created":
-            raise UsageError("thread.created is written by create_thread()")
-        if id is not None and not is_uuid(id):
-            raise UsageError(f"event id must be a lower-case UUID string, got {id!r:.80}")
-        if parent is not ... and parent is not None and not isinstance(parent, str):
-            raise UsageError("parent must be an event id, None, or omitted")
+        type_name, data = normalize_append(type_, data, id, parent)
         data, data_json = self._encode(data)
         now = wall_ns()
         event_id = id or uuid7_from_bits(now // 1_000_000, random_bits(74))
@@ -446,6 +425,14 @@ class EmbeddedStore:
             fut: asyncio.Future[None] = loop.create_future()
             waiters.append(fut)
             await fut
+
+    def acquire(self, thread_id: str) -> None:
+        """Open a thread for writing now: take its lease and repair or replay it if needed.
+
+        Raises `LeaseHeld` if another process writes it, `ThreadNotFound`, `IntegrityError`.
+        """
+        self._check_open()
+        self._log(thread_id)
 
     def _log(self, thread_id: str) -> RolloutLog:
         rollout = self._logs.get(thread_id)
@@ -533,7 +520,7 @@ class EmbeddedStore:
         for listener in self._listeners:
             try:
                 listener(rollout.thread_id, records)
-            except Exception:  # noqa: BLE001 - a listener must not break the commit
+            except Exception:
                 log.exception("a store listener failed")
         with self._backlog_lock:
             self._backlog.append((rollout.thread_id, rollout.path, records, end))

@@ -45,6 +45,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from threadlog.errors import (
     DuplicateEventConflict,
     IntegrityError,
@@ -131,6 +133,10 @@ class RolloutLog:
             if self.closed:
                 raise LogClosed(f"thread {self.thread_id}: the log is closed")
             self.uses += 1
+            # The record holds the decoded bytes (cheap with orjson), never the caller's objects:
+            # it equals what a later read returns, and later mutation by the caller cannot
+            # change it.
+            data = orjson.loads(data_json)
             existing = self._ids.get(id)
             if existing is not None:
                 stored = self._record_at(existing)

@@ -1,0 +1,120 @@
+"""The turn loop's decisions, as a pure function of the thread's state (sans-I/O).
+
+`next_action(state)` answers "what should happen next in the running turn?"; the runtime
+performs the action, which appends events, which change the state, and asks again. Because the
+answer depends only on the reduced log, a resumed session asks the same question and carries
+on from exactly where the log says it was.
+
+Order of precedence, within the running turn:
+
+1. an undecided proposal → `Decide` (the approval policy, or wait for a human);
+2. an approved call → `RunTool`;
+3. a call whose outcome is unknown → `AwaitResolution` (never re-run on a guess);
+4. a call that is running → `AwaitTool` (in this process: it is executing);
+5. queued steering input → `ConsumeInput` (a safe point: no call in flight);
+6. no step yet, or the last step's calls are all settled, or the last step was interrupted
+   → `CallModel`;
+7. the last response proposed nothing → `EndTurn("completed")`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from threadlog.model.state import ThreadState, ToolCallState
+
+__all__ = [
+    "Action",
+    "AwaitResolution",
+    "AwaitTool",
+    "CallModel",
+    "ConsumeInput",
+    "Decide",
+    "EndTurn",
+    "Idle",
+    "RunTool",
+    "next_action",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """No turn is running."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decide:
+    call: ToolCallState
+
+
+@dataclass(frozen=True, slots=True)
+class RunTool:
+    call: ToolCallState
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitResolution:
+    call: ToolCallState
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitTool:
+    call: ToolCallState
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumeInput:
+    input_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    turn_id: str
+    step_number: int
+    """1 for the turn's first model call, and so on."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndTurn:
+    turn_id: str
+    outcome: str
+    reason: str | None = None
+
+
+Action = Idle | Decide | RunTool | AwaitResolution | AwaitTool | ConsumeInput | CallModel | EndTurn
+
+_SETTLED = frozenset({"finished", "denied", "done", "aborted"})
+
+
+def next_action(state: ThreadState) -> Action:
+    """The next thing the running turn needs (see the module docstring)."""
+    turn_id = state.active_turn
+    if turn_id is None:
+        return Idle()
+    turn = state.turns[turn_id]
+    calls = [state.tool_calls[c] for c in turn.tool_calls]
+    for status, action in (
+        ("proposed", Decide),
+        ("approved", RunTool),
+        ("unknown", AwaitResolution),
+        ("running", AwaitTool),
+    ):
+        for call in calls:
+            if call.status == status:
+                return action(call)
+    pending = state.pending_inputs
+    if pending:
+        return ConsumeInput(pending[0].input_id)
+    steps = [state.steps[s] for s in turn.steps]
+    if not steps:
+        return CallModel(turn_id, 1)
+    last = steps[-1]
+    if last.status == "responded":
+        steered = any(
+            (state.inputs[i].consumed_ord or 0) > last.started_ord for i in turn.inputs
+        )
+        if last.tool_calls or steered:
+            return CallModel(turn_id, len(steps) + 1)
+        return EndTurn(turn_id, "completed")
+    # started or provider_started without a response (a crash) or interrupted: ask again
+    return CallModel(turn_id, len(steps) + 1)

@@ -1,0 +1,38 @@
+"""The live half of threadlog: sessions that run an agent's turns over the event log."""
+
+from threadlog.runtime.approvals import DEFAULT_POLICY, decide
+from threadlog.runtime.models import (
+    Completed,
+    Model,
+    ModelRequest,
+    ProviderError,
+    Reply,
+    ScriptedModel,
+    TextDelta,
+    ToolCallSpec,
+)
+from threadlog.runtime.runtime import Runtime
+from threadlog.runtime.session import Progress, Session, SubscriberDropped
+from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolContext, ToolError, ToolRegistry
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "DEFAULT_POLICY",
+    "Completed",
+    "Model",
+    "ModelRequest",
+    "Progress",
+    "ProviderError",
+    "Reply",
+    "Runtime",
+    "ScriptedModel",
+    "Session",
+    "SubscriberDropped",
+    "TextDelta",
+    "Tool",
+    "ToolCallSpec",
+    "ToolContext",
+    "ToolError",
+    "ToolRegistry",
+    "decide",
+]

@@ -1,0 +1,131 @@
+"""The runtime: opens threads as live sessions and owns the model, the tools and the store.
+
+Example::
+
+    async with Runtime(home, model=ScriptedModel([...])) as runtime:
+        session = await runtime.create("alice", cwd="/srv/work")
+        await session.submit("Summarise README.md")
+        await session.wait_idle()
+
+``Runtime(ephemeral=True)`` keeps everything in memory and writes no file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+from threadlog.errors import UsageError
+from threadlog.runtime.approvals import check_policy
+from threadlog.runtime.models import Model, ScriptedModel
+from threadlog.runtime.session import Session
+from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolRegistry
+from threadlog.store.base import Store
+from threadlog.store.embedded import EmbeddedStore
+from threadlog.store.memory import MemoryStore
+
+__all__ = ["Runtime"]
+
+
+class Runtime:
+    """Live sessions over one store.
+
+    Args:
+        home: the embedded store's directory (default ``$THREADLOG_HOME`` or ``~/.threadlog``).
+        store: use this store instead (the runtime will not close it).
+        model: the model every session calls (default: a scripted model that just answers).
+        tools: the tools offered (default: the built-in file and command tools).
+        ephemeral: keep everything in memory; nothing is written to disk.
+    """
+
+    def __init__(
+        self,
+        home: str | os.PathLike[str] | None = None,
+        *,
+        store: Store | None = None,
+        model: Model | None = None,
+        tools: Iterable[Tool] = BUILTIN_TOOLS,
+        ephemeral: bool = False,
+    ) -> None:
+        if store is not None and (home is not None or ephemeral):
+            raise UsageError("pass either store, or home / ephemeral")
+        self._owns_store = store is None
+        if store is None:
+            store = MemoryStore() if ephemeral else EmbeddedStore(home)
+        self.store: Store = store
+        self.model: Model = model or ScriptedModel([])
+        self.tools = ToolRegistry.of(tools)
+        self.sessions: dict[str, Session] = {}
+        self._closed = False
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def create(
+        self,
+        principal: str = "local",
+        *,
+        title: str | None = None,
+        lineage: dict[str, Any] | None = None,
+        **config: Any,
+    ) -> Session:
+        """Create a thread and open it as a session. Config keys: model, instructions, cwd,
+        tools (names), approval_policy, thinking, max_steps, and any of your own."""
+        self._check_open()
+        if config.get("approval_policy") is not None:
+            check_policy(config["approval_policy"])
+        if "cwd" in config and config["cwd"] is not None:
+            config["cwd"] = os.fspath(config["cwd"])
+        thread_id = await asyncio.to_thread(
+            self.store.create_thread, principal, title=title, lineage=lineage, **config
+        )
+        return self._open_session(thread_id)
+
+    async def open(self, thread_id: str, *, resume: bool = True) -> Session:
+        """Open an existing thread. Takes its lease (`LeaseHeld` if another process has it).
+
+        With ``resume``, a turn the log shows as running (cut off by a crash) carries on.
+        """
+        self._check_open()
+        session = self.sessions.get(thread_id)
+        if session is not None:
+            return session
+        session = self._open_session(thread_id)
+        if resume and session.state.active_turn is not None:
+            session.resume_turn()
+        return session
+
+    def _open_session(self, thread_id: str) -> Session:
+        store = self.store
+        if isinstance(store, EmbeddedStore):
+            store.acquire(thread_id)
+        records = store.read(thread_id)
+        session = Session(self, thread_id, records)
+        self.sessions[thread_id] = session
+        return session
+
+    def _forget(self, session: Session) -> None:
+        self.sessions.pop(session.thread_id, None)
+
+    async def close(self) -> None:
+        """Close every session (the close protocol), then the store if the runtime made it."""
+        if self._closed:
+            return
+        self._closed = True
+        for session in list(self.sessions.values()):
+            await session.close()
+        if self._owns_store:
+            await asyncio.to_thread(self.store.close)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError("the runtime is closed")

@@ -1,0 +1,542 @@
+"""A live session: one thread open in this process, driving its turns.
+
+Theory of operation
+-------------------
+*One pipeline for every event.* `Session.append` hands the event to the store with a
+``check`` hook; the store builds the record (id, ordinal, hash) and, under the thread's lock,
+calls the hook, which applies the record to the in-memory state (the reducer refuses illegal
+events there, before anything is written) and to the model context. The store then makes the
+record durable according to its class; ``append`` returns only then for critical records.
+Subscribers are fed by the store's durable-record listener, so nobody ever sees a record that
+is not on disk, and they see every record once, in ordinal order.
+
+*The turn loop is sans-I/O.* `threadlog.model.turns.next_action` reads the state and says
+what the running turn needs next: a decision on a proposal, a tool run, a model call, queued
+input to consume, or the end. The loop performs it (which appends events) and asks again. A
+session opened on a log whose turn was cut off by a crash asks the same question and carries
+on — except that a tool call that started and has no result is never re-run on a guess: it
+becomes ``tool_call.unknown`` and waits for a human (``threadlog resolve``).
+
+*Waiting is durable.* A proposal the policy sends to a human is just a proposal without a
+decision in the log; the loop sleeps until the state changes (an ``approve`` through the API,
+the CLI's inbox, or another coroutine). Closing and reopening the runtime keeps the wait.
+
+*Close protocol.* Stop new submissions → cancel the running turn (the model stream and any
+running tool are cancelled; the turn ends ``aborted``) → close child sessions → flush → give
+the lease back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from threadlog.errors import InvalidTransition, RunError, UsageError
+from threadlog.model import codec
+from threadlog.model.context import Context
+from threadlog.model.envelope import Record
+from threadlog.model.events import from_data
+from threadlog.model.ids import derived_id, uuid7_from_bits
+from threadlog.model.reducer import apply, replay
+from threadlog.model.state import ThreadState, ToolCallState
+from threadlog.model.turns import (
+    AwaitResolution,
+    AwaitTool,
+    CallModel,
+    ConsumeInput,
+    Decide,
+    EndTurn,
+    Idle,
+    RunTool,
+    next_action,
+)
+from threadlog.runtime.approvals import decide
+from threadlog.runtime.models import Completed, ModelRequest, ProviderError, TextDelta
+from threadlog.runtime.tools import ToolContext, ToolError
+
+if TYPE_CHECKING:
+    from threadlog.runtime.runtime import Runtime
+
+__all__ = ["Progress", "Session", "SubscriberDropped"]
+
+log = logging.getLogger("threadlog.runtime")
+
+_CLOSED = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """A transient update (a text delta, a tool's progress): live only, never logged."""
+
+    kind: str
+    data: dict[str, Any]
+
+
+class SubscriberDropped(RunError):
+    """The subscriber fell too far behind; re-subscribe from the last ordinal it saw."""
+
+
+class _TurnFailed(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _new_id() -> str:
+    import time
+
+    from threadlog._clock import random_bits
+
+    return uuid7_from_bits(time.time_ns() // 1_000_000, random_bits(74))
+
+
+class Session:
+    """A thread open for writing in this process. Created by `Runtime.create` / `open`."""
+
+    def __init__(self, runtime: Runtime, thread_id: str, records: list[Record]) -> None:
+        self.runtime = runtime
+        self.thread_id = thread_id
+        self.state: ThreadState = replay(records)
+        self.context = Context.from_records(records)
+        self._loop = asyncio.get_running_loop()
+        self._changed = asyncio.Event()
+        self._subscribers: list[tuple[asyncio.Queue[Any], bool]] = []
+        self._turn_task: asyncio.Task[None] | None = None
+        self._tool_tasks: set[asyncio.Task[Any]] = set()
+        self._inbox_task: asyncio.Task[None] | None = None
+        self._submit_lock = asyncio.Lock()
+        self.children: list[Session] = []
+        self._closing = False
+        self._closed = False
+        self._broken: BaseException | None = None
+        runtime.store.add_listener(self._on_durable)
+
+    # -- the pipeline ----------------------------------------------------------------------
+
+    async def append(
+        self, type_: str, data: dict[str, Any], *, durable: bool | None = None, id: str | None = None
+    ) -> Record:
+        """Append one event through the pipeline (see the module docstring)."""
+        if self._broken is not None:
+            raise RunError(f"session {self.thread_id} stopped after an error: {self._broken}")
+        try:
+            return await self.runtime.store.aappend(
+                self.thread_id, type_, data, durable=durable, id=id, check=self._apply
+            )
+        except (UsageError, asyncio.CancelledError):
+            raise
+        except BaseException as exc:
+            # The state may hold a record that never became durable: stop this session.
+            self._broken = exc
+            raise
+
+    def _apply(self, record: Record) -> None:
+        event = from_data(record.type, record.data)
+        apply(self.state, record, event)  # raises InvalidTransition: nothing is written
+        self.context.apply(record)
+        self._changed.set()
+
+    def _on_durable(self, thread_id: str, records: list[Record]) -> None:
+        if thread_id != self.thread_id or not self._subscribers:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._publish, records)
+        except RuntimeError:
+            pass  # the loop is closed: nobody is listening any more
+
+    def _publish(self, item: Any) -> None:
+        transient = isinstance(item, Progress)
+        for queue, wants_progress in list(self._subscribers):
+            if transient and not wants_progress:
+                continue
+            try:
+                queue.put_nowait(item)
+            except asyncio.QueueFull:
+                # Never block the writer for a slow reader: drop it with a notice (made room
+                # for by discarding the oldest item; the reader resubscribes from its cursor).
+                self._subscribers.remove((queue, wants_progress))
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    queue.get_nowait()
+                queue.put_nowait(
+                    SubscriberDropped(
+                        f"subscriber of {self.thread_id} fell more than {queue.maxsize} items behind"
+                    )
+                )
+
+    async def subscribe(
+        self, after: int = 0, *, progress: bool = False, buffer: int = 10_000
+    ) -> AsyncIterator[Record | Progress]:
+        """Records with ``ord > after``: the log first, then live as they become durable.
+
+        Each record is delivered once, in ordinal order. With ``progress``, transient
+        `Progress` items (text deltas) are interleaved. A subscriber more than ``buffer``
+        items behind is dropped with `SubscriberDropped`; resubscribe from its last ordinal.
+        """
+        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=buffer)
+        entry = (queue, progress)
+        self._subscribers.append(entry)
+        try:
+            last = after
+            for record in await asyncio.to_thread(self.runtime.store.read, self.thread_id, after):
+                last = record.ord
+                yield record
+            while True:
+                item = await queue.get()
+                if item is _CLOSED:
+                    return
+                if isinstance(item, SubscriberDropped):
+                    raise item
+                if isinstance(item, Progress):
+                    yield item
+                    continue
+                for record in item:
+                    if record.ord > last:
+                        last = record.ord
+                        yield record
+        finally:
+            if entry in self._subscribers:
+                self._subscribers.remove(entry)
+
+    # -- the public API --------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """Whether a turn is running in this session."""
+        return self._turn_task is not None and not self._turn_task.done()
+
+    async def submit(self, text: str, *, by: str | None = None) -> Record:
+        """User input: starts a turn when idle, or is queued as steering for the running turn.
+
+        Steering is recorded at once (``input.queued``) and consumed at the running turn's
+        next safe point (never in the middle of a tool call).
+        """
+        self._check_open()
+        if not isinstance(text, str) or not text.strip():
+            raise UsageError("input must be non-empty text")
+        async with self._submit_lock:
+            if self.state.active_turn is None:
+                record = await self.append(
+                    "turn.started", {"turn_id": _new_id(), "input": text}
+                )
+                self._start_turn()
+                return record
+            return await self.append("input.queued", {"input_id": _new_id(), "text": text})
+
+    async def approve(self, call_id: str, *, by: str = "user", reason: str | None = None) -> Record:
+        """Approve a proposed tool call that is waiting for a decision."""
+        return await self._decide(call_id, "tool_call.approved", by, reason)
+
+    async def deny(self, call_id: str, *, by: str = "user", reason: str | None = None) -> Record:
+        """Deny a proposed tool call; the model is told it was denied."""
+        return await self._decide(call_id, "tool_call.denied", by, reason)
+
+    async def _decide(self, call_id: str, type_: str, by: str, reason: str | None) -> Record:
+        self._check_open()
+        call = self.state.tool_calls.get(call_id)
+        if call is None:
+            raise UsageError(f"no tool call {call_id!r} in thread {self.thread_id}")
+        if call.status != "proposed":
+            raise UsageError(f"tool call {call_id!r} is {call.status}, not waiting for a decision")
+        return await self.append(type_, {"call_id": call_id, "by": by, "reason": reason})
+
+    async def resolve(self, call_id: str, decision: str, *, by: str = "user", note: str | None = None) -> Record:
+        """A human's decision on a call whose outcome is unknown: done, retry or abort."""
+        self._check_open()
+        call = self.state.tool_calls.get(call_id)
+        if call is None:
+            raise UsageError(f"no tool call {call_id!r} in thread {self.thread_id}")
+        if call.status != "unknown":
+            raise UsageError(f"tool call {call_id!r} is {call.status}, not unknown")
+        if decision not in ("done", "retry", "abort"):
+            raise UsageError("decision must be done, retry or abort")
+        record = await self.append(
+            "tool_call.resolved", {"call_id": call_id, "decision": decision, "by": by, "note": note}
+        )
+        return record
+
+    async def configure(self, **changes: Any) -> Record:
+        """Change config between turns (model, instructions, tools, approval policy…)."""
+        self._check_open()
+        if self.state.active_turn is not None:
+            raise UsageError("config can only change between turns")
+        if "approval_policy" in changes and changes["approval_policy"] is not None:
+            from threadlog.runtime.approvals import check_policy
+
+            check_policy(changes["approval_policy"])
+        return await self.append("config.changed", {"changes": changes})
+
+    async def cancel(self) -> None:
+        """Cancel the running turn (it ends ``aborted``); returns once it has ended."""
+        task = self._turn_task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def wait_idle(self, timeout: float | None = None) -> None:
+        """Wait until no turn is running (or one is waiting for a human), up to ``timeout``."""
+        task = self._turn_task
+        if task is None:
+            return
+        async with asyncio.timeout(timeout):
+            while not task.done() and not self.waiting_for_human:
+                self._changed.clear()
+                await asyncio.wait([task, asyncio.ensure_future(self._changed.wait())],
+                                   return_when=asyncio.FIRST_COMPLETED)
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+    @property
+    def waiting_for_human(self) -> bool:
+        """Whether the running turn waits for an approval or a resolution."""
+        action = next_action(self.state)
+        if isinstance(action, Decide):
+            return decide(self.state.config.get("approval_policy"), action.call.tool, action.call.side_effect) == "ask"
+        return isinstance(action, AwaitResolution)
+
+    async def spawn(self, *, title: str | None = None, **config: Any) -> Session:
+        """A sub-agent: a child thread with lineage to this one (a side-chain)."""
+        self._check_open()
+        op_id = _new_id()
+        await self.append("operation.started", {"op_id": op_id, "kind": "subagent", "detail": {"title": title}})
+        child = await self.runtime.create(
+            self.state.principal,
+            title=title,
+            lineage={"thread": self.thread_id, "ord": self.state.last_ord, "entry": self.state.last_id, "kind": "subagent"},
+            **{**{k: v for k, v in self.state.config.items() if k in ("cwd", "model", "approval_policy")}, **config},
+        )
+        self.children.append(child)
+        await self.append("operation.finished", {"op_id": op_id, "ok": True, "detail": {"thread": child.thread_id}})
+        return child
+
+    # -- the turn loop ---------------------------------------------------------------------
+
+    def _start_turn(self) -> None:
+        if self.busy or self.state.active_turn is None:
+            return
+        self._turn_task = asyncio.create_task(self._drive(), name=f"turn {self.state.active_turn}")
+
+    def resume_turn(self) -> None:
+        """Continue a turn the log shows as running (after a restart)."""
+        self._check_open()
+        self._start_turn()
+
+    async def _drive(self) -> None:
+        turn_id = self.state.active_turn
+        assert turn_id is not None
+        max_steps = int(self.state.config.get("max_steps") or 100)
+        try:
+            while True:
+                self._changed.clear()
+                action = next_action(self.state)
+                match action:
+                    case Idle():
+                        return
+                    case Decide(call=call):
+                        if not await self._decide_by_policy(call):
+                            await self._changed.wait()
+                    case RunTool(call=call):
+                        await self._execute(call)
+                    case AwaitResolution():
+                        await self._changed.wait()
+                    case AwaitTool(call=call):
+                        # Started in a process that is gone: the outcome is unknown.
+                        await self._mark_unknown(call, "the process running this tool ended before its result was recorded")
+                    case ConsumeInput(input_id=input_id):
+                        await self.append("input.consumed", {"input_id": input_id, "turn_id": turn_id})
+                    case CallModel(step_number=n):
+                        if n > max_steps:
+                            raise _TurnFailed(f"step limit of {max_steps} reached")
+                        await self._call_model(turn_id, n)
+                    case EndTurn(outcome=outcome, reason=reason):
+                        await self.append("turn.ended", {"turn_id": turn_id, "outcome": outcome, "reason": reason})
+                        return
+        except asyncio.CancelledError:
+            await self._end_turn(turn_id, "aborted", "cancelled")
+            raise
+        except _TurnFailed as exc:
+            await self._end_turn(turn_id, "failed", exc.reason)
+        except InvalidTransition as exc:
+            log.exception("turn %s: the runtime produced an illegal event", turn_id)
+            await self._end_turn(turn_id, "failed", f"internal error: {exc}")
+        except Exception as exc:
+            if self._broken is not None:
+                raise  # the store failed: nothing more can be written
+            log.exception("turn %s failed", turn_id)
+            await self._end_turn(turn_id, "failed", f"{type(exc).__name__}: {exc}")
+
+    async def _end_turn(self, turn_id: str, outcome: str, reason: str) -> None:
+        if self._broken is not None or self.state.active_turn != turn_id:
+            return
+        try:
+            await self.append("turn.ended", {"turn_id": turn_id, "outcome": outcome, "reason": reason})
+        except Exception:
+            log.exception("turn %s: could not record its end", turn_id)
+
+    async def _decide_by_policy(self, call: ToolCallState) -> bool:
+        """Apply the approval policy; False when the call waits for a human."""
+        decision = decide(self.state.config.get("approval_policy"), call.tool, call.side_effect)
+        if decision == "ask":
+            self._publish(Progress("approval_needed", {"call_id": call.call_id, "tool": call.tool, "args": call.args}))
+            return False
+        type_ = "tool_call.approved" if decision == "auto" else "tool_call.denied"
+        await self.append(type_, {"call_id": call.call_id, "by": f"policy:{call.side_effect}"})
+        return True
+
+    async def _mark_unknown(self, call: ToolCallState, reason: str) -> None:
+        if call.side_effect == "read_only":
+            # Reading has no effect to duplicate: run it again.
+            await self.append("tool_call.finished", {"call_id": call.call_id, "ok": False,
+                                                     "error": "interrupted; the model may call it again"})
+            return
+        await self.append("tool_call.unknown", {"call_id": call.call_id, "reason": reason})
+
+    async def _execute(self, call: ToolCallState) -> None:
+        tool = self.runtime.tools.get(call.tool)
+        if tool is None:
+            await self.append("tool_call.started", {"call_id": call.call_id, "attempt": call.attempt + 1})
+            await self.append("tool_call.finished", {"call_id": call.call_id, "ok": False, "error": f"unknown tool {call.tool!r}"})
+            return
+        attempt = call.attempt + 1
+        key = call.idempotency_key or derived_id("threadlog.tool", self.thread_id, call.call_id)
+        await self.append("tool_call.started", {"call_id": call.call_id, "attempt": attempt, "idempotency_key": key})
+        ctx = ToolContext(self.thread_id, call.call_id, attempt, key, self._cwd())
+        task = asyncio.create_task(tool.run(ctx, dict(call.args)), name=f"tool {call.tool} {call.call_id}")
+        self._tool_tasks.add(task)
+        ok, result, error = False, None, None
+        try:
+            async with asyncio.timeout(tool.timeout):
+                result = await asyncio.shield(task)
+            ok = True
+        except TimeoutError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            error = f"timed out after {tool.timeout:g}s"
+        except ToolError as exc:
+            error = str(exc)
+        except asyncio.CancelledError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            if tool.side_effect == "read_only":
+                await self.append("tool_call.finished", {"call_id": call.call_id, "ok": False, "error": "cancelled"})
+            else:
+                await self.append("tool_call.unknown", {"call_id": call.call_id, "reason": "cancelled while running"})
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._tool_tasks.discard(task)
+        try:
+            codec.canonical(result)
+        except UsageError:
+            ok, result, error = False, None, f"the tool returned a value that is not JSON: {type(result).__name__}"
+        await self.append("tool_call.finished", {"call_id": call.call_id, "ok": ok, "result": result, "error": error})
+
+    def _cwd(self) -> Path:
+        cwd = self.state.config.get("cwd")
+        return Path(cwd) if isinstance(cwd, str) and cwd else Path(os.getcwd())
+
+    def _request(self) -> ModelRequest:
+        config = self.state.config
+        active = config.get("tools")
+        messages = list(self.context.messages)
+        instructions = config.get("instructions")
+        return ModelRequest(
+            model=str(config.get("model") or self.runtime.model.name),
+            messages=messages,
+            tools=self.runtime.tools.specs(active if isinstance(active, list) else None),
+            instructions=instructions if isinstance(instructions, str) else None,
+            thinking=config.get("thinking"),
+        )
+
+    async def _call_model(self, turn_id: str, n: int) -> None:
+        model = self.runtime.model
+        request = self._request()
+        snapshot = request.snapshot()
+        context_hash = hashlib.sha256(codec.canonical(snapshot)).hexdigest()
+        step_id = f"{turn_id}.{n}"
+        while step_id in self.state.steps:
+            step_id += "+"
+        await self.append("step.started", {"turn_id": turn_id, "step_id": step_id, "context": snapshot, "context_hash": context_hash})
+        await self.append("provider.started", {"turn_id": turn_id, "step_id": step_id, "provider": model.provider, "model": request.model})
+        partial: list[str] = []
+        completed: Completed | None = None
+        self._publish(Progress("thinking", {"step_id": step_id}))
+        try:
+            async for event in model.stream(request):
+                if isinstance(event, TextDelta):
+                    partial.append(event.text)
+                    self._publish(Progress("text", {"step_id": step_id, "text": event.text}))
+                elif isinstance(event, Completed):
+                    completed = event
+            if completed is None:
+                raise ProviderError("the stream ended without a complete response", partial="".join(partial))
+        except ProviderError as exc:
+            await self.append("provider.interrupted", {"turn_id": turn_id, "step_id": step_id, "reason": str(exc), "partial": "".join(partial) or exc.partial})
+            raise _TurnFailed(f"provider error: {exc}") from exc
+        except asyncio.CancelledError:
+            await self.append("provider.interrupted", {"turn_id": turn_id, "step_id": step_id, "reason": "cancelled", "partial": "".join(partial) or None})
+            raise
+        message = dict(completed.message)
+        calls: list[dict[str, Any]] = []
+        for raw in message.get("tool_calls") or []:
+            call_id = str(raw.get("id") or _new_id())
+            while call_id in self.state.tool_calls or any(c["id"] == call_id for c in calls):
+                call_id += "+"
+            args = raw.get("arguments")
+            calls.append({"id": call_id, "name": str(raw.get("name") or ""), "arguments": args if isinstance(args, dict) else {}})
+        message["tool_calls"] = calls
+        await self.append("model.responded", {"turn_id": turn_id, "step_id": step_id, "message": message, "usage": completed.usage, "stop_reason": completed.stop_reason})
+        for call in calls:
+            tool = self.runtime.tools.get(call["name"])
+            side_effect = tool.side_effect if tool is not None else "non_idempotent"
+            key = None
+            if tool is not None and tool.idempotency_key is not None:
+                ctx = ToolContext(self.thread_id, call["id"], 1, "", self._cwd())
+                key = tool.idempotency_key(ctx, call["arguments"])
+            await self.append("tool_call.proposed", {
+                "turn_id": turn_id, "step_id": step_id, "call_id": call["id"], "tool": call["name"],
+                "args": call["arguments"], "side_effect": side_effect, "idempotency_key": key,
+            })
+            if tool is None:
+                await self.append("tool_call.denied", {"call_id": call["id"], "by": "runtime", "reason": f"unknown tool {call['name']!r}"})
+
+    # -- closing ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closing or self._closed:
+            raise UsageError(f"session {self.thread_id} is closed")
+
+    async def close(self) -> None:
+        """The close protocol: stop submissions, cancel, close children, flush, release."""
+        if self._closed:
+            return
+        self._closing = True
+        await self.cancel()
+        for task in list(self._tool_tasks):
+            task.cancel()
+        if self._tool_tasks:
+            await asyncio.gather(*self._tool_tasks, return_exceptions=True)
+        if self._inbox_task is not None:
+            self._inbox_task.cancel()
+            await asyncio.gather(self._inbox_task, return_exceptions=True)
+        for child in self.children:
+            await child.close()
+        store = self.runtime.store
+        try:
+            await asyncio.to_thread(store.release, self.thread_id)
+        finally:
+            store.remove_listener(self._on_durable)
+            self._closed = True
+            for queue, _ in self._subscribers:
+                try:
+                    queue.put_nowait(_CLOSED)
+                except asyncio.QueueFull:
+                    pass
+            self.runtime._forget(self)

@@ -1,0 +1,180 @@
+"""An in-memory store: the same records and checks as the embedded store, persisting nothing.
+
+Used for ephemeral sessions (``Runtime(ephemeral=True)``) and as the executable reference of
+the store contract. Records are encoded and hash-chained exactly as on disk.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from types import EllipsisType
+from typing import Any
+
+from threadlog._clock import random_bits, rfc3339, wall_ns
+from threadlog.errors import DuplicateEventConflict, OrdinalConflict, ThreadNotFound, UsageError
+from threadlog.model import codec
+from threadlog.model.envelope import FORMAT_VERSION, Record, encode_record
+from threadlog.model.events import Event, ThreadCreated, to_data
+from threadlog.model.ids import is_uuid, uuid7_from_bits
+from threadlog.model.reducer import replay
+from threadlog.model.state import ThreadState
+from threadlog.store.base import Listener, normalize_append
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """Threads as lists of records in memory. Thread-safe."""
+
+    home = ":memory:"
+
+    def __init__(self) -> None:
+        self._threads: dict[str, list[Record]] = {}
+        self._ids: dict[str, dict[str, int]] = {}
+        self._lock = threading.Lock()
+        self._listeners: list[Listener] = []
+        self._closed = False
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def create_thread(
+        self,
+        principal: str = "local",
+        *,
+        title: str | None = None,
+        lineage: dict[str, Any] | None = None,
+        **config: Any,
+    ) -> str:
+        if not isinstance(principal, str) or not principal:
+            raise UsageError("principal must be a non-empty string")
+        now = wall_ns()
+        thread_id = uuid7_from_bits(now // 1_000_000, random_bits(74))
+        with self._lock:
+            self._threads[thread_id] = []
+            self._ids[thread_id] = {}
+        event = ThreadCreated(
+            format=FORMAT_VERSION, principal=principal, config=config, lineage=lineage, title=title
+        )
+        self._add(thread_id, event.type, to_data(event)[1], None, None, None, None)
+        return thread_id
+
+    def append(
+        self,
+        thread_id: str,
+        type: str | Event,
+        data: Any = None,
+        *,
+        durable: bool | None = None,
+        id: str | None = None,
+        parent: str | None | EllipsisType = ...,
+        expect_ord: int | None = None,
+        check: Callable[[Record], object] | None = None,
+    ) -> Record:
+        """As `EmbeddedStore.append`; ``durable`` has no meaning here."""
+        if self._closed:
+            raise UsageError("the store is closed")
+        type_name, data = normalize_append(type, data, id, parent)
+        return self._add(thread_id, type_name, data, id, parent, expect_ord, check)
+
+    async def aappend(
+        self,
+        thread_id: str,
+        type: str | Event,
+        data: Any = None,
+        *,
+        durable: bool | None = None,
+        id: str | None = None,
+        parent: str | None | EllipsisType = ...,
+        expect_ord: int | None = None,
+        check: Callable[[Record], object] | None = None,
+    ) -> Record:
+        return self.append(
+            thread_id, type, data, durable=durable, id=id, parent=parent, expect_ord=expect_ord,
+            check=check,
+        )
+
+    def _add(
+        self,
+        thread_id: str,
+        type_name: str,
+        data: Any,
+        id: str | None,
+        parent: str | None | EllipsisType,
+        expect_ord: int | None,
+        check: Callable[[Record], object] | None,
+    ) -> Record:
+        data_json = codec.canonical(data)
+        now = wall_ns()
+        with self._lock:
+            records = self._threads.get(thread_id)
+            if records is None:
+                raise ThreadNotFound(thread_id)
+            ids = self._ids[thread_id]
+            if id is not None and id in ids:
+                stored = records[ids[id] - 1]
+                want = stored.parent if parent is ... else parent
+                if not stored.same_content(type_name, data, want):
+                    raise DuplicateEventConflict(thread_id, id, stored.ord)
+                return stored
+            ord_ = len(records) + 1
+            if expect_ord is not None and expect_ord != ord_:
+                raise OrdinalConflict(thread_id, expect_ord, ord_)
+            last = records[-1] if records else None
+            event_id = id or uuid7_from_bits(now // 1_000_000, random_bits(74))
+            parent_id = (last.id if last else None) if parent is ... else parent
+            prev = last.hash if last else None
+            ts = rfc3339(now)
+            _, digest = encode_record(
+                id=event_id, thread=thread_id, ord=ord_, parent=parent_id, ts=ts, type=type_name,
+                data_json=data_json, prev=prev,
+            )
+            record = Record(1, event_id, thread_id, ord_, parent_id, ts, type_name,
+                            codec.loads(data_json), prev, digest)
+            if check is not None:
+                check(record)
+            records.append(record)
+            ids[event_id] = ord_
+        for listener in self._listeners:
+            listener(thread_id, [record])
+        return record
+
+    def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
+        with self._lock:
+            records = self._threads.get(thread_id)
+            if records is None:
+                raise ThreadNotFound(thread_id)
+            out = records[after:]
+        return out[:limit] if limit is not None else out
+
+    def state(self, thread_id: str) -> ThreadState:
+        return replay(self.read(thread_id))
+
+    def exists(self, thread_id: str) -> bool:
+        return is_uuid(thread_id) and thread_id in self._threads
+
+    def thread_ids(self) -> list[str]:
+        return list(self._threads)
+
+    def resolve(self, data: Any) -> Any:
+        return data
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
+
+    def release(self, thread_id: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._closed = True
+
