@@ -1,210 +1,197 @@
-"""``threadlog demo``: a scripted agent session written to the store, end to end."""
+"""``threadlog demo``: a scripted agent session run by the runtime, end to end."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import click
+import orjson
 from rich.console import Console
+from rich.status import Status
 
 from threadlog.cli import EXIT_FAILED, cli, handle_errors, store_options
-from threadlog.model.ids import derived_id
-from threadlog.store.embedded import EmbeddedStore
+from threadlog.model.envelope import Record
+from threadlog.runtime.models import ModelRequest, Reply, ScriptedModel, ToolCallSpec
+from threadlog.runtime.runtime import Runtime
+from threadlog.runtime.session import Progress, Session
+from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolContext, read_file
+from threadlog.store.embedded import default_home
 
 __all__ = ["demo"]
+
+STEERING = "Mention the 30 s cap explicitly, please."
+SECTION = (
+    "\n## Retry policy\n"
+    "Failed requests are retried 3 times with exponential backoff, capped at 30 s per wait.\n"
+)
 
 
 def _workspace() -> Path:
     root = Path(tempfile.mkdtemp(prefix="threadlog-demo-"))
-    (root / "README.md").write_text("# inventory service\nTODO: document the retry policy\n")
-    (root / "notes.txt").write_text("retries: 3, backoff: exponential, cap 30s\n")
+    (root / "README.md").write_text("# inventory service\n\nTODO: document the retry policy.\n")
+    (root / "notes.txt").write_text("retries: 3\nbackoff: exponential\ncap: 30s\n")
     return root
+
+
+def _script(request: ModelRequest, step: int) -> Reply:
+    """The scripted model: read two files, ask to append a section, then report."""
+    steered = any(m["role"] == "user" and m["content"] == STEERING for m in request.messages)
+    if step == 0:
+        return Reply("Let me read the README first.", [ToolCallSpec("read_file", {"path": "README.md"})])
+    if step == 1:
+        return Reply("The numbers should be in the notes.", [ToolCallSpec("read_file", {"path": "notes.txt"})])
+    if step == 2:
+        note = " (with the cap, as you asked)" if steered else ""
+        return Reply(f"I will add a Retry policy section to README.md{note}.",
+                     [ToolCallSpec("append_file", {"path": "README.md", "text": SECTION})])
+    return Reply("Done: README.md now documents the retry policy"
+                 + (", including the 30 s cap." if steered else "."))
+
+
+def _describe(record: Record) -> str:
+    data: dict[str, Any] = record.data if isinstance(record.data, dict) else {}
+    match record.type:
+        case "turn.started":
+            return f"[bold]user[/bold]: {data.get('input')}"
+        case "input.queued":
+            return f"[bold]user (steering, queued)[/bold]: {data.get('text')}"
+        case "input.consumed":
+            return "steering taken in at a safe point"
+        case "step.started":
+            return f"model call with {len(data.get('context', {}).get('messages', []))} messages"
+        case "tool_call.proposed":
+            args = orjson.dumps(data.get("args")).decode()
+            short = args if len(args) < 60 else args[:57] + "…"
+            return f"{data.get('tool')}({short}) [dim]{data.get('side_effect')}[/dim]"
+        case "tool_call.approved" | "tool_call.denied":
+            return f"by {data.get('by')}"
+        case "tool_call.started":
+            return f"attempt {data.get('attempt')} (durable before the tool runs)"
+        case "tool_call.finished":
+            result = data.get("result")
+            size = len(result) if isinstance(result, str) else len(orjson.dumps(result))
+            return ("ok" if data.get("ok") else f"[red]error[/red]: {data.get('error')}") + f", {size} bytes"
+        case "turn.ended":
+            colour = "green" if data.get("outcome") == "completed" else "red"
+            return f"[{colour}]{data.get('outcome')}[/{colour}]"
+        case _:
+            return ""
+
+
+def _tools(pause: float) -> list[Tool]:
+    """The built-in tools, with reading slowed down so that steering arrives mid-call."""
+
+    async def slow_read(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        await asyncio.sleep(pause * 8)
+        return await read_file.run(ctx, args)
+
+    return [dataclasses.replace(read_file, run=slow_read),
+            *(t for t in BUILTIN_TOOLS if t.name != "read_file")]
+
+
+async def _run(home: str, yes: bool, pause: float, console: Console) -> tuple[str, bool]:
+    workspace = _workspace()
+    model = ScriptedModel(_script, delay=pause)
+    async with Runtime(home, model=model, tools=_tools(pause)) as runtime:
+        session = await runtime.create(
+            "demo", title="Document the retry policy", model="scripted", cwd=str(workspace),
+            instructions="You are a careful documentation agent.",
+        )
+        console.print(f"[bold]threadlog demo[/bold]  store [cyan]{home}[/cyan]")
+        console.print(f"thread [bold]{session.thread_id}[/bold]   workspace {workspace}\n")
+        status: Status | None = None
+        streaming = False
+        steered = False
+        interactive = sys.stdin.isatty() and not yes
+
+        async def watch() -> None:
+            nonlocal status, steered, streaming
+            async for item in session.subscribe(progress=True):
+                if isinstance(item, Progress):
+                    if item.kind == "thinking":
+                        status = console.status("the model is thinking…", spinner="dots")
+                        status.start()
+                    elif item.kind == "text":
+                        if status is not None:
+                            status.stop()
+                            status = None
+                        if not streaming:
+                            console.print("      [magenta]model says[/magenta] ", end="")
+                            streaming = True
+                        console.print(item.data["text"], end="", markup=False)
+                    elif item.kind == "approval_needed":
+                        await _approve(session, item.data, interactive, console)
+                    continue
+                if streaming:
+                    console.print()
+                    streaming = False
+                detail = _describe(item)
+                console.print(f"  [dim]{item.ord:>3}[/dim] [cyan]{item.type:<20}[/cyan] {detail}")
+                if item.type == "tool_call.started" and not steered:
+                    steered = True  # the user steers while the tool runs
+                    await session.submit(STEERING)
+                if item.type == "turn.ended":
+                    return
+
+        watcher = asyncio.create_task(watch())
+        await session.submit("Document our retry policy in README.md")
+        await asyncio.wait_for(watcher, timeout=120)
+        report = runtime.store.verify(session.thread_id)  # type: ignore[attr-defined]
+        ok = bool(report.ok)
+        text = (workspace / "README.md").read_text()
+        console.print(f"\nREADME.md now ends with:[dim]{text[text.index('## Retry'):].rstrip()}[/dim]"
+                      if "## Retry" in text else "\nREADME.md was not changed")
+        return session.thread_id, ok
+
+
+async def _approve(session: Session, data: dict[str, Any], interactive: bool, console: Console) -> None:
+    call_id, tool = data["call_id"], data["tool"]
+    if interactive:
+        console.print(f"\n  [yellow]approval needed[/yellow]: {tool} {orjson.dumps(data['args']).decode()[:80]}")
+        ok = await asyncio.to_thread(click.confirm, "  run it?", default=True)
+        if not ok:
+            await session.deny(call_id, by="demo-user", reason="declined at the prompt")
+            return
+        await session.approve(call_id, by="demo-user")
+    else:
+        console.print("  [yellow]approval needed[/yellow]: approving (--yes, or no terminal to ask on)")
+        await session.approve(call_id, by="demo-user (--yes)")
 
 
 @cli.command()
 @store_options
-@click.option(
-    "--pause",
-    default=0.15,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="Seconds to pause between steps, so the session can be watched.",
-)
+@click.option("--yes", "-y", is_flag=True, help="Approve the non-idempotent write without asking.")
+@click.option("--pause", default=0.05, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds between steps, so the session can be watched.")
 @handle_errors
-def demo(home: str | None, as_json: bool, pause: float) -> None:
-    """Run a scripted agent session and write every fact of it to the log.
+def demo(home: str | None, as_json: bool, yes: bool, pause: float) -> None:
+    """Run a scripted agent session through the runtime, then verify its log.
 
-    A user asks the agent to document a retry policy; the scripted model reads two files,
-    proposes a (non-idempotent) write that is approved, and finishes. Every step is appended
-    with its durability class, then the log is verified and the commands to inspect it are
-    printed.
+    A user asks the agent to document a retry policy. The scripted model reads two files,
+    steering arrives while a tool runs (queued, then consumed at the next safe point), and the
+    model proposes a non-idempotent append that waits for approval (asked on a terminal,
+    automatic with --yes). Every fact is in the log before it is shown.
 
     \b
     Example:
-      threadlog demo --home /tmp/tl
+      threadlog demo --home /tmp/tl --yes
     """
+    home = home or default_home()
     console = Console(highlight=False, stderr=as_json)
-    workspace = _workspace()
-    with EmbeddedStore(home) as store:
-        thread = store.create_thread(
-            "demo",
-            title="document the retry policy",
-            model="scripted",
-            cwd=str(workspace),
-            approval_policy={"non_idempotent": "ask"},
-        )
-        console.print(f"[bold]threadlog demo[/bold]  store [cyan]{store.home}[/cyan]")
-        console.print(f"thread [bold]{thread}[/bold]  workspace {workspace}\n")
-
-        def emit(type_: str, data: dict[str, Any], note: str) -> None:
-            record = store.append(thread, type_, data)
-            console.print(f"  [dim]{record.ord:>3}[/dim] [cyan]{type_:<20}[/cyan] {note}")
-            time.sleep(pause)
-
-        turn = "turn-1"
-        emit(
-            "turn.started",
-            {"turn_id": turn, "input": "Document our retry policy in README.md"},
-            "user: Document our retry policy in README.md",
-        )
-        step = 0
-        for name in ("README.md", "notes.txt"):
-            step += 1
-            step_id = f"{turn}.step-{step}"
-            with console.status("model is thinking…", spinner="dots"):
-                emit(
-                    "step.started",
-                    {"turn_id": turn, "step_id": step_id, "context": {"messages": step}},
-                    f"step {step}",
-                )
-                emit(
-                    "provider.started",
-                    {
-                        "turn_id": turn,
-                        "step_id": step_id,
-                        "provider": "scripted",
-                        "model": "scripted",
-                    },
-                    "",
-                )
-            call_id = f"call-{step}"
-            emit(
-                "model.responded",
-                {
-                    "turn_id": turn,
-                    "step_id": step_id,
-                    "message": {"role": "assistant", "tool_calls": [call_id]},
-                    "usage": {"input_tokens": 120 * step, "output_tokens": 18},
-                    "stop_reason": "tool_use",
-                },
-                f"model: read_file {name}",
-            )
-            emit(
-                "tool_call.proposed",
-                {
-                    "turn_id": turn,
-                    "step_id": step_id,
-                    "call_id": call_id,
-                    "tool": "read_file",
-                    "args": {"path": name},
-                    "side_effect": "read_only",
-                },
-                f"read_file({name!r})",
-            )
-            emit(
-                "tool_call.approved",
-                {"call_id": call_id, "by": "policy:read_only"},
-                "auto-approved",
-            )
-            emit("tool_call.started", {"call_id": call_id, "attempt": 1}, "")
-            content = (workspace / name).read_text()
-            emit(
-                "tool_call.finished",
-                {"call_id": call_id, "ok": True, "result": content},
-                f"{len(content)} bytes",
-            )
-        step += 1
-        step_id = f"{turn}.step-{step}"
-        emit("step.started", {"turn_id": turn, "step_id": step_id}, f"step {step}")
-        call_id = "call-write"
-        key = derived_id("demo.append", thread, call_id)
-        emit(
-            "model.responded",
-            {
-                "turn_id": turn,
-                "step_id": step_id,
-                "message": {"role": "assistant", "tool_calls": [call_id]},
-                "stop_reason": "tool_use",
-            },
-            "model: append a section to README.md",
-        )
-        section = (
-            "\n## Retry policy\nRequests are retried 3 times with exponential backoff (cap 30 s).\n"
-        )
-        emit(
-            "tool_call.proposed",
-            {
-                "turn_id": turn,
-                "step_id": step_id,
-                "call_id": call_id,
-                "tool": "append_file",
-                "side_effect": "non_idempotent",
-                "idempotency_key": key,
-                "args": {"path": "README.md", "text": section},
-            },
-            "append_file('README.md') [yellow]non-idempotent: needs approval[/yellow]",
-        )
-        emit("tool_call.approved", {"call_id": call_id, "by": "demo-user"}, "approved by demo-user")
-        emit(
-            "tool_call.started",
-            {"call_id": call_id, "attempt": 1, "idempotency_key": key},
-            "start intent is durable before the effect",
-        )
-        with open(workspace / "README.md", "a") as f:
-            f.write(section)
-        emit(
-            "tool_call.finished",
-            {"call_id": call_id, "ok": True, "result": {"appended": len(section)}},
-            "README.md updated",
-        )
-        step += 1
-        step_id = f"{turn}.step-{step}"
-        emit("step.started", {"turn_id": turn, "step_id": step_id}, f"step {step}")
-        emit(
-            "model.responded",
-            {
-                "turn_id": turn,
-                "step_id": step_id,
-                "message": {
-                    "role": "assistant",
-                    "content": "Documented the retry policy in README.md.",
-                },
-                "stop_reason": "end_turn",
-            },
-            "model: done",
-        )
-        emit("turn.ended", {"turn_id": turn, "outcome": "completed"}, "[green]completed[/green]")
-        report = store.verify(thread)
+    thread, ok = asyncio.run(_run(home, yes or as_json, pause, console))
     if as_json:
-        sys.stdout.write(
-            f'{{"thread": "{thread}", "records": {report.records}, "verified": '
-            f'{"true" if report.ok else "false"}, "home": "{store.home}"}}\n'
-        )
+        sys.stdout.write(orjson.dumps({"thread": thread, "verified": ok, "home": home}).decode() + "\n")
     else:
-        status = "[green]verified[/green]" if report.ok else f"[red]FAILED: {report.error}[/red]"
-        console.print(f"\n{report.records} records, hash chain {status}\n")
-        flag = f" --home {store.home}" if home else ""
-        console.print("Inspect it:")
-        for command in (
-            f"threadlog show {thread}{flag}",
-            f"threadlog events {thread}{flag}",
-            f"threadlog verify {thread}{flag}",
-            f"threadlog ls{flag}",
-        ):
+        state = "[green]verified[/green]" if ok else "[red]FAILED verification[/red]"
+        console.print(f"\nlog {state}. Inspect it:")
+        flag = "" if home == default_home() else f" --home {home}"
+        for command in (f"threadlog show {thread}{flag}", f"threadlog events {thread}{flag}",
+                        f"threadlog verify {thread}{flag}", f"threadlog ls{flag}"):
             console.print(f"  {command}")
-    if not report.ok:
+    if not ok:
         sys.exit(EXIT_FAILED)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from threadlog.errors import InvalidTransition, RunError, UsageError
+from threadlog.errors import ConflictError, InvalidTransition, RunError, UsageError
 from threadlog.model import codec
 from threadlog.model.context import Context
 from threadlog.model.envelope import Record
@@ -57,6 +57,7 @@ from threadlog.model.turns import (
     RunTool,
     next_action,
 )
+from threadlog.runtime import inbox
 from threadlog.runtime.approvals import decide
 from threadlog.runtime.models import Completed, ModelRequest, ProviderError, TextDelta
 from threadlog.runtime.tools import ToolContext, ToolError
@@ -117,6 +118,36 @@ class Session:
         self._closed = False
         self._broken: BaseException | None = None
         runtime.store.add_listener(self._on_durable)
+        home = getattr(runtime.store, "home", None)
+        if isinstance(home, str) and os.path.isdir(home):
+            self._inbox_task = asyncio.create_task(self._watch_inbox(home), name=f"inbox {thread_id}")
+
+    async def _watch_inbox(self, home: str) -> None:
+        """Apply messages other processes leave for this session (see `runtime.inbox`)."""
+        while True:
+            for message in await asyncio.to_thread(inbox.read_messages, home, self.thread_id):
+                try:
+                    await self._apply_message(message)
+                except (UsageError, ConflictError) as exc:
+                    log.warning("inbox message %s not applied: %s", message.id, exc)
+                await asyncio.to_thread(inbox.remove, message.path)
+            await asyncio.sleep(0.1)
+
+    async def _apply_message(self, message: inbox.Message) -> None:
+        body = message.body
+        event_id = derived_id("threadlog.inbox", self.thread_id, message.id)
+        by = str(body.get("by") or "cli")
+        kind = body["kind"]
+        if kind in ("approve", "deny"):
+            decide_ = self.approve if kind == "approve" else self.deny
+            await decide_(str(body.get("call_id")), by=by, reason=body.get("reason"), id=event_id)
+        elif kind == "input":
+            await self.submit(str(body.get("text") or ""), by=by, id=event_id)
+        elif kind == "resolve":
+            await self.resolve(str(body.get("call_id")), str(body.get("decision")), by=by,
+                               note=body.get("note"), id=event_id)
+        elif kind == "cancel":
+            await self.cancel()
 
     # -- the pipeline ----------------------------------------------------------------------
 
@@ -211,7 +242,7 @@ class Session:
         """Whether a turn is running in this session."""
         return self._turn_task is not None and not self._turn_task.done()
 
-    async def submit(self, text: str, *, by: str | None = None) -> Record:
+    async def submit(self, text: str, *, by: str | None = None, id: str | None = None) -> Record:
         """User input: starts a turn when idle, or is queued as steering for the running turn.
 
         Steering is recorded at once (``input.queued``) and consumed at the running turn's
@@ -223,30 +254,39 @@ class Session:
         async with self._submit_lock:
             if self.state.active_turn is None:
                 record = await self.append(
-                    "turn.started", {"turn_id": _new_id(), "input": text}
+                    "turn.started", {"turn_id": _new_id(), "input": text}, id=id
                 )
                 self._start_turn()
                 return record
-            return await self.append("input.queued", {"input_id": _new_id(), "text": text})
+            return await self.append("input.queued", {"input_id": _new_id(), "text": text}, id=id)
 
-    async def approve(self, call_id: str, *, by: str = "user", reason: str | None = None) -> Record:
+    async def approve(
+        self, call_id: str, *, by: str = "user", reason: str | None = None, id: str | None = None
+    ) -> Record:
         """Approve a proposed tool call that is waiting for a decision."""
-        return await self._decide(call_id, "tool_call.approved", by, reason)
+        return await self._decide(call_id, "tool_call.approved", by, reason, id)
 
-    async def deny(self, call_id: str, *, by: str = "user", reason: str | None = None) -> Record:
+    async def deny(
+        self, call_id: str, *, by: str = "user", reason: str | None = None, id: str | None = None
+    ) -> Record:
         """Deny a proposed tool call; the model is told it was denied."""
-        return await self._decide(call_id, "tool_call.denied", by, reason)
+        return await self._decide(call_id, "tool_call.denied", by, reason, id)
 
-    async def _decide(self, call_id: str, type_: str, by: str, reason: str | None) -> Record:
+    async def _decide(
+        self, call_id: str, type_: str, by: str, reason: str | None, id: str | None
+    ) -> Record:
         self._check_open()
         call = self.state.tool_calls.get(call_id)
         if call is None:
             raise UsageError(f"no tool call {call_id!r} in thread {self.thread_id}")
         if call.status != "proposed":
             raise UsageError(f"tool call {call_id!r} is {call.status}, not waiting for a decision")
-        return await self.append(type_, {"call_id": call_id, "by": by, "reason": reason})
+        return await self.append(type_, {"call_id": call_id, "by": by, "reason": reason}, id=id)
 
-    async def resolve(self, call_id: str, decision: str, *, by: str = "user", note: str | None = None) -> Record:
+    async def resolve(
+        self, call_id: str, decision: str, *, by: str = "user", note: str | None = None,
+        id: str | None = None,
+    ) -> Record:
         """A human's decision on a call whose outcome is unknown: done, retry or abort."""
         self._check_open()
         call = self.state.tool_calls.get(call_id)
@@ -256,10 +296,11 @@ class Session:
             raise UsageError(f"tool call {call_id!r} is {call.status}, not unknown")
         if decision not in ("done", "retry", "abort"):
             raise UsageError("decision must be done, retry or abort")
-        record = await self.append(
-            "tool_call.resolved", {"call_id": call_id, "decision": decision, "by": by, "note": note}
+        return await self.append(
+            "tool_call.resolved",
+            {"call_id": call_id, "decision": decision, "by": by, "note": note},
+            id=id,
         )
-        return record
 
     async def configure(self, **changes: Any) -> Record:
         """Change config between turns (model, instructions, tools, approval policy…)."""

@@ -1,0 +1,161 @@
+"""Commands that act on a thread: approve, deny, send, resolve, cancel.
+
+When no process holds the thread, the command opens it and appends the decision itself. When a
+live session holds it (an agent is running), the command leaves a message in the thread's
+inbox and the session applies it within a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import click
+import orjson
+
+from threadlog.cli import cli, handle_errors, store_options
+from threadlog.errors import LeaseHeld
+from threadlog.runtime import inbox
+from threadlog.runtime.runtime import Runtime
+from threadlog.runtime.session import Session
+from threadlog.store.embedded import EmbeddedStore, default_home
+
+__all__ = ["approve", "cancel", "deny", "resolve", "send"]
+
+
+def _act(
+    home: str | None,
+    thread: str,
+    message: dict[str, Any],
+    direct: Callable[[Session], Awaitable[Any]],
+    as_json: bool,
+) -> None:
+    home = home or default_home()
+
+    async def run() -> dict[str, Any]:
+        async with Runtime(home) as runtime:
+            try:
+                session = await runtime.open(thread, resume=False)
+            except LeaseHeld as exc:
+                message_id = inbox.post(runtime.store.home, thread, message)  # type: ignore[attr-defined]
+                return {"applied": False, "queued": message_id, "holder": exc.holder}
+            record = await direct(session)
+            return {"applied": True, "ord": record.ord, "type": record.type}
+
+    result = asyncio.run(run())
+    if as_json:
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    elif result["applied"]:
+        click.echo(f"recorded {result['type']} at ord {result['ord']}")
+    else:
+        click.echo(f"the thread is open in {result['holder']}: sent to its inbox ({result['queued']})")
+
+
+@cli.command()
+@store_options
+@click.argument("thread")
+@click.argument("call_id")
+@click.option("--by", default="cli", show_default=True, help="Who decides (recorded).")
+@click.option("--reason", help="Why (recorded).")
+@handle_errors
+def approve(home: str | None, as_json: bool, thread: str, call_id: str, by: str, reason: str | None) -> None:
+    """Approve a tool call that waits for a human decision.
+
+    \b
+    Example:
+      threadlog approve THREAD call_3_0 --by alice
+    """
+    _act(home, thread, {"kind": "approve", "call_id": call_id, "by": by, "reason": reason},
+         lambda s: s.approve(call_id, by=by, reason=reason), as_json)
+
+
+@cli.command()
+@store_options
+@click.argument("thread")
+@click.argument("call_id")
+@click.option("--by", default="cli", show_default=True, help="Who decides (recorded).")
+@click.option("--reason", help="Why (recorded, and shown to the model).")
+@handle_errors
+def deny(home: str | None, as_json: bool, thread: str, call_id: str, by: str, reason: str | None) -> None:
+    """Deny a tool call that waits for a human decision; the model is told.
+
+    \b
+    Example:
+      threadlog deny THREAD call_3_0 --reason "not on the production database"
+    """
+    _act(home, thread, {"kind": "deny", "call_id": call_id, "by": by, "reason": reason},
+         lambda s: s.deny(call_id, by=by, reason=reason), as_json)
+
+
+@cli.command()
+@store_options
+@click.argument("thread")
+@click.argument("text")
+@click.option("--by", default="cli", show_default=True, help="Who sends it (recorded).")
+@handle_errors
+def send(home: str | None, as_json: bool, thread: str, text: str, by: str) -> None:
+    """Send input: steering for the running turn, or the start of the next turn.
+
+    \b
+    Example:
+      threadlog send THREAD "also update the changelog"
+    """
+    _act(home, thread, {"kind": "input", "text": text, "by": by},
+         lambda s: s.submit(text, by=by) if s.state.active_turn else _queue(s, text), as_json)
+
+
+async def _queue(session: Session, text: str) -> Any:
+    # Nobody is running the thread: record the input; the next session starts a turn with it.
+    from threadlog.runtime.session import _new_id
+
+    return await session.append("input.queued", {"input_id": _new_id(), "text": text})
+
+
+@cli.command()
+@store_options
+@click.argument("thread")
+@click.argument("call_id")
+@click.option("--as", "decision", required=True, type=click.Choice(["done", "retry", "abort"]),
+              help="done: the effect happened; retry: run it again; abort: give up on it.")
+@click.option("--by", default="cli", show_default=True, help="Who decides (recorded).")
+@click.option("--note", help="A note for the record (and the model).")
+@handle_errors
+def resolve(home: str | None, as_json: bool, thread: str, call_id: str, decision: str, by: str,
+            note: str | None) -> None:
+    """Resolve a tool call whose outcome is unknown after a crash.
+
+    A non-idempotent call that started but has no recorded result is never re-run on a
+    guess: a human checks what happened and says so.
+
+    \b
+    Example:
+      threadlog resolve THREAD call_2_0 --as done --note "the file has the line once"
+    """
+    _act(home, thread, {"kind": "resolve", "call_id": call_id, "decision": decision, "by": by, "note": note},
+         lambda s: s.resolve(call_id, decision, by=by, note=note), as_json)
+
+
+@cli.command()
+@store_options
+@click.argument("thread")
+@handle_errors
+def cancel(home: str | None, as_json: bool, thread: str) -> None:
+    """Cancel the running turn of a live session (it ends ``aborted``).
+
+    \b
+    Example:
+      threadlog cancel THREAD
+    """
+    home = home or default_home()
+    with EmbeddedStore(home) as store:
+        if not store.exists(thread):
+            from threadlog.errors import ThreadNotFound
+
+            raise ThreadNotFound(thread)
+    message_id = inbox.post(home, thread, {"kind": "cancel"})
+    if as_json:
+        sys.stdout.write(orjson.dumps({"queued": message_id}).decode() + "\n")
+    else:
+        click.echo(f"cancellation sent to the thread's inbox ({message_id})")

@@ -1,0 +1,104 @@
+"""The inbox: how another process (the CLI) reaches a live session that holds a thread's lease.
+
+Only the lease holder may append to a thread, so ``threadlog approve`` or ``threadlog send``
+running beside a live agent cannot write the decision itself. Instead it drops a message file
+into ``<home>/inbox/<thread>/`` (written atomically and durably: temp file, fsync, rename,
+fsync the directory), and the live session, which watches that directory, applies it through
+its normal pipeline and then deletes the file.
+
+A message is applied with an event id derived from the message id, so a session that crashes
+between applying a message and deleting it does not apply it twice when it reads it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from threadlog.errors import UsageError
+from threadlog.model.ids import is_uuid
+from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps
+
+__all__ = ["Message", "inbox_dir", "post", "read_messages", "remove"]
+
+log = logging.getLogger("threadlog.runtime")
+
+KINDS = ("approve", "deny", "input", "resolve", "cancel")
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    id: str
+    path: str
+    body: dict[str, Any]
+
+
+def inbox_dir(home: str, thread_id: str) -> str:
+    if not is_uuid(thread_id):
+        raise UsageError(f"not a thread id: {thread_id!r:.80}")
+    return os.path.join(home, "inbox", thread_id)
+
+
+def post(home: str, thread_id: str, body: dict[str, Any], fops: FileOps = DEFAULT_FILEOPS) -> str:
+    """Durably leave a message for the thread's live session; returns the message id."""
+    if body.get("kind") not in KINDS:
+        raise UsageError(f"unknown inbox message kind {body.get('kind')!r}")
+    directory = inbox_dir(home, thread_id)
+    fops.makedirs(directory)
+    import time
+
+    from threadlog._clock import random_bits
+    from threadlog.model.ids import uuid7_from_bits
+
+    message_id = uuid7_from_bits(time.time_ns() // 1_000_000, random_bits(74))
+    tmp = os.path.join(directory, f".{message_id}.{secrets.token_hex(4)}.tmp")
+    fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fops.write_all(fd, orjson.dumps({**body, "id": message_id}))
+        fops.fsync(fd)
+    finally:
+        fops.close(fd)
+    fops.rename(tmp, os.path.join(directory, f"{message_id}.json"))
+    fops.fsync_dir(directory)
+    return message_id
+
+
+def read_messages(home: str, thread_id: str) -> list[Message]:
+    """The thread's pending messages, oldest first (unreadable ones are logged and skipped
+    once, then removed: a message is a request, not a record)."""
+    directory = inbox_dir(home, thread_id)
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+    except FileNotFoundError:
+        return []
+    messages: list[Message] = []
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            with open(path, "rb") as f:
+                body = orjson.loads(f.read())
+        except FileNotFoundError:
+            continue
+        except (OSError, orjson.JSONDecodeError) as exc:
+            log.warning("inbox: dropping unreadable message %s: %s", path, exc)
+            remove(path)
+            continue
+        if not isinstance(body, dict) or body.get("kind") not in KINDS:
+            log.warning("inbox: dropping malformed message %s", path)
+            remove(path)
+            continue
+        messages.append(Message(name[:-5], path, body))
+    return messages
+
+
+def remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    DEFAULT_FILEOPS.fsync_dir(os.path.dirname(path))
