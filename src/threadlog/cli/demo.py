@@ -42,15 +42,24 @@ def _script(request: ModelRequest, step: int) -> Reply:
     """The scripted model: read two files, ask to append a section, then report."""
     steered = any(m["role"] == "user" and m["content"] == STEERING for m in request.messages)
     if step == 0:
-        return Reply("Let me read the README first.", [ToolCallSpec("read_file", {"path": "README.md"})])
+        return Reply(
+            "Let me read the README first.", [ToolCallSpec("read_file", {"path": "README.md"})]
+        )
     if step == 1:
-        return Reply("The numbers should be in the notes.", [ToolCallSpec("read_file", {"path": "notes.txt"})])
+        return Reply(
+            "The numbers should be in the notes.",
+            [ToolCallSpec("read_file", {"path": "notes.txt"})],
+        )
     if step == 2:
         note = " (with the cap, as you asked)" if steered else ""
-        return Reply(f"I will add a Retry policy section to README.md{note}.",
-                     [ToolCallSpec("append_file", {"path": "README.md", "text": SECTION})])
-    return Reply("Done: README.md now documents the retry policy"
-                 + (", including the 30 s cap." if steered else "."))
+        return Reply(
+            f"I will add a Retry policy section to README.md{note}.",
+            [ToolCallSpec("append_file", {"path": "README.md", "text": SECTION})],
+        )
+    return Reply(
+        "Done: README.md now documents the retry policy"
+        + (", including the 30 s cap." if steered else ".")
+    )
 
 
 def _describe(record: Record) -> str:
@@ -75,7 +84,9 @@ def _describe(record: Record) -> str:
         case "tool_call.finished":
             result = data.get("result")
             size = len(result) if isinstance(result, str) else len(orjson.dumps(result))
-            return ("ok" if data.get("ok") else f"[red]error[/red]: {data.get('error')}") + f", {size} bytes"
+            return (
+                "ok" if data.get("ok") else f"[red]error[/red]: {data.get('error')}"
+            ) + f", {size} bytes"
         case "turn.ended":
             colour = "green" if data.get("outcome") == "completed" else "red"
             return f"[{colour}]{data.get('outcome')}[/{colour}]"
@@ -90,8 +101,10 @@ def _tools(pause: float) -> list[Tool]:
         await asyncio.sleep(pause * 8)
         return await read_file.run(ctx, args)
 
-    return [dataclasses.replace(read_file, run=slow_read),
-            *(t for t in BUILTIN_TOOLS if t.name != "read_file")]
+    return [
+        dataclasses.replace(read_file, run=slow_read),
+        *(t for t in BUILTIN_TOOLS if t.name != "read_file"),
+    ]
 
 
 async def _run(home: str, yes: bool, pause: float, console: Console) -> tuple[str, bool]:
@@ -99,7 +112,10 @@ async def _run(home: str, yes: bool, pause: float, console: Console) -> tuple[st
     model = ScriptedModel(_script, delay=pause)
     async with Runtime(home, model=model, tools=_tools(pause)) as runtime:
         session = await runtime.create(
-            "demo", title="Document the retry policy", model="scripted", cwd=str(workspace),
+            "demo",
+            title="Document the retry policy",
+            model="scripted",
+            cwd=str(workspace),
             instructions="You are a careful documentation agent.",
         )
         console.print(f"[bold]threadlog demo[/bold]  store [cyan]{home}[/cyan]")
@@ -144,30 +160,44 @@ async def _run(home: str, yes: bool, pause: float, console: Console) -> tuple[st
         report = runtime.store.verify(session.thread_id)  # type: ignore[attr-defined]
         ok = bool(report.ok)
         text = (workspace / "README.md").read_text()
-        console.print(f"\nREADME.md now ends with:[dim]{text[text.index('## Retry'):].rstrip()}[/dim]"
-                      if "## Retry" in text else "\nREADME.md was not changed")
+        console.print(
+            f"\nREADME.md now ends with:[dim]{text[text.index('## Retry') :].rstrip()}[/dim]"
+            if "## Retry" in text
+            else "\nREADME.md was not changed"
+        )
         return session.thread_id, ok
 
 
-async def _approve(session: Session, data: dict[str, Any], interactive: bool, console: Console) -> None:
+async def _approve(
+    session: Session, data: dict[str, Any], interactive: bool, console: Console
+) -> None:
     call_id, tool = data["call_id"], data["tool"]
     if interactive:
-        console.print(f"\n  [yellow]approval needed[/yellow]: {tool} {orjson.dumps(data['args']).decode()[:80]}")
+        console.print(
+            f"\n  [yellow]approval needed[/yellow]: {tool} {orjson.dumps(data['args']).decode()[:80]}"
+        )
         ok = await asyncio.to_thread(click.confirm, "  run it?", default=True)
         if not ok:
             await session.deny(call_id, by="demo-user", reason="declined at the prompt")
             return
         await session.approve(call_id, by="demo-user")
     else:
-        console.print("  [yellow]approval needed[/yellow]: approving (--yes, or no terminal to ask on)")
+        console.print(
+            "  [yellow]approval needed[/yellow]: approving (--yes, or no terminal to ask on)"
+        )
         await session.approve(call_id, by="demo-user (--yes)")
 
 
 @cli.command()
 @store_options
 @click.option("--yes", "-y", is_flag=True, help="Approve the non-idempotent write without asking.")
-@click.option("--pause", default=0.05, show_default=True, type=click.FloatRange(min=0),
-              help="Seconds between steps, so the session can be watched.")
+@click.option(
+    "--pause",
+    default=0.05,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds between steps, so the session can be watched.",
+)
 @handle_errors
 def demo(home: str | None, as_json: bool, yes: bool, pause: float) -> None:
     """Run a scripted agent session through the runtime, then verify its log.
@@ -185,13 +215,19 @@ def demo(home: str | None, as_json: bool, yes: bool, pause: float) -> None:
     console = Console(highlight=False, stderr=as_json)
     thread, ok = asyncio.run(_run(home, yes or as_json, pause, console))
     if as_json:
-        sys.stdout.write(orjson.dumps({"thread": thread, "verified": ok, "home": home}).decode() + "\n")
+        sys.stdout.write(
+            orjson.dumps({"thread": thread, "verified": ok, "home": home}).decode() + "\n"
+        )
     else:
         state = "[green]verified[/green]" if ok else "[red]FAILED verification[/red]"
         console.print(f"\nlog {state}. Inspect it:")
         flag = "" if home == default_home() else f" --home {home}"
-        for command in (f"threadlog show {thread}{flag}", f"threadlog events {thread}{flag}",
-                        f"threadlog verify {thread}{flag}", f"threadlog ls{flag}"):
+        for command in (
+            f"threadlog show {thread}{flag}",
+            f"threadlog events {thread}{flag}",
+            f"threadlog verify {thread}{flag}",
+            f"threadlog ls{flag}",
+        ):
             console.print(f"  {command}")
     if not ok:
         sys.exit(EXIT_FAILED)

@@ -50,7 +50,9 @@ def _act(
     elif result["applied"]:
         click.echo(f"recorded {result['type']} at ord {result['ord']}")
     else:
-        click.echo(f"the thread is open in {result['holder']}: sent to its inbox ({result['queued']})")
+        click.echo(
+            f"the thread is open in {result['holder']}: sent to its inbox ({result['queued']})"
+        )
 
 
 @cli.command()
@@ -60,15 +62,22 @@ def _act(
 @click.option("--by", default="cli", show_default=True, help="Who decides (recorded).")
 @click.option("--reason", help="Why (recorded).")
 @handle_errors
-def approve(home: str | None, as_json: bool, thread: str, call_id: str, by: str, reason: str | None) -> None:
+def approve(
+    home: str | None, as_json: bool, thread: str, call_id: str, by: str, reason: str | None
+) -> None:
     """Approve a tool call that waits for a human decision.
 
     \b
     Example:
       threadlog approve THREAD call_3_0 --by alice
     """
-    _act(home, thread, {"kind": "approve", "call_id": call_id, "by": by, "reason": reason},
-         lambda s: s.approve(call_id, by=by, reason=reason), as_json)
+    _act(
+        home,
+        thread,
+        {"kind": "approve", "call_id": call_id, "by": by, "reason": reason},
+        lambda s: s.approve(call_id, by=by, reason=reason),
+        as_json,
+    )
 
 
 @cli.command()
@@ -78,15 +87,22 @@ def approve(home: str | None, as_json: bool, thread: str, call_id: str, by: str,
 @click.option("--by", default="cli", show_default=True, help="Who decides (recorded).")
 @click.option("--reason", help="Why (recorded, and shown to the model).")
 @handle_errors
-def deny(home: str | None, as_json: bool, thread: str, call_id: str, by: str, reason: str | None) -> None:
+def deny(
+    home: str | None, as_json: bool, thread: str, call_id: str, by: str, reason: str | None
+) -> None:
     """Deny a tool call that waits for a human decision; the model is told.
 
     \b
     Example:
       threadlog deny THREAD call_3_0 --reason "not on the production database"
     """
-    _act(home, thread, {"kind": "deny", "call_id": call_id, "by": by, "reason": reason},
-         lambda s: s.deny(call_id, by=by, reason=reason), as_json)
+    _act(
+        home,
+        thread,
+        {"kind": "deny", "call_id": call_id, "by": by, "reason": reason},
+        lambda s: s.deny(call_id, by=by, reason=reason),
+        as_json,
+    )
 
 
 @cli.command()
@@ -102,8 +118,13 @@ def send(home: str | None, as_json: bool, thread: str, text: str, by: str) -> No
     Example:
       threadlog send THREAD "also update the changelog"
     """
-    _act(home, thread, {"kind": "input", "text": text, "by": by},
-         lambda s: s.submit(text, by=by) if s.state.active_turn else _queue(s, text), as_json)
+    _act(
+        home,
+        thread,
+        {"kind": "input", "text": text, "by": by},
+        lambda s: s.submit(text, by=by) if s.state.active_turn else _queue(s, text),
+        as_json,
+    )
 
 
 async def _queue(session: Session, text: str) -> Any:
@@ -117,13 +138,25 @@ async def _queue(session: Session, text: str) -> Any:
 @store_options
 @click.argument("thread")
 @click.argument("call_id")
-@click.option("--as", "decision", required=True, type=click.Choice(["done", "retry", "abort"]),
-              help="done: the effect happened; retry: run it again; abort: give up on it.")
+@click.option(
+    "--as",
+    "decision",
+    required=True,
+    type=click.Choice(["done", "retry", "abort"]),
+    help="done: the effect happened; retry: run it again; abort: give up on it.",
+)
 @click.option("--by", default="cli", show_default=True, help="Who decides (recorded).")
 @click.option("--note", help="A note for the record (and the model).")
 @handle_errors
-def resolve(home: str | None, as_json: bool, thread: str, call_id: str, decision: str, by: str,
-            note: str | None) -> None:
+def resolve(
+    home: str | None,
+    as_json: bool,
+    thread: str,
+    call_id: str,
+    decision: str,
+    by: str,
+    note: str | None,
+) -> None:
     """Resolve a tool call whose outcome is unknown after a crash.
 
     A non-idempotent call that started but has no recorded result is never re-run on a
@@ -133,8 +166,13 @@ def resolve(home: str | None, as_json: bool, thread: str, call_id: str, decision
     Example:
       threadlog resolve THREAD call_2_0 --as done --note "the file has the line once"
     """
-    _act(home, thread, {"kind": "resolve", "call_id": call_id, "decision": decision, "by": by, "note": note},
-         lambda s: s.resolve(call_id, decision, by=by, note=note), as_json)
+    _act(
+        home,
+        thread,
+        {"kind": "resolve", "call_id": call_id, "decision": decision, "by": by, "note": note},
+        lambda s: s.resolve(call_id, decision, by=by, note=note),
+        as_json,
+    )
 
 
 @cli.command()

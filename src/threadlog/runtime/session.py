@@ -120,7 +120,9 @@ class Session:
         runtime.store.add_listener(self._on_durable)
         home = getattr(runtime.store, "home", None)
         if isinstance(home, str) and os.path.isdir(home):
-            self._inbox_task = asyncio.create_task(self._watch_inbox(home), name=f"inbox {thread_id}")
+            self._inbox_task = asyncio.create_task(
+                self._watch_inbox(home), name=f"inbox {thread_id}"
+            )
 
     async def _watch_inbox(self, home: str) -> None:
         """Apply messages other processes leave for this session (see `runtime.inbox`)."""
@@ -144,15 +146,25 @@ class Session:
         elif kind == "input":
             await self.submit(str(body.get("text") or ""), by=by, id=event_id)
         elif kind == "resolve":
-            await self.resolve(str(body.get("call_id")), str(body.get("decision")), by=by,
-                               note=body.get("note"), id=event_id)
+            await self.resolve(
+                str(body.get("call_id")),
+                str(body.get("decision")),
+                by=by,
+                note=body.get("note"),
+                id=event_id,
+            )
         elif kind == "cancel":
             await self.cancel()
 
     # -- the pipeline ----------------------------------------------------------------------
 
     async def append(
-        self, type_: str, data: dict[str, Any], *, durable: bool | None = None, id: str | None = None
+        self,
+        type_: str,
+        data: dict[str, Any],
+        *,
+        durable: bool | None = None,
+        id: str | None = None,
     ) -> Record:
         """Append one event through the pipeline (see the module docstring)."""
         if self._broken is not None:
@@ -284,7 +296,12 @@ class Session:
         return await self.append(type_, {"call_id": call_id, "by": by, "reason": reason}, id=id)
 
     async def resolve(
-        self, call_id: str, decision: str, *, by: str = "user", note: str | None = None,
+        self,
+        call_id: str,
+        decision: str,
+        *,
+        by: str = "user",
+        note: str | None = None,
         id: str | None = None,
     ) -> Record:
         """A human's decision on a call whose outcome is unknown: done, retry or abort."""
@@ -328,8 +345,10 @@ class Session:
         async with asyncio.timeout(timeout):
             while not task.done() and not self.waiting_for_human:
                 self._changed.clear()
-                await asyncio.wait([task, asyncio.ensure_future(self._changed.wait())],
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    [task, asyncio.ensure_future(self._changed.wait())],
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
         if task.done() and not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
 
@@ -338,22 +357,46 @@ class Session:
         """Whether the running turn waits for an approval or a resolution."""
         action = next_action(self.state)
         if isinstance(action, Decide):
-            return decide(self.state.config.get("approval_policy"), action.call.tool, action.call.side_effect) == "ask"
+            return (
+                decide(
+                    self.state.config.get("approval_policy"),
+                    action.call.tool,
+                    action.call.side_effect,
+                )
+                == "ask"
+            )
         return isinstance(action, AwaitResolution)
 
     async def spawn(self, *, title: str | None = None, **config: Any) -> Session:
         """A sub-agent: a child thread with lineage to this one (a side-chain)."""
         self._check_open()
         op_id = _new_id()
-        await self.append("operation.started", {"op_id": op_id, "kind": "subagent", "detail": {"title": title}})
+        await self.append(
+            "operation.started", {"op_id": op_id, "kind": "subagent", "detail": {"title": title}}
+        )
         child = await self.runtime.create(
             self.state.principal,
             title=title,
-            lineage={"thread": self.thread_id, "ord": self.state.last_ord, "entry": self.state.last_id, "kind": "subagent"},
-            **{**{k: v for k, v in self.state.config.items() if k in ("cwd", "model", "approval_policy")}, **config},
+            lineage={
+                "thread": self.thread_id,
+                "ord": self.state.last_ord,
+                "entry": self.state.last_id,
+                "kind": "subagent",
+            },
+            **{
+                **{
+                    k: v
+                    for k, v in self.state.config.items()
+                    if k in ("cwd", "model", "approval_policy")
+                },
+                **config,
+            },
         )
         self.children.append(child)
-        await self.append("operation.finished", {"op_id": op_id, "ok": True, "detail": {"thread": child.thread_id}})
+        await self.append(
+            "operation.finished",
+            {"op_id": op_id, "ok": True, "detail": {"thread": child.thread_id}},
+        )
         return child
 
     # -- the turn loop ---------------------------------------------------------------------
@@ -388,18 +431,28 @@ class Session:
                         await self._changed.wait()
                     case AwaitTool(call=call):
                         # Started in a process that is gone: the outcome is unknown.
-                        await self._mark_unknown(call, "the process running this tool ended before its result was recorded")
+                        await self._mark_unknown(
+                            call,
+                            "the process running this tool ended before its result was recorded",
+                        )
                     case ConsumeInput(input_id=input_id):
-                        await self.append("input.consumed", {"input_id": input_id, "turn_id": turn_id})
+                        await self.append(
+                            "input.consumed", {"input_id": input_id, "turn_id": turn_id}
+                        )
                     case CallModel(step_number=n):
                         if n > max_steps:
                             raise _TurnFailed(f"step limit of {max_steps} reached")
                         await self._call_model(turn_id, n)
                     case EndTurn(outcome=outcome, reason=reason):
-                        await self.append("turn.ended", {"turn_id": turn_id, "outcome": outcome, "reason": reason})
+                        await self.append(
+                            "turn.ended", {"turn_id": turn_id, "outcome": outcome, "reason": reason}
+                        )
                         return
         except asyncio.CancelledError:
-            await self._end_turn(turn_id, "aborted", "cancelled")
+            if not (self._closing and self.waiting_for_human):
+                # A turn parked on a human decision survives closing: the wait is durable
+                # (a proposal without a decision) and a reopened session waits again.
+                await self._end_turn(turn_id, "aborted", "cancelled")
             raise
         except _TurnFailed as exc:
             await self._end_turn(turn_id, "failed", exc.reason)
@@ -416,7 +469,9 @@ class Session:
         if self._broken is not None or self.state.active_turn != turn_id:
             return
         try:
-            await self.append("turn.ended", {"turn_id": turn_id, "outcome": outcome, "reason": reason})
+            await self.append(
+                "turn.ended", {"turn_id": turn_id, "outcome": outcome, "reason": reason}
+            )
         except Exception:
             log.exception("turn %s: could not record its end", turn_id)
 
@@ -424,7 +479,12 @@ class Session:
         """Apply the approval policy; False when the call waits for a human."""
         decision = decide(self.state.config.get("approval_policy"), call.tool, call.side_effect)
         if decision == "ask":
-            self._publish(Progress("approval_needed", {"call_id": call.call_id, "tool": call.tool, "args": call.args}))
+            self._publish(
+                Progress(
+                    "approval_needed",
+                    {"call_id": call.call_id, "tool": call.tool, "args": call.args},
+                )
+            )
             return False
         type_ = "tool_call.approved" if decision == "auto" else "tool_call.denied"
         await self.append(type_, {"call_id": call.call_id, "by": f"policy:{call.side_effect}"})
@@ -433,22 +493,38 @@ class Session:
     async def _mark_unknown(self, call: ToolCallState, reason: str) -> None:
         if call.side_effect == "read_only":
             # Reading has no effect to duplicate: run it again.
-            await self.append("tool_call.finished", {"call_id": call.call_id, "ok": False,
-                                                     "error": "interrupted; the model may call it again"})
+            await self.append(
+                "tool_call.finished",
+                {
+                    "call_id": call.call_id,
+                    "ok": False,
+                    "error": "interrupted; the model may call it again",
+                },
+            )
             return
         await self.append("tool_call.unknown", {"call_id": call.call_id, "reason": reason})
 
     async def _execute(self, call: ToolCallState) -> None:
         tool = self.runtime.tools.get(call.tool)
         if tool is None:
-            await self.append("tool_call.started", {"call_id": call.call_id, "attempt": call.attempt + 1})
-            await self.append("tool_call.finished", {"call_id": call.call_id, "ok": False, "error": f"unknown tool {call.tool!r}"})
+            await self.append(
+                "tool_call.started", {"call_id": call.call_id, "attempt": call.attempt + 1}
+            )
+            await self.append(
+                "tool_call.finished",
+                {"call_id": call.call_id, "ok": False, "error": f"unknown tool {call.tool!r}"},
+            )
             return
         attempt = call.attempt + 1
         key = call.idempotency_key or derived_id("threadlog.tool", self.thread_id, call.call_id)
-        await self.append("tool_call.started", {"call_id": call.call_id, "attempt": attempt, "idempotency_key": key})
+        await self.append(
+            "tool_call.started",
+            {"call_id": call.call_id, "attempt": attempt, "idempotency_key": key},
+        )
         ctx = ToolContext(self.thread_id, call.call_id, attempt, key, self._cwd())
-        task = asyncio.create_task(tool.run(ctx, dict(call.args)), name=f"tool {call.tool} {call.call_id}")
+        task = asyncio.create_task(
+            tool.run(ctx, dict(call.args)), name=f"tool {call.tool} {call.call_id}"
+        )
         self._tool_tasks.add(task)
         ok, result, error = False, None, None
         try:
@@ -464,10 +540,17 @@ class Session:
         except asyncio.CancelledError:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            if tool.side_effect == "read_only":
-                await self.append("tool_call.finished", {"call_id": call.call_id, "ok": False, "error": "cancelled"})
+            if tool.side_effect != "non_idempotent":
+                # Safe to run again: a plain error result lets the model decide.
+                await self.append(
+                    "tool_call.finished",
+                    {"call_id": call.call_id, "ok": False, "error": "cancelled"},
+                )
             else:
-                await self.append("tool_call.unknown", {"call_id": call.call_id, "reason": "cancelled while running"})
+                await self.append(
+                    "tool_call.unknown",
+                    {"call_id": call.call_id, "reason": "cancelled while running"},
+                )
             raise
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
@@ -476,8 +559,15 @@ class Session:
         try:
             codec.canonical(result)
         except UsageError:
-            ok, result, error = False, None, f"the tool returned a value that is not JSON: {type(result).__name__}"
-        await self.append("tool_call.finished", {"call_id": call.call_id, "ok": ok, "result": result, "error": error})
+            ok, result, error = (
+                False,
+                None,
+                f"the tool returned a value that is not JSON: {type(result).__name__}",
+            )
+        await self.append(
+            "tool_call.finished",
+            {"call_id": call.call_id, "ok": ok, "result": result, "error": error},
+        )
 
     def _cwd(self) -> Path:
         cwd = self.state.config.get("cwd")
@@ -504,8 +594,24 @@ class Session:
         step_id = f"{turn_id}.{n}"
         while step_id in self.state.steps:
             step_id += "+"
-        await self.append("step.started", {"turn_id": turn_id, "step_id": step_id, "context": snapshot, "context_hash": context_hash})
-        await self.append("provider.started", {"turn_id": turn_id, "step_id": step_id, "provider": model.provider, "model": request.model})
+        await self.append(
+            "step.started",
+            {
+                "turn_id": turn_id,
+                "step_id": step_id,
+                "context": snapshot,
+                "context_hash": context_hash,
+            },
+        )
+        await self.append(
+            "provider.started",
+            {
+                "turn_id": turn_id,
+                "step_id": step_id,
+                "provider": model.provider,
+                "model": request.model,
+            },
+        )
         partial: list[str] = []
         completed: Completed | None = None
         self._publish(Progress("thinking", {"step_id": step_id}))
@@ -517,12 +623,30 @@ class Session:
                 elif isinstance(event, Completed):
                     completed = event
             if completed is None:
-                raise ProviderError("the stream ended without a complete response", partial="".join(partial))
+                raise ProviderError(
+                    "the stream ended without a complete response", partial="".join(partial)
+                )
         except ProviderError as exc:
-            await self.append("provider.interrupted", {"turn_id": turn_id, "step_id": step_id, "reason": str(exc), "partial": "".join(partial) or exc.partial})
+            await self.append(
+                "provider.interrupted",
+                {
+                    "turn_id": turn_id,
+                    "step_id": step_id,
+                    "reason": str(exc),
+                    "partial": "".join(partial) or exc.partial,
+                },
+            )
             raise _TurnFailed(f"provider error: {exc}") from exc
         except asyncio.CancelledError:
-            await self.append("provider.interrupted", {"turn_id": turn_id, "step_id": step_id, "reason": "cancelled", "partial": "".join(partial) or None})
+            await self.append(
+                "provider.interrupted",
+                {
+                    "turn_id": turn_id,
+                    "step_id": step_id,
+                    "reason": "cancelled",
+                    "partial": "".join(partial) or None,
+                },
+            )
             raise
         message = dict(completed.message)
         calls: list[dict[str, Any]] = []
@@ -531,9 +655,24 @@ class Session:
             while call_id in self.state.tool_calls or any(c["id"] == call_id for c in calls):
                 call_id += "+"
             args = raw.get("arguments")
-            calls.append({"id": call_id, "name": str(raw.get("name") or ""), "arguments": args if isinstance(args, dict) else {}})
+            calls.append(
+                {
+                    "id": call_id,
+                    "name": str(raw.get("name") or ""),
+                    "arguments": args if isinstance(args, dict) else {},
+                }
+            )
         message["tool_calls"] = calls
-        await self.append("model.responded", {"turn_id": turn_id, "step_id": step_id, "message": message, "usage": completed.usage, "stop_reason": completed.stop_reason})
+        await self.append(
+            "model.responded",
+            {
+                "turn_id": turn_id,
+                "step_id": step_id,
+                "message": message,
+                "usage": completed.usage,
+                "stop_reason": completed.stop_reason,
+            },
+        )
         for call in calls:
             tool = self.runtime.tools.get(call["name"])
             side_effect = tool.side_effect if tool is not None else "non_idempotent"
@@ -541,12 +680,27 @@ class Session:
             if tool is not None and tool.idempotency_key is not None:
                 ctx = ToolContext(self.thread_id, call["id"], 1, "", self._cwd())
                 key = tool.idempotency_key(ctx, call["arguments"])
-            await self.append("tool_call.proposed", {
-                "turn_id": turn_id, "step_id": step_id, "call_id": call["id"], "tool": call["name"],
-                "args": call["arguments"], "side_effect": side_effect, "idempotency_key": key,
-            })
+            await self.append(
+                "tool_call.proposed",
+                {
+                    "turn_id": turn_id,
+                    "step_id": step_id,
+                    "call_id": call["id"],
+                    "tool": call["name"],
+                    "args": call["arguments"],
+                    "side_effect": side_effect,
+                    "idempotency_key": key,
+                },
+            )
             if tool is None:
-                await self.append("tool_call.denied", {"call_id": call["id"], "by": "runtime", "reason": f"unknown tool {call['name']!r}"})
+                await self.append(
+                    "tool_call.denied",
+                    {
+                        "call_id": call["id"],
+                        "by": "runtime",
+                        "reason": f"unknown tool {call['name']!r}",
+                    },
+                )
 
     # -- closing ---------------------------------------------------------------------------
 
