@@ -21,7 +21,7 @@ def run(*args: str) -> tuple[int, str, str]:
 
 @pytest.fixture
 def demo_thread(home: str) -> str:
-    code, out, _ = run("demo", "--home", home, "--pause", "0", "--json")
+    code, out, _ = run("demo", "--home", home, "--pause", "0.01", "--json", "--yes")
     assert code == 0, out
     doc = json.loads(out)
     assert doc["verified"] is True
@@ -39,9 +39,15 @@ def test_every_command_has_help_with_an_example() -> None:
 def test_demo_writes_a_verified_thread(home: str, demo_thread: str) -> None:
     with open_store(home) as store:
         state = store.state(demo_thread)
-        assert state.turns["turn-1"].status == "completed"
+        (turn,) = state.turns.values()
+        assert turn.status == "completed"
+        assert [c.tool for c in state.tool_calls.values()] == ["read_file", "read_file", "append_file"]
         assert [c.status for c in state.tool_calls.values()] == ["finished"] * 3
+        # the steering was queued and consumed exactly once
+        assert len(state.inputs) == 1 and next(iter(state.inputs.values())).consumed_by == turn.turn_id
         assert store.verify(demo_thread).ok
+        types = [r.type for r in store.read(demo_thread)]
+        assert types[-1] == "turn.ended" and types.count("model.responded") == 4
 
 
 def test_ls_json_shape(home: str, demo_thread: str) -> None:
@@ -64,6 +70,7 @@ def test_ls_json_shape(home: str, demo_thread: str) -> None:
         "damage",
     }
     assert rows[0]["principal"] == "demo" and rows[0]["turns"] == 1 and rows[0]["tool_calls"] == 3
+    assert rows[0]["last_ord"] == 29
 
 
 def test_ls_human_and_empty(home: str) -> None:
@@ -75,7 +82,7 @@ def test_events_are_json_lines_from_a_cursor(home: str, demo_thread: str) -> Non
     code, out, _ = run("events", demo_thread, "--home", home, "--after", "20")
     assert code == 0
     lines = [json.loads(line) for line in out.splitlines()]
-    assert [r["ord"] for r in lines] == list(range(21, 26))
+    assert [r["ord"] for r in lines] == list(range(21, 30))
     assert list(lines[0]) == [
         "v",
         "id",
@@ -98,7 +105,7 @@ def test_show_json(home: str, demo_thread: str) -> None:
     doc = json.loads(out)
     assert doc["thread"]["thread_id"] == demo_thread
     assert [t["status"] for t in doc["turns"]] == ["completed"]
-    assert [r["ord"] for r in doc["last_records"]] == [23, 24, 25]
+    assert [r["ord"] for r in doc["last_records"]] == [27, 28, 29]
     code, out, _ = run("show", demo_thread, "--home", home)
     assert code == 0 and "append_file" in out
 
@@ -138,4 +145,4 @@ def test_verify_ok_and_rebuild(home: str, demo_thread: str) -> None:
     code, out, _ = run("rebuild", "--home", home, "--json")
     assert code == 0
     doc = json.loads(out)
-    assert doc["threads"] == 1 and doc["records"] == 25 and doc["damaged"] == []
+    assert doc["threads"] == 1 and doc["records"] == 29 and doc["damaged"] == []

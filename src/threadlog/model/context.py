@@ -4,7 +4,8 @@ Messages are plain dicts::
 
     {"role": "system", "content": str}
     {"role": "user", "content": str}
-    {"role": "assistant", "content": str | None, "tool_calls": [{"id", "name", "arguments"}]}
+    {"role": "assistant", "content": str | None, "tool_calls": [{"id", "name", "arguments"}],
+     "thinking": [...]}   (optional: provider reasoning blocks, passed back as received)
     {"role": "tool", "tool_call_id": str, "name": str, "content": str}
 
 `Context` folds records into that list as they are appended, so the runtime never re-reads
@@ -66,13 +67,15 @@ class Context:
             self.messages.append({"role": "user", "content": text})
         elif type_ == "model.responded":
             message = data.get("message") or {}
-            self.messages.append(
-                {
-                    "role": "assistant",
-                    "content": message.get("content"),
-                    "tool_calls": list(message.get("tool_calls") or []),
-                }
-            )
+            assistant = {
+                "role": "assistant",
+                "content": message.get("content"),
+                "tool_calls": list(message.get("tool_calls") or []),
+            }
+            if message.get("thinking"):
+                # Providers that sign their reasoning (Anthropic) need it sent back verbatim.
+                assistant["thinking"] = message["thinking"]
+            self.messages.append(assistant)
         elif type_ == "tool_call.proposed":
             self._calls[data["call_id"]] = data.get("tool", "")
         elif type_ == "tool_call.finished":
