@@ -134,6 +134,13 @@ def recover_rollout(
         prev_hash, expected = record.hash, expected + 1
     damaged = scanned.error is not None or scanned.torn is not None
     if not missing and not damaged:
+        # Everything is there, but possibly only in the page cache (the dead store never
+        # reached its checkpoint): make it durable before the journal may be deleted (B2).
+        fd = fops.open(path, os.O_RDONLY)
+        try:
+            fops.fsync(fd)
+        finally:
+            fops.close(fd)
         return scanned
     if damaged:
         log.warning(
