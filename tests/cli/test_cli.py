@@ -146,3 +146,26 @@ def test_verify_ok_and_rebuild(home: str, demo_thread: str) -> None:
     assert code == 0
     doc = json.loads(out)
     assert doc["threads"] == 1 and doc["records"] == 29 and doc["damaged"] == []
+
+
+def test_ctrl_c_closes_the_demo_cleanly(home: str) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "threadlog", "demo", "--home", home, "--pause", "0.3", "--yes"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    )
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err.decode()
+    assert b"closed cleanly" in out and b"Traceback" not in err
+    with open_store(home) as store:
+        (thread,) = store.thread_ids()
+        assert store.verify(thread).ok
+        last = store.read(thread)[-1]
+        assert last.type == "turn.ended" and last.data["outcome"] == "aborted"
+        store.append(thread, "custom.after", {})  # the lease was released

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import sys
 import tempfile
 from pathlib import Path
@@ -176,7 +177,7 @@ async def _approve(
         console.print(
             f"\n  [yellow]approval needed[/yellow]: {tool} {orjson.dumps(data['args']).decode()[:80]}"
         )
-        ok = await asyncio.to_thread(click.confirm, "  run it?", default=True)
+        ok = await _ask("  run it?")
         if not ok:
             await session.deny(call_id, by="demo-user", reason="declined at the prompt")
             return
@@ -186,6 +187,23 @@ async def _approve(
             "  [yellow]approval needed[/yellow]: approving (--yes, or no terminal to ask on)"
         )
         await session.approve(call_id, by="demo-user (--yes)")
+
+
+async def _ask(question: str) -> bool:
+    """click.confirm on a daemon thread: Ctrl-C at the prompt must not wait for the input."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[bool] = loop.create_future()
+
+    def ask() -> None:
+        try:
+            result = click.confirm(question, default=True)
+        except BaseException as exc:  # noqa: BLE001 - EOF or abort at the prompt
+            loop.call_soon_threadsafe(lambda: answer.done() or answer.set_exception(exc))
+        else:
+            loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result(result))
+
+    threading.Thread(target=ask, name="threadlog-prompt", daemon=True).start()
+    return await answer
 
 
 @cli.command()
@@ -213,7 +231,13 @@ def demo(home: str | None, as_json: bool, yes: bool, pause: float) -> None:
     """
     home = home or default_home()
     console = Console(highlight=False, stderr=as_json)
-    thread, ok = asyncio.run(_run(home, yes or as_json, pause, console))
+    try:
+        thread, ok = asyncio.run(_run(home, yes or as_json, pause, console))
+    except KeyboardInterrupt:
+        # asyncio.run cancelled the session; the close protocol has run (turn aborted, or
+        # left waiting for its approval), the log is flushed and the lease released.
+        console.print("\n[yellow]interrupted[/yellow]: the session was closed cleanly")
+        sys.exit(130)
     if as_json:
         sys.stdout.write(
             orjson.dumps({"thread": thread, "verified": ok, "home": home}).decode() + "\n"
