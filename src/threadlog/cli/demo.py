@@ -194,13 +194,21 @@ async def _ask(question: str) -> bool:
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[bool] = loop.create_future()
 
+    def settle(result: bool | None, exc: BaseException | None) -> None:
+        if answer.done():
+            return
+        if exc is not None:
+            answer.set_exception(exc)
+        else:
+            answer.set_result(bool(result))
+
     def ask() -> None:
         try:
             result = click.confirm(question, default=True)
         except BaseException as exc:  # noqa: BLE001 - EOF or abort at the prompt
-            loop.call_soon_threadsafe(lambda: answer.done() or answer.set_exception(exc))
+            loop.call_soon_threadsafe(settle, None, exc)
         else:
-            loop.call_soon_threadsafe(lambda: answer.done() or answer.set_result(result))
+            loop.call_soon_threadsafe(settle, result, None)
 
     threading.Thread(target=ask, name="threadlog-prompt", daemon=True).start()
     return await answer
