@@ -17,14 +17,22 @@ Bookkeeping (step and provider records, approvals, labels, memory) does not.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from threadlog.model.envelope import Record
 from threadlog.model.refs import is_artifact_ref
 
-__all__ = ["Context", "tool_result_text"]
+if TYPE_CHECKING:
+    from threadlog.model.envelope import Record
+
+__all__ = ["RESUME_NOTE", "Context", "tool_result_text"]
+
+RESUME_NOTE = (
+    "The previous turn was interrupted because the process running it stopped. Everything "
+    "recorded before that is above, including tool results. Continue the same task; do not "
+    "repeat actions whose results are shown."
+)
 
 
 def tool_result_text(result: Any) -> str:
@@ -59,7 +67,11 @@ class Context:
         if type_ == "turn.started":
             if data.get("input_id"):
                 self._queued.pop(data["input_id"], None)
-            self.messages.append({"role": "user", "content": data.get("input", "")})
+            if data.get("resumes"):
+                # Not user input: the user said nothing new. The model is told what happened.
+                self.messages.append({"role": "system", "content": RESUME_NOTE})
+            else:
+                self.messages.append({"role": "user", "content": data.get("input", "")})
         elif type_ == "input.queued":
             self._queued[data["input_id"]] = data.get("text", "")
         elif type_ == "input.consumed":
@@ -86,7 +98,10 @@ class Context:
             )
             self._tool(data["call_id"], content)
         elif type_ == "tool_call.denied":
-            self._tool(data["call_id"], f"denied by {data.get('by')}: {data.get('reason') or 'no reason given'}")
+            self._tool(
+                data["call_id"],
+                f"denied by {data.get('by')}: {data.get('reason') or 'no reason given'}",
+            )
         elif type_ == "tool_call.resolved" and data.get("decision") in ("done", "abort"):
             verb = "was completed" if data["decision"] == "done" else "was abandoned"
             self._tool(
@@ -97,5 +112,10 @@ class Context:
 
     def _tool(self, call_id: str, content: str) -> None:
         self.messages.append(
-            {"role": "tool", "tool_call_id": call_id, "name": self._calls.get(call_id, ""), "content": content}
+            {
+                "role": "tool",
+                "tool_call_id": call_id,
+                "name": self._calls.get(call_id, ""),
+                "content": content,
+            }
         )

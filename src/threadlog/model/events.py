@@ -101,6 +101,8 @@ class TurnStarted:
     """The user input that started the turn."""
     input_id: str | None = None
     """Set when the turn starts from queued input: that input is consumed by this turn."""
+    resumes: str | None = None
+    """Set when the turn continues a turn that a crash interrupted (that turn's id)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

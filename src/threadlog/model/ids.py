@@ -40,7 +40,7 @@ def uuid7_from_bits(unix_ms: int, bits: int) -> str:
         | (0b10 << 62)
         | (bits & 0x3FFF_FFFF_FFFF_FFFF)
     )
-    h = "%032x" % value
+    h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 

@@ -175,7 +175,9 @@ def _step(state: ThreadState, step_id: str, what: str, turn_id: str | None = Non
     if step is None:
         raise _illegal(f"{what}: unknown step {step_id!r}")
     if turn_id is not None and step.turn_id != turn_id:
-        raise _illegal(f"{what}: step {step_id!r} belongs to turn {step.turn_id!r}, not {turn_id!r}")
+        raise _illegal(
+            f"{what}: step {step_id!r} belongs to turn {step.turn_id!r}, not {turn_id!r}"
+        )
     return step
 
 
@@ -208,7 +210,9 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
             if input_id is not None:
                 queued = state.inputs.get(input_id)
                 if queued is None or queued.consumed_by is not None:
-                    raise _illegal(f"turn {turn_id!r} cannot start from input {input_id!r}: not queued")
+                    raise _illegal(
+                        f"turn {turn_id!r} cannot start from input {input_id!r}: not queued"
+                    )
             state.turns[turn_id] = TurnState(
                 turn_id=turn_id, input=text, status="running", started_ord=ord_
             )

@@ -43,7 +43,12 @@ class ArtifactRef:
         if not is_artifact_ref(data):
             return None
         ref = data[REF_KEY]
-        return cls(ref["sha256"], ref["size"], ref.get("media_type") or "application/octet-stream", ref.get("summary"))
+        return cls(
+            ref["sha256"],
+            ref["size"],
+            ref.get("media_type") or "application/octet-stream",
+            ref.get("summary"),
+        )
 
 
 def is_artifact_ref(data: Any) -> bool:

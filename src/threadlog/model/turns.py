@@ -10,7 +10,11 @@ Order of precedence, within the running turn:
 1. an undecided proposal → `Decide` (the approval policy, or wait for a human);
 2. an approved call → `RunTool`;
 3. a call whose outcome is unknown → `AwaitResolution` (never re-run on a guess);
-4. a call that is running → `AwaitTool` (in this process: it is executing);
+4. a call that started in a process that is gone → `AwaitTool` (the runtime re-runs it if
+   it is read-only or idempotent, asks its reconcile hook, or marks it unknown);
+
+(1–4 look at every open call of the thread, so calls left by an interrupted turn are settled
+by the next one.)
 5. queued steering input → `ConsumeInput` (a safe point: no call in flight);
 6. no step yet, or the last step's calls are all settled, or the last step was interrupted
    → `CallModel`;
@@ -20,11 +24,16 @@ Order of precedence, within the running turn:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from threadlog.model.state import ThreadState, ToolCallState
+from threadlog.model.approvals import decide
+
+if TYPE_CHECKING:
+    from threadlog.model.state import ThreadState, ToolCallState
 
 __all__ = [
     "Action",
+    "is_parked",
     "AwaitResolution",
     "AwaitTool",
     "CallModel",
@@ -83,7 +92,7 @@ class EndTurn:
 
 Action = Idle | Decide | RunTool | AwaitResolution | AwaitTool | ConsumeInput | CallModel | EndTurn
 
-_SETTLED = frozenset({"finished", "denied", "done", "aborted"})
+_OPEN = frozenset({"proposed", "approved", "unknown", "running"})
 
 
 def next_action(state: ThreadState) -> Action:
@@ -92,7 +101,9 @@ def next_action(state: ThreadState) -> Action:
     if turn_id is None:
         return Idle()
     turn = state.turns[turn_id]
-    calls = [state.tool_calls[c] for c in turn.tool_calls]
+    # Calls left unfinished by an earlier (interrupted) turn are settled first, whatever turn
+    # proposed them: the log must not keep an open tool call behind a new turn's back.
+    calls = [c for c in state.tool_calls.values() if c.status in _OPEN]
     for status, action in (
         ("proposed", Decide),
         ("approved", RunTool),
@@ -110,11 +121,31 @@ def next_action(state: ThreadState) -> Action:
         return CallModel(turn_id, 1)
     last = steps[-1]
     if last.status == "responded":
-        steered = any(
-            (state.inputs[i].consumed_ord or 0) > last.started_ord for i in turn.inputs
-        )
+        steered = any((state.inputs[i].consumed_ord or 0) > last.started_ord for i in turn.inputs)
         if last.tool_calls or steered:
             return CallModel(turn_id, len(steps) + 1)
         return EndTurn(turn_id, "completed")
     # started or provider_started without a response (a crash) or interrupted: ask again
     return CallModel(turn_id, len(steps) + 1)
+
+
+def is_parked(state: ThreadState) -> bool:
+    """Whether the running turn waits for a human (an approval, or a resolution).
+
+    Such a wait is durable and harmless: nothing is in flight, so a session that closes or
+    dies while parked leaves nothing to repair.
+    """
+    action = next_action(state)
+    if isinstance(action, AwaitResolution):
+        return True
+    if isinstance(action, Decide):
+        policy = state.config.get("approval_policy")
+        return (
+            decide(
+                policy if isinstance(policy, dict) else None,
+                action.call.tool,
+                action.call.side_effect,
+            )
+            == "ask"
+        )
+    return False

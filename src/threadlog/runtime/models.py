@@ -77,7 +77,9 @@ ModelEvent = TextDelta | Completed
 class ProviderError(RunError):
     """The provider failed (HTTP error, broken stream, bad payload)."""
 
-    def __init__(self, message: str, *, partial: str | None = None, retryable: bool = False) -> None:
+    def __init__(
+        self, message: str, *, partial: str | None = None, retryable: bool = False
+    ) -> None:
         super().__init__(message)
         self.partial = partial
         self.retryable = retryable
@@ -166,7 +168,11 @@ class ScriptedModel:
         if reply.fail_after is not None and reply.fail_after >= len(words):
             raise ProviderError("scripted failure mid-stream", partial=" ".join(sent))
         calls = [
-            {"id": spec.id or f"call_{self.calls}_{n}", "name": spec.name, "arguments": dict(spec.arguments)}
+            {
+                "id": spec.id or f"call_{self.calls}_{n}",
+                "name": spec.name,
+                "arguments": dict(spec.arguments),
+            }
             for n, spec in enumerate(reply.tool_calls)
         ]
         prompt_tokens = sum(len(str(m.get("content") or "")) for m in request.messages) // 4

@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterable
-from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from threadlog.errors import UsageError
 from threadlog.runtime.approvals import check_policy
 from threadlog.runtime.models import Model, ScriptedModel
 from threadlog.runtime.session import Session
 from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolRegistry
-from threadlog.store.base import Store
 from threadlog.store.embedded import EmbeddedStore
 from threadlog.store.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from types import TracebackType
+
+    from threadlog.store.base import Store
 
 __all__ = ["Runtime"]
 

@@ -33,7 +33,6 @@ import contextlib
 import hashlib
 import logging
 import os
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,11 +40,9 @@ from typing import TYPE_CHECKING, Any
 from threadlog.errors import ConflictError, InvalidTransition, RunError, UsageError
 from threadlog.model import codec
 from threadlog.model.context import Context
-from threadlog.model.envelope import Record
 from threadlog.model.events import from_data
 from threadlog.model.ids import derived_id, uuid7_from_bits
 from threadlog.model.reducer import apply, replay
-from threadlog.model.state import ThreadState, ToolCallState
 from threadlog.model.turns import (
     AwaitResolution,
     AwaitTool,
@@ -63,6 +60,10 @@ from threadlog.runtime.models import Completed, ModelRequest, ProviderError, Tex
 from threadlog.runtime.tools import ToolContext, ToolError
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from threadlog.model.envelope import Record
+    from threadlog.model.state import ThreadState, ToolCallState
     from threadlog.runtime.runtime import Runtime
 
 __all__ = ["Progress", "Session", "SubscriberDropped"]

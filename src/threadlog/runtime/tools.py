@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -59,8 +60,11 @@ class ToolContext:
         """``path`` (relative to ``cwd``, or absolute) resolved, or `ToolError` if it escapes."""
         if not isinstance(path, str) or not path or "\x00" in path:
             raise ToolError(f"invalid path {path!r}")
-        root = self.cwd.resolve()
-        target = (root / path).resolve()
+        try:
+            root = self.cwd.resolve()
+            target = (root / path).resolve()
+        except (RuntimeError, OSError) as exc:  # a symlink loop, an unreadable component
+            raise ToolError(f"cannot resolve {path!r}: {exc}") from None
         if target != root and root not in target.parents:
             raise ToolError(f"path {path!r} is outside the workspace {root}")
         return target
@@ -114,7 +118,11 @@ class ToolRegistry:
         return self.tools.get(name)
 
     def specs(self, active: Iterable[str] | None = None) -> list[dict[str, Any]]:
-        names = list(self.tools) if active is None else [n for n in active if n in self.tools]
+        names = (
+            list(self.tools)
+            if active is None
+            else list(dict.fromkeys(n for n in active if n in self.tools))
+        )
         return [self.tools[n].spec() for n in names]
 
 
@@ -142,35 +150,52 @@ async def _list_dir(ctx: ToolContext, args: dict[str, Any]) -> list[str]:
     return sorted(e.name + ("/" if e.is_dir() else "") for e in os.scandir(path))
 
 
+def _encode_text(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"text is not valid Unicode: {exc}") from None
+
+
 async def _write_file(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     path = ctx.resolve(_str_arg(args, "path"))
-    text = _str_arg(args, "text")
+    data = _encode_text(_str_arg(args, "text"))
+    if path == ctx.cwd.resolve() or path.is_dir():
+        raise ToolError(f"{args['path']} is a directory")
 
     def write() -> None:
+        # temp file beside the target (unique per write), fsync, atomic rename
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{ctx.call_id[:8]}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+        try:
+            with open(tmp, "xb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     await asyncio.to_thread(write)
-    return {"path": args["path"], "bytes": len(text.encode())}
+    return {"path": args["path"], "bytes": len(data)}
 
 
 async def _append_file(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     path = ctx.resolve(_str_arg(args, "path"))
-    text = _str_arg(args, "text")
+    data = _encode_text(_str_arg(args, "text"))
+    if path.is_dir():
+        raise ToolError(f"{args['path']} is a directory")
 
     def append() -> None:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(text)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
 
     await asyncio.to_thread(append)
-    return {"path": args["path"], "appended": len(text.encode())}
+    return {"path": args["path"], "appended": len(data)}
 
 
 async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -183,21 +208,26 @@ async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
         raise ToolError("argument 'command' must be a string or a list of strings")
     cwd = ctx.resolve(args.get("cwd") or ".")
     timeout = args.get("timeout", 30)
-    if not isinstance(timeout, int | float) or not 0 < timeout <= 600:
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 600:
         raise ToolError("argument 'timeout' must be a number of seconds in (0, 600]")
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        *argv,
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
     )
     try:
         async with asyncio.timeout(timeout):
             out, err = await proc.communicate()
+    except TimeoutError:
+        _kill_group(proc.pid)
+        await proc.wait()
+        raise ToolError(f"command timed out after {timeout:g}s") from None
     except BaseException:
-        # timeout or cancellation: end the whole process group, then reap it
-        try:
-            os.killpg(proc.pid, 9)
-        except ProcessLookupError:
-            pass
+        # cancellation: end the whole process group, then reap it
+        _kill_group(proc.pid)
         await proc.wait()
         raise
     limit = 64 * 1024
@@ -208,36 +238,68 @@ async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
     }
 
 
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, 9)
+    except ProcessLookupError:
+        pass
+
+
 _PATH = {"type": "string", "description": "A path relative to the workspace."}
 
 read_file = Tool(
-    "read_file", "Read a text file of the workspace.",
+    "read_file",
+    "Read a text file of the workspace.",
     {"type": "object", "properties": {"path": _PATH}, "required": ["path"]},
-    "read_only", _read_file,
+    "read_only",
+    _read_file,
 )
 list_dir = Tool(
-    "list_dir", "List a directory of the workspace (directories end with /).",
+    "list_dir",
+    "List a directory of the workspace (directories end with /).",
     {"type": "object", "properties": {"path": _PATH}},
-    "read_only", _list_dir,
+    "read_only",
+    _list_dir,
 )
 write_file = Tool(
-    "write_file", "Write (replace) a text file of the workspace.",
-    {"type": "object", "properties": {"path": _PATH, "text": {"type": "string"}},
-     "required": ["path", "text"]},
-    "idempotent", _write_file,
+    "write_file",
+    "Write (replace) a text file of the workspace.",
+    {
+        "type": "object",
+        "properties": {"path": _PATH, "text": {"type": "string"}},
+        "required": ["path", "text"],
+    },
+    "idempotent",
+    _write_file,
 )
 append_file = Tool(
-    "append_file", "Append text to a file of the workspace.",
-    {"type": "object", "properties": {"path": _PATH, "text": {"type": "string"}},
-     "required": ["path", "text"]},
-    "non_idempotent", _append_file,
+    "append_file",
+    "Append text to a file of the workspace.",
+    {
+        "type": "object",
+        "properties": {"path": _PATH, "text": {"type": "string"}},
+        "required": ["path", "text"],
+    },
+    "non_idempotent",
+    _append_file,
 )
 run_command = Tool(
-    "run_command", "Run a command in the workspace (a shell string or an argv list).",
-    {"type": "object", "properties": {
-        "command": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
-        "cwd": _PATH, "timeout": {"type": "number"}}, "required": ["command"]},
-    "non_idempotent", _run_command, timeout=600,
+    "run_command",
+    "Run a command in the workspace (a shell string or an argv list).",
+    {
+        "type": "object",
+        "properties": {
+            "command": {
+                "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]
+            },
+            "cwd": _PATH,
+            "timeout": {"type": "number"},
+        },
+        "required": ["command"],
+    },
+    "non_idempotent",
+    _run_command,
+    timeout=600,
 )
 
 BUILTIN_TOOLS: tuple[Tool, ...] = (read_file, list_dir, write_file, append_file, run_command)

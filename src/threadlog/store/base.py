@@ -57,20 +57,38 @@ class Store(Protocol):
     """The store interface the runtime relies on (embedded and in-memory backends)."""
 
     def create_thread(
-        self, principal: str = "local", *, title: str | None = None,
-        lineage: dict[str, Any] | None = None, **config: Any,
+        self,
+        principal: str = "local",
+        *,
+        title: str | None = None,
+        lineage: dict[str, Any] | None = None,
+        **config: Any,
     ) -> str: ...
 
     def append(
-        self, thread_id: str, type: str | Event, data: Any = None, *, durable: bool | None = None,
-        id: str | None = None, parent: str | None | EllipsisType = ...,
-        expect_ord: int | None = None, check: Callable[[Record], object] | None = None,
+        self,
+        thread_id: str,
+        type: str | Event,
+        data: Any = None,
+        *,
+        durable: bool | None = None,
+        id: str | None = None,
+        parent: str | None | EllipsisType = ...,
+        expect_ord: int | None = None,
+        check: Callable[[Record], object] | None = None,
     ) -> Record: ...
 
     async def aappend(
-        self, thread_id: str, type: str | Event, data: Any = None, *, durable: bool | None = None,
-        id: str | None = None, parent: str | None | EllipsisType = ...,
-        expect_ord: int | None = None, check: Callable[[Record], object] | None = None,
+        self,
+        thread_id: str,
+        type: str | Event,
+        data: Any = None,
+        *,
+        durable: bool | None = None,
+        id: str | None = None,
+        parent: str | None | EllipsisType = ...,
+        expect_ord: int | None = None,
+        check: Callable[[Record], object] | None = None,
     ) -> Record: ...
 
     def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]: ...

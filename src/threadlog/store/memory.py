@@ -6,10 +6,9 @@ the store contract. Records are encoded and hash-chained exactly as on disk.
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable
-from types import EllipsisType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from threadlog._clock import random_bits, rfc3339, wall_ns
 from threadlog.errors import DuplicateEventConflict, OrdinalConflict, ThreadNotFound, UsageError
@@ -18,10 +17,22 @@ from threadlog.model.envelope import FORMAT_VERSION, Record, encode_record
 from threadlog.model.events import Event, ThreadCreated, to_data
 from threadlog.model.ids import is_uuid, uuid7_from_bits
 from threadlog.model.reducer import replay
-from threadlog.model.state import ThreadState
 from threadlog.store.base import Listener, normalize_append
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import EllipsisType
+
+    from threadlog.model.state import ThreadState
+
 __all__ = ["MemoryStore"]
+
+log = logging.getLogger("threadlog.store")
+
+
+def _copy(record: Record, data_json: bytes) -> Record:
+    """A record whose data is a fresh decode: handing it out never aliases the log."""
+    return record._replace(data=codec.loads(data_json))
 
 
 class MemoryStore:
@@ -30,7 +41,7 @@ class MemoryStore:
     home = ":memory:"
 
     def __init__(self) -> None:
-        self._threads: dict[str, list[Record]] = {}
+        self._threads: dict[str, list[tuple[Record, bytes]]] = {}
         self._ids: dict[str, dict[str, int]] = {}
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
@@ -50,6 +61,8 @@ class MemoryStore:
         lineage: dict[str, Any] | None = None,
         **config: Any,
     ) -> str:
+        if self._closed:
+            raise UsageError("the store is closed")
         if not isinstance(principal, str) or not principal:
             raise UsageError("principal must be a non-empty string")
         now = wall_ns()
@@ -94,7 +107,13 @@ class MemoryStore:
         check: Callable[[Record], object] | None = None,
     ) -> Record:
         return self.append(
-            thread_id, type, data, durable=durable, id=id, parent=parent, expect_ord=expect_ord,
+            thread_id,
+            type,
+            data,
+            durable=durable,
+            id=id,
+            parent=parent,
+            expect_ord=expect_ord,
             check=check,
         )
 
@@ -109,6 +128,7 @@ class MemoryStore:
         check: Callable[[Record], object] | None,
     ) -> Record:
         data_json = codec.canonical(data)
+        data = codec.loads(data_json)  # what a later read returns, and no alias of the caller's
         now = wall_ns()
         with self._lock:
             records = self._threads.get(thread_id)
@@ -116,7 +136,7 @@ class MemoryStore:
                 raise ThreadNotFound(thread_id)
             ids = self._ids[thread_id]
             if id is not None and id in ids:
-                stored = records[ids[id] - 1]
+                stored = records[ids[id] - 1][0]._replace(data=codec.loads(records[ids[id] - 1][1]))
                 want = stored.parent if parent is ... else parent
                 if not stored.same_content(type_name, data, want):
                     raise DuplicateEventConflict(thread_id, id, stored.ord)
@@ -124,32 +144,45 @@ class MemoryStore:
             ord_ = len(records) + 1
             if expect_ord is not None and expect_ord != ord_:
                 raise OrdinalConflict(thread_id, expect_ord, ord_)
-            last = records[-1] if records else None
+            last = records[-1][0] if records else None
             event_id = id or uuid7_from_bits(now // 1_000_000, random_bits(74))
             parent_id = (last.id if last else None) if parent is ... else parent
             prev = last.hash if last else None
             ts = rfc3339(now)
             _, digest = encode_record(
-                id=event_id, thread=thread_id, ord=ord_, parent=parent_id, ts=ts, type=type_name,
-                data_json=data_json, prev=prev,
+                id=event_id,
+                thread=thread_id,
+                ord=ord_,
+                parent=parent_id,
+                ts=ts,
+                type=type_name,
+                data_json=data_json,
+                prev=prev,
             )
-            record = Record(1, event_id, thread_id, ord_, parent_id, ts, type_name,
-                            codec.loads(data_json), prev, digest)
+            record = Record(
+                1, event_id, thread_id, ord_, parent_id, ts, type_name, data, prev, digest
+            )
             if check is not None:
                 check(record)
-            records.append(record)
+            records.append((record, data_json))
             ids[event_id] = ord_
-        for listener in self._listeners:
-            listener(thread_id, [record])
-        return record
+            # under the lock: listeners see each thread's records in order
+            for listener in self._listeners:
+                try:
+                    listener(thread_id, [_copy(record, data_json)])
+                except Exception:
+                    log.exception("a store listener failed")
+        return _copy(record, data_json)
 
     def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
         with self._lock:
             records = self._threads.get(thread_id)
             if records is None:
                 raise ThreadNotFound(thread_id)
-            out = records[after:]
-        return out[:limit] if limit is not None else out
+            out = records[max(after, 0) :]
+        if limit is not None:
+            out = out[:limit]
+        return [_copy(r, js) for r, js in out]
 
     def state(self, thread_id: str) -> ThreadState:
         return replay(self.read(thread_id))
@@ -177,4 +210,3 @@ class MemoryStore:
 
     def close(self) -> None:
         self._closed = True
-

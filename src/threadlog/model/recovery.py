@@ -1,0 +1,107 @@
+"""Recovery planning: what a resumed session must repair, decided from the state alone (pure).
+
+Every tool call without a final result falls in exactly one class (MISSION §4):
+
+1. **has a durable result** — reused; the tool is never called again (nothing to plan);
+2. **certainly not started** (proposed or approved, no ``tool_call.started``) — decided and run
+   again by the normal turn loop, per policy;
+3. **started, no result** — the outcome is unknown:
+
+   * ``read_only`` and ``idempotent`` tools are run again (attempt + 1);
+   * ``non_idempotent`` tools are asked through their ``reconcile`` hook, when they have one,
+     whether the effect happened; otherwise the call becomes ``unknown`` and the thread waits
+     for a human (``threadlog resolve``). Nothing is ever marked failed and retried blindly.
+
+A model call that started and has no response is recorded as ``provider.interrupted`` and
+issued again; a turn still running is ended ``interrupted``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from threadlog.model.state import ThreadState
+
+__all__ = ["RecoveryPlan", "plan_recovery"]
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryPlan:
+    """What resume will do, and why (it is recorded in ``thread.resumed``)."""
+
+    interrupt_turn: str | None = None
+    """The turn that was running when the process died."""
+    interrupted_steps: tuple[str, ...] = ()
+    """Model calls that started and never got a response."""
+    reuse: tuple[str, ...] = ()
+    """Calls of the interrupted turn with a durable result (class 1)."""
+    not_started: tuple[str, ...] = ()
+    """Calls proposed or approved but never started (class 2): run by the loop."""
+    rerun: tuple[str, ...] = ()
+    """Read-only or idempotent calls that started without a result (class 3): run again."""
+    unknown: tuple[str, ...] = ()
+    """Non-idempotent calls that started without a result (class 3): reconcile, or a human."""
+    already_unknown: tuple[str, ...] = ()
+    """Calls already waiting for a human decision."""
+    pending_inputs: tuple[str, ...] = ()
+    """Queued input not consumed yet (kept, consumed by the next turn)."""
+    notes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.interrupt_turn
+            or self.interrupted_steps
+            or self.rerun
+            or self.unknown
+            or self.not_started
+        )
+
+    def to_data(self) -> list[dict[str, Any]]:
+        """The plan as the ``repairs`` list of ``thread.resumed``."""
+        out: list[dict[str, Any]] = list(self.notes)
+        if self.interrupt_turn:
+            out.append({"kind": "turn_interrupted", "turn_id": self.interrupt_turn})
+        out += [{"kind": "step_interrupted", "step_id": s} for s in self.interrupted_steps]
+        out += [{"kind": "result_reused", "call_id": c} for c in self.reuse]
+        out += [{"kind": "not_started", "call_id": c} for c in self.not_started]
+        out += [{"kind": "rerun", "call_id": c} for c in self.rerun]
+        out += [{"kind": "outcome_unknown", "call_id": c} for c in self.unknown]
+        out += [{"kind": "awaiting_resolution", "call_id": c} for c in self.already_unknown]
+        if self.pending_inputs:
+            out.append({"kind": "queued_input", "input_ids": list(self.pending_inputs)})
+        return out
+
+
+def plan_recovery(state: ThreadState) -> RecoveryPlan:
+    """Classify every unfinished fact of the thread (see the module docstring)."""
+    turn_id = state.active_turn
+    steps: list[str] = []
+    reuse: list[str] = []
+    if turn_id is not None:
+        turn = state.turns[turn_id]
+        steps = [s for s in turn.steps if state.steps[s].status in ("started", "provider_started")]
+        reuse = [c for c in turn.tool_calls if state.tool_calls[c].status == "finished"]
+    not_started: list[str] = []
+    rerun: list[str] = []
+    unknown: list[str] = []
+    already: list[str] = []
+    for call in state.tool_calls.values():
+        if call.status in ("proposed", "approved"):
+            not_started.append(call.call_id)
+        elif call.status == "running":
+            (unknown if call.side_effect == "non_idempotent" else rerun).append(call.call_id)
+        elif call.status == "unknown":
+            already.append(call.call_id)
+    return RecoveryPlan(
+        interrupt_turn=turn_id,
+        interrupted_steps=tuple(steps),
+        reuse=tuple(reuse),
+        not_started=tuple(not_started),
+        rerun=tuple(rerun),
+        unknown=tuple(unknown),
+        already_unknown=tuple(already),
+        pending_inputs=tuple(i.input_id for i in state.pending_inputs),
+    )
