@@ -9,7 +9,6 @@ core) loads no I/O module.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from threadlog._version import __version__
@@ -33,6 +32,8 @@ from threadlog.model.envelope import Record
 from threadlog.model.state import ThreadState
 
 if TYPE_CHECKING:
+    import os
+
     from threadlog.runtime.runtime import Runtime
     from threadlog.runtime.session import Session
     from threadlog.store.embedded import EmbeddedStore, VerifyReport

@@ -4,24 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import threading
 import sys
 import tempfile
+import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
 from rich.console import Console
-from rich.status import Status
 
 from threadlog.cli import EXIT_FAILED, cli, handle_errors, store_options
-from threadlog.model.envelope import Record
 from threadlog.runtime.models import ModelRequest, Reply, ScriptedModel, ToolCallSpec
 from threadlog.runtime.runtime import Runtime
 from threadlog.runtime.session import Progress, Session
 from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolContext, read_file
 from threadlog.store.embedded import default_home
+
+if TYPE_CHECKING:
+    from rich.status import Status
+
+    from threadlog.model.envelope import Record
 
 __all__ = ["demo"]
 
@@ -205,7 +208,7 @@ async def _ask(question: str) -> bool:
     def ask() -> None:
         try:
             result = click.confirm(question, default=True)
-        except BaseException as exc:  # noqa: BLE001 - EOF or abort at the prompt
+        except BaseException as exc:  # EOF or abort at the prompt
             loop.call_soon_threadsafe(settle, None, exc)
         else:
             loop.call_soon_threadsafe(settle, result, None)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -19,8 +18,12 @@ from threadlog.cli import cli, handle_errors, store_options
 from threadlog.errors import LeaseHeld
 from threadlog.runtime import inbox
 from threadlog.runtime.runtime import Runtime
-from threadlog.runtime.session import Session
 from threadlog.store.embedded import EmbeddedStore, default_home
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from threadlog.runtime.session import Session
 
 __all__ = ["approve", "cancel", "deny", "resolve", "send"]
 
