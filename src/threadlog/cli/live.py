@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from threadlog.runtime.session import Session
 
-__all__ = ["approve", "cancel", "deny", "resolve", "send"]
+__all__ = ["approve", "cancel", "deny", "resolve", "resume_cmd", "send"]
 
 
 def _act(
@@ -200,3 +200,44 @@ def cancel(home: str | None, as_json: bool, thread: str) -> None:
         sys.stdout.write(orjson.dumps({"queued": message_id}).decode() + "\n")
     else:
         click.echo(f"cancellation sent to the thread's inbox ({message_id})")
+
+
+@cli.command(name="resume")
+@store_options
+@click.argument("thread")
+@handle_errors
+def resume_cmd(home: str | None, as_json: bool, thread: str) -> None:
+    """Recover a thread after a crash and print what was repaired.
+
+    Verifies the log (a torn final record is cut; records of a crashed store's journal are
+    replayed), classifies every unfinished tool call, records interrupted model calls, marks
+    non-idempotent calls of unknown outcome (they wait for `threadlog resolve`), ends the
+    running turn `interrupted` and appends `thread.resumed` with the list. The work itself is
+    continued by your agent (`Runtime.resume`), which has the model. Damage in the middle of
+    the log stops here with its ordinal and byte offset (see `threadlog verify`).
+
+    \b
+    Example:
+      threadlog resume THREAD
+      threadlog resume THREAD --json | jq .repairs
+    """
+    home = home or default_home()
+
+    async def run() -> dict[str, Any]:
+        async with Runtime(home) as runtime:
+            session = await runtime.resume(thread, continue_work=False)
+            assert session.recovery is not None
+            return session.recovery
+
+    report = asyncio.run(run())
+    if as_json:
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    click.echo(f"resumed {thread}: thread.resumed at ord {report['resumed_ord']}")
+    if not report["repairs"]:
+        click.echo("  nothing to repair: the log was complete")
+    for repair in report["repairs"]:
+        detail = ", ".join(f"{k}={v}" for k, v in repair.items() if k != "kind")
+        click.echo(f"  {repair['kind']:<22} {detail}")
+    for call_id in report["waiting_for_human"]:
+        click.echo(f"  waiting for a human: threadlog resolve {thread} {call_id} --as done|retry|abort")

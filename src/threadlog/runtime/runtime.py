@@ -17,6 +17,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from threadlog.errors import UsageError
+from threadlog.model.recovery import plan_recovery
+from threadlog.model.turns import is_parked
 from threadlog.runtime.approvals import check_policy
 from threadlog.runtime.models import Model, ScriptedModel
 from threadlog.runtime.session import Session
@@ -98,16 +100,81 @@ class Runtime:
     async def open(self, thread_id: str, *, resume: bool = True) -> Session:
         """Open an existing thread. Takes its lease (`LeaseHeld` if another process has it).
 
-        With ``resume``, a turn the log shows as running (cut off by a crash) carries on.
+        With ``resume`` (the default), a log left unfinished by a crash is recovered as by
+        `resume` (and its work continued); a turn parked on a human decision waits again.
         """
         self._check_open()
         session = self.sessions.get(thread_id)
         if session is not None:
             return session
         session = self._open_session(thread_id)
-        if resume and session.state.active_turn is not None:
+        if not resume:
+            return session
+        if is_parked(session.state):
             session.resume_turn()
+        elif not plan_recovery(session.state).empty:
+            await self._recover(session, continue_work=True)
         return session
+
+    async def resume(self, thread_id: str, *, continue_work: bool = True) -> Session:
+        """Resume a thread after any crash, and record what was repaired.
+
+        Load and verify the log (a torn final record is cut, a crashed store's journal is
+        replayed) → reduce → classify every unfinished tool call (`threadlog.model.recovery`)
+        → append ``thread.resumed`` listing the repairs → record interrupted model calls →
+        mark non-idempotent calls of unknown outcome (asking their ``reconcile`` hook) → end a
+        running turn ``interrupted``. With ``continue_work``, a new turn then carries on with
+        the interrupted task: results already recorded are reused, calls that never started
+        run per policy, read-only and idempotent calls that were cut off run again, and calls
+        of unknown outcome wait for ``resolve``.
+
+        The session's ``recovery`` attribute holds the report. Damage in the middle of the
+        log raises `IntegrityError` (ordinal and byte offset) before anything is written.
+        """
+        self._check_open()
+        if thread_id in self.sessions:
+            raise UsageError(f"thread {thread_id} is already open in this runtime")
+        session = self._open_session(thread_id)
+        await self._recover(session, continue_work=continue_work)
+        return session
+
+    async def _recover(self, session: Session, *, continue_work: bool) -> None:
+        state = session.state
+        parked = is_parked(state)
+        plan = plan_recovery(state)
+        repairs = self.store.take_repairs(session.thread_id) + [
+            r for r in plan.to_data() if not (parked and r["kind"] == "turn_interrupted")
+        ]
+        resumed = await session.append("thread.resumed", {"repairs": repairs})
+        turn_id = None if parked else plan.interrupt_turn
+        for step_id in plan.interrupted_steps:
+            await session.append(
+                "provider.interrupted",
+                {"turn_id": state.steps[step_id].turn_id, "step_id": step_id,
+                 "reason": "the process stopped during this model call"},
+            )
+        outcomes = {}
+        for call_id in plan.unknown:
+            outcomes[call_id] = await session.mark_unknown(state.tool_calls[call_id])
+        if turn_id is not None:
+            await session.append(
+                "turn.ended",
+                {"turn_id": turn_id, "outcome": "interrupted", "reason": "the process running it stopped"},
+            )
+        continued = None
+        if parked:
+            session.resume_turn()
+        elif continue_work and turn_id is not None:
+            continued = (await session.continue_turn(turn_id)).data["turn_id"]
+        session.recovery = {
+            "thread": session.thread_id,
+            "resumed_ord": resumed.ord,
+            "repairs": repairs,
+            "reconciled": outcomes,
+            "interrupted_turn": turn_id,
+            "continued_by": continued,
+            "waiting_for_human": [c.call_id for c in state.tool_calls.values() if c.status == "unknown"],
+        }
 
     def _open_session(self, thread_id: str) -> Session:
         store = self.store

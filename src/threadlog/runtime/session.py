@@ -115,6 +115,8 @@ class Session:
         self._inbox_task: asyncio.Task[None] | None = None
         self._submit_lock = asyncio.Lock()
         self.children: list[Session] = []
+        self.recovery: dict[str, Any] | None = None
+        """What `Runtime.resume` repaired, when this session was opened by it."""
         self._closing = False
         self._closed = False
         self._broken: BaseException | None = None
@@ -402,6 +404,16 @@ class Session:
 
     # -- the turn loop ---------------------------------------------------------------------
 
+    async def continue_turn(self, interrupted: str) -> Record:
+        """Start a turn that carries on with the task of an interrupted one."""
+        self._check_open()
+        old = self.state.turns[interrupted]
+        record = await self.append(
+            "turn.started", {"turn_id": _new_id(), "input": old.input, "resumes": interrupted}
+        )
+        self._start_turn()
+        return record
+
     def _start_turn(self) -> None:
         if self.busy or self.state.active_turn is None:
             return
@@ -431,11 +443,8 @@ class Session:
                     case AwaitResolution():
                         await self._changed.wait()
                     case AwaitTool(call=call):
-                        # Started in a process that is gone: the outcome is unknown.
-                        await self._mark_unknown(
-                            call,
-                            "the process running this tool ended before its result was recorded",
-                        )
+                        # Started in a process that is gone (class 3 of recovery).
+                        await self._settle_orphan(call)
                     case ConsumeInput(input_id=input_id):
                         await self.append(
                             "input.consumed", {"input_id": input_id, "turn_id": turn_id}
@@ -491,19 +500,51 @@ class Session:
         await self.append(type_, {"call_id": call.call_id, "by": f"policy:{call.side_effect}"})
         return True
 
-    async def _mark_unknown(self, call: ToolCallState, reason: str) -> None:
-        if call.side_effect == "read_only":
-            # Reading has no effect to duplicate: run it again.
-            await self.append(
-                "tool_call.finished",
-                {
-                    "call_id": call.call_id,
-                    "ok": False,
-                    "error": "interrupted; the model may call it again",
-                },
-            )
+    async def _settle_orphan(self, call: ToolCallState) -> None:
+        """A call that started in a dead process and has no result (recovery class 3)."""
+        if call.side_effect != "non_idempotent":
+            # Read-only and idempotent tools are safe to run again (attempt + 1).
+            await self._execute(call)
             return
-        await self.append("tool_call.unknown", {"call_id": call.call_id, "reason": reason})
+        await self.mark_unknown(call)
+
+    async def mark_unknown(self, call: ToolCallState) -> str:
+        """Record that a non-idempotent call's outcome is unknown, and ask its reconcile hook.
+
+        Returns ``unknown`` (a human must resolve it), ``done`` or ``retry`` (what the hook
+        said; recorded as a resolution by ``reconcile:<tool>``).
+        """
+        await self.append(
+            "tool_call.unknown",
+            {"call_id": call.call_id, "reason": "the process running this tool stopped before its result was recorded"},
+        )
+        tool = self.runtime.tools.get(call.tool)
+        if tool is None or tool.reconcile is None or not call.idempotency_key:
+            return "unknown"
+        op_id = _new_id()
+        await self.append(
+            "operation.started",
+            {"op_id": op_id, "kind": "reconcile", "detail": {"call_id": call.call_id, "key": call.idempotency_key}},
+        )
+        try:
+            happened = await tool.reconcile(call.idempotency_key)
+        except Exception as exc:
+            await self.append("operation.finished", {"op_id": op_id, "ok": False, "detail": {"error": str(exc)}})
+            return "unknown"
+        await self.append("operation.finished", {"op_id": op_id, "ok": True, "detail": {"happened": happened}})
+        if happened is None:
+            return "unknown"
+        decision = "done" if happened else "retry"
+        await self.append(
+            "tool_call.resolved",
+            {
+                "call_id": call.call_id,
+                "decision": decision,
+                "by": f"reconcile:{call.tool}",
+                "note": "the downstream system " + ("has" if happened else "has no") + " record of the effect",
+            },
+        )
+        return decision
 
     async def _execute(self, call: ToolCallState) -> None:
         tool = self.runtime.tools.get(call.tool)

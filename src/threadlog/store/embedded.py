@@ -156,6 +156,7 @@ class EmbeddedStore:
         self._backlog_lock = threading.Lock()
         self._closed = False
         self._listeners: list[Callable[[str, list[Record]], None]] = []
+        self._repairs: dict[str, list[dict[str, Any]]] = {}
         self._stop = threading.Event()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._async_waiters: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
@@ -474,6 +475,10 @@ class EmbeddedStore:
             fd = self._fops.open(path, os.O_RDWR | os.O_APPEND)
             if scanned.torn is not None:
                 torn = scanned.torn
+                self._note_repair(
+                    thread_id,
+                    {"kind": "torn_tail_removed", "offset": torn.offset, "bytes": torn.size, "reason": torn.reason},
+                )
                 log.warning(
                     "thread %s: repairing a torn tail: removing %d bytes at offset %d (%s)",
                     thread_id,
@@ -532,10 +537,22 @@ class EmbeddedStore:
         dead = find_dead_journals(self._journal_dir)
         try:
             entries = [e for journal in dead for e in journal.entries.get(thread_id, ())]
-            return recover_rollout(path, thread_id, self._fops, entries)
+            before = os.path.getsize(path)
+            scanned = recover_rollout(path, thread_id, self._fops, entries)
+            if entries and os.path.getsize(path) != before:
+                self._note_repair(thread_id, {"kind": "journal_replayed", "last_ord": scanned.records[-1].ord})
+            return scanned
         finally:
             for journal in dead:
                 journal.release()
+
+    def _note_repair(self, thread_id: str, repair: dict[str, Any]) -> None:
+        self._repairs.setdefault(thread_id, []).append(repair)
+
+    def take_repairs(self, thread_id: str) -> list[dict[str, Any]]:
+        """What this store repaired in the thread's files since it opened (torn tails cut,
+        records replayed from a crashed store's journal); cleared by the call."""
+        return self._repairs.pop(thread_id, [])
 
     def recover(self) -> list[str]:
         """Replay the journals of crashed stores into their rollouts and delete them.
@@ -559,9 +576,10 @@ class EmbeddedStore:
                     continue
                 try:
                     before = os.path.getsize(path) if os.path.exists(path) else -1
-                    recover_rollout(path, thread_id, self._fops, entries)
+                    scanned = recover_rollout(path, thread_id, self._fops, entries)
                     if os.path.getsize(path) != before:
                         repaired.append(thread_id)
+                        self._note_repair(thread_id, {"kind": "journal_replayed", "last_ord": scanned.records[-1].ord})
                 except IntegrityError as exc:
                     log.error("recovery: %s", exc)
                 finally:

@@ -205,6 +205,9 @@ class MemoryStore:
     def release(self, thread_id: str) -> None:
         pass
 
+    def take_repairs(self, thread_id: str) -> list[dict[str, Any]]:
+        return []
+
     def flush(self) -> None:
         pass
 
