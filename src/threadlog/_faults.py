@@ -1,7 +1,9 @@
-"""Fault injection for crash tests: ``THREADLOG_CRASH_AT=<event type>[:<n>]``.
+"""Fault injection for crash tests: ``THREADLOG_CRASH_AT=<event type or point>[:<n>]``.
 
 When set, the process exits abruptly (``os._exit(137)``, no cleanup, like kill -9) right after
-the n-th record (default: the first) of that type has become durable. Read once at import.
+the n-th record (default: the first) of that type has become durable, or the n-th time the
+code passes a named point. Points: ``fork.copied`` (a fork's file is written and fsynced under
+its temporary name, not yet renamed into place). Read once at import.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
 
     from threadlog.model.envelope import Record
 
-__all__ = ["after_durable", "crash_point"]
+__all__ = ["after_durable", "crash_point", "point"]
 
 
 def _parse(spec: str | None) -> tuple[str, int] | None:
@@ -55,3 +57,16 @@ def after_durable(records: Iterable[Record]) -> None:
                     sys.stderr.write(f"THREADLOG_CRASH_AT: exiting after durable {name} #{n}\n")
                     sys.stderr.flush()
                     os._exit(137)
+
+
+def point(name: str) -> None:
+    """A named crash point in the code (see the module docstring)."""
+    global _seen
+    if _SPEC is None or _SPEC[0] != name:
+        return
+    with _lock:
+        _seen += 1
+        if _seen == _SPEC[1]:
+            sys.stderr.write(f"THREADLOG_CRASH_AT: exiting at {name} #{_SPEC[1]}\n")
+            sys.stderr.flush()
+            os._exit(137)

@@ -15,7 +15,8 @@ import click
 import orjson
 
 from threadlog.cli import cli, handle_errors, store_options
-from threadlog.errors import LeaseHeld
+from threadlog.cli import EXIT_STORE
+from threadlog.errors import IntegrityError, LeaseHeld, UsageError
 from threadlog.runtime import inbox
 from threadlog.runtime.runtime import Runtime
 from threadlog.store.embedded import EmbeddedStore, default_home
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
     from threadlog.runtime.session import Session
 
-__all__ = ["approve", "cancel", "deny", "resolve", "resume_cmd", "send"]
+__all__ = ["approve", "cancel", "deny", "fork", "resolve", "resume_cmd", "send"]
 
 
 def _act(
@@ -205,8 +206,10 @@ def cancel(home: str | None, as_json: bool, thread: str) -> None:
 @cli.command(name="resume")
 @store_options
 @click.argument("thread")
+@click.option("--salvage", is_flag=True,
+              help="If the log is damaged, copy its valid prefix to a new thread (lineage recorded).")
 @handle_errors
-def resume_cmd(home: str | None, as_json: bool, thread: str) -> None:
+def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> None:
     """Recover a thread after a crash and print what was repaired.
 
     Verifies the log (a torn final record is cut; records of a crashed store's journal are
@@ -216,24 +219,45 @@ def resume_cmd(home: str | None, as_json: bool, thread: str) -> None:
     continued by your agent (`Runtime.resume`), which has the model. Damage in the middle of
     the log stops here with its ordinal and byte offset (see `threadlog verify`).
 
+    With --salvage, a damaged log is not touched: its valid prefix is copied to a new
+    thread whose thread.created names the damaged one, and the new thread is resumed.
+
     \b
     Example:
       threadlog resume THREAD
       threadlog resume THREAD --json | jq .repairs
+      threadlog resume THREAD --salvage
     """
     home = home or default_home()
 
-    async def run() -> dict[str, Any]:
+    async def run(target: str) -> dict[str, Any]:
         async with Runtime(home) as runtime:
-            session = await runtime.resume(thread, continue_work=False)
+            session = await runtime.resume(target, continue_work=False)
             assert session.recovery is not None
             return session.recovery
 
-    report = asyncio.run(run())
+    try:
+        report = asyncio.run(run(thread))
+    except IntegrityError as exc:
+        if not salvage:
+            click.echo(f"error: the log is damaged at ord {exc.ord}"
+                       + (f", byte {exc.offset}" if exc.offset is not None else "")
+                       + f": {exc.reason}", err=True)
+            click.echo(f"  details: threadlog verify {thread}", err=True)
+            click.echo(f"  keep what is valid: threadlog resume {thread} --salvage", err=True)
+            sys.exit(EXIT_STORE)
+        with EmbeddedStore(home) as store:
+            report_ = store.verify(thread, check_events=False)
+            salvaged = store.fork(thread, report_.last_ord, kind="salvage",
+                                  title=f"salvaged from {thread} (ords 1–{report_.last_ord})")
+        if not as_json:
+            click.echo(f"damaged at ord {exc.ord}: copied ords 1–{report_.last_ord} to {salvaged}")
+        report = asyncio.run(run(salvaged))
+        report["salvaged_from"] = {"thread": thread, "ord": report_.last_ord, "damage": str(exc)}
     if as_json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    click.echo(f"resumed {thread}: thread.resumed at ord {report['resumed_ord']}")
+    click.echo(f"resumed {report['thread']}: thread.resumed at ord {report['resumed_ord']}")
     if not report["repairs"]:
         click.echo("  nothing to repair: the log was complete")
     for repair in report["repairs"]:
@@ -241,3 +265,38 @@ def resume_cmd(home: str | None, as_json: bool, thread: str) -> None:
         click.echo(f"  {repair['kind']:<22} {detail}")
     for call_id in report["waiting_for_human"]:
         click.echo(f"  waiting for a human: threadlog resolve {thread} {call_id} --as done|retry|abort")
+
+
+@cli.command()
+@store_options
+@click.argument("thread")
+@click.option("--at", "at", help="Fork after this ordinal or entry (event id) [default: the end].")
+@click.option("--title", help="The new thread's title.")
+@handle_errors
+def fork(home: str | None, as_json: bool, thread: str, at: str | None, title: str | None) -> None:
+    """Fork a thread: a new thread with a copy of its records up to --at, lineage recorded.
+
+    The copy and the new thread's settings are written as one file, atomically: after a
+    crash the fork exists whole or not at all. Artifacts are shared, not copied.
+
+    \b
+    Example:
+      threadlog fork THREAD --at 12 --title "try the other approach"
+    """
+    with EmbeddedStore(home) as store:
+        ord_: int | None = None
+        if at is not None:
+            if at.isdigit():
+                ord_ = int(at)
+            else:
+                matches = [r.ord for r in store.read(thread) if r.id == at]
+                if not matches:
+                    raise UsageError(f"no entry {at!r} in thread {thread}")
+                ord_ = matches[0]
+        child = store.fork(thread, ord_, title=title)
+        info = store.state(child)
+    if as_json:
+        sys.stdout.write(orjson.dumps({"thread": child, "lineage": info.lineage}).decode() + "\n")
+    else:
+        assert info.lineage is not None
+        click.echo(f"forked {thread} at ord {info.lineage['ord']} into {child}")

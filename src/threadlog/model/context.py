@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from threadlog.model.envelope import FORMAT_VERSION
 from threadlog.model.refs import is_artifact_ref
+from threadlog.model.upcast import upcast
 
 if TYPE_CHECKING:
     from threadlog.model.envelope import Record
@@ -62,6 +64,8 @@ class Context:
 
     def apply(self, record: Record) -> None:
         """Fold one record in (records must come in log order)."""
+        if record.v != FORMAT_VERSION:
+            record = upcast(record)
         data = record.data if isinstance(record.data, dict) else {}
         type_ = record.type
         if type_ == "turn.started":

@@ -28,7 +28,9 @@ __all__ = [
     "BadRecord",
     "Record",
     "encode_record",
+    "line_hash",
     "parse_line",
+    "rehome_lines",
     "record_from_obj",
     "valid_type_name",
 ]
@@ -190,3 +192,62 @@ def record_from_obj(obj: Any) -> Record:
     if not isinstance(hash_, str):
         raise BadRecord("hash must be a string")
     return Record(v, id_, thread, ord_, parent, ts, type_, obj["data"], prev, hash_)
+
+
+def rehome_lines(
+    lines: list[bytes], *, thread: str, prev: str | None, expect_prev: str | None
+) -> tuple[list[bytes], str | None]:
+    """Copy verified rollout lines into another thread (same ords, ids, payloads).
+
+    ``lines`` are consecutive records *without* their newlines, the first following a record
+    whose hash is ``expect_prev``; in the copy the first follows ``prev``. Returns the new
+    lines (with newlines) and the last new hash.
+
+    Works on the bytes, without decoding payloads: in canonical order the envelope's ``prev``
+    and ``thread`` come after ``data``, so they are found from the end of the line. Every
+    line's own hash and its link to the previous one are checked before it is copied.
+
+    Raises:
+        BadRecord: with ``.index`` set to the position of the first line that does not verify.
+    """
+    sha256 = hashlib.sha256
+    suffix = _SUFFIX_LEN - 1  # the lines have no newline
+    head = _HASH_HEAD
+    thread_field = b',"thread":"' + thread.encode()
+    old_prev = b"null" if expect_prev is None else b'"' + expect_prev.encode() + b'"'
+    new_prev = b"null" if prev is None else b'"' + prev.encode() + b'"'
+    out: list[bytes] = []
+    append = out.append
+    digest = prev
+    for index, line in enumerate(lines):
+        n = len(line)
+        body_end = n - suffix
+        if body_end < 2 or line[body_end : body_end + 9] != head or line[-2:] != b'"}':
+            raise _bad("not a complete rollout line", index)
+        old_digest = line[n - 66 : n - 2]
+        if sha256(line[:body_end] + b"}").hexdigest().encode() != old_digest:
+            raise _bad("hash does not match the record's bytes", index)
+        p = line.rfind(b',"prev":', 0, body_end)
+        t = line.find(b',"thread":"', p, body_end) if p >= 0 else -1
+        if t < 0:
+            raise _bad("envelope fields not found", index)
+        if line[p + 8 : t] != old_prev:
+            raise _bad("prev does not match the previous record's hash (chain broken)", index)
+        body = line[: p + 8] + new_prev + thread_field + line[t + 47 : body_end]
+        digest = sha256(body + b"}").hexdigest()
+        encoded = digest.encode()
+        append(body + head + encoded + b'"}\n')
+        old_prev = b'"' + old_digest + b'"'
+        new_prev = b'"' + encoded + b'"'
+    return out, digest
+
+
+def _bad(reason: str, index: int) -> BadRecord:
+    exc = BadRecord(reason)
+    exc.index = index  # type: ignore[attr-defined]
+    return exc
+
+
+def line_hash(line: bytes) -> str:
+    """The hash field of a rollout line (not verified)."""
+    return line[-_SUFFIX_LEN + len(_HASH_HEAD) : -3].decode("ascii")

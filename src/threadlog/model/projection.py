@@ -10,6 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from threadlog.errors import IntegrityError
+from threadlog.model.envelope import FORMAT_VERSION
+from threadlog.model.upcast import upcast
+
 if TYPE_CHECKING:
     from threadlog.model.envelope import Record
 
@@ -42,6 +46,11 @@ def _text(value: Any, limit: int = 200) -> str | None:
 
 def project(record: Record) -> list[RowChange]:
     """The row changes implied by one record (besides the thread's ord/hash bookkeeping)."""
+    if record.v != FORMAT_VERSION:
+        try:
+            record = upcast(record)
+        except IntegrityError:
+            return []
     data = record.data if isinstance(record.data, dict) else {}
     type_ = record.type
     if type_ == "thread.created":

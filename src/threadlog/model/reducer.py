@@ -74,6 +74,9 @@ if TYPE_CHECKING:
 
     from threadlog.model.envelope import Record
 
+from threadlog.model.envelope import FORMAT_VERSION
+from threadlog.model.upcast import upcast
+
 __all__ = ["apply", "apply_all", "replay"]
 
 
@@ -101,6 +104,9 @@ def apply(state: ThreadState | None, record: Record, event: Event | None = None)
         InvalidTransition: the event is illegal now; the state is unchanged.
         InvalidData / InvalidEventType: the record's data does not fit its type.
     """
+    if record.v != FORMAT_VERSION:
+        record = upcast(record)
+        event = None
     if event is None:
         event = from_data(record.type, record.data)
     if state is None:

@@ -176,6 +176,21 @@ class Runtime:
             "waiting_for_human": [c.call_id for c in state.tool_calls.values() if c.status == "unknown"],
         }
 
+    async def fork(
+        self, thread_id: str, at: int | None = None, *, title: str | None = None, **changes: Any
+    ) -> Session:
+        """Fork a thread (see `EmbeddedStore.fork`) and open the new one as a session.
+
+        ``changes`` are the child's settings (model, instructions, …), recorded as a
+        ``config.changed`` written atomically with the copied prefix.
+        """
+        self._check_open()
+        store = self.store
+        if not isinstance(store, EmbeddedStore):
+            raise UsageError("fork needs the embedded store")
+        child = await asyncio.to_thread(store.fork, thread_id, at, title=title, changes=changes or None)
+        return await self.open(child, resume=False)
+
     def _open_session(self, thread_id: str) -> Session:
         store = self.store
         if isinstance(store, EmbeddedStore):

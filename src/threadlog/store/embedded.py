@@ -15,6 +15,7 @@ thread's file is found from its id alone, without the index.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import concurrent.futures
 import functools
 import logging
@@ -35,7 +36,14 @@ from threadlog.errors import (
     UsageError,
 )
 from threadlog.model import codec
-from threadlog.model.envelope import FORMAT_VERSION, Record
+from threadlog.model.envelope import (
+    FORMAT_VERSION,
+    BadRecord,
+    Record,
+    encode_record,
+    parse_line,
+    rehome_lines,
+)
 from threadlog.model.events import Event, ThreadCreated, from_data, to_data
 from threadlog.model.ids import is_uuid, uuid7, uuid7_from_bits, uuid7_millis
 from threadlog.model.policy import durability_of
@@ -157,6 +165,7 @@ class EmbeddedStore:
         self._closed = False
         self._listeners: list[Callable[[str, list[Record]], None]] = []
         self._repairs: dict[str, list[dict[str, Any]]] = {}
+        self._catch_up_threads: set[str] = set()
         self._stop = threading.Event()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._async_waiters: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
@@ -615,6 +624,11 @@ class EmbeddedStore:
     def _drain_backlog(self) -> None:
         with self._backlog_lock:
             batches, self._backlog = self._backlog, []
+            fresh, self._catch_up_threads = self._catch_up_threads, set()
+        for thread_id in fresh:  # written whole (forks): index them from their files
+            scanned = scan_file(self.path_of(thread_id), thread_id)
+            if scanned.records:
+                batches.append((thread_id, self.path_of(thread_id), scanned.records, scanned.end))
         if batches:
             self.index.apply(batches)
 
@@ -695,7 +709,7 @@ class EmbeddedStore:
         if error is None and check_events:
             try:
                 replay(scanned.records)
-            except InvalidTransition as exc:
+            except (InvalidTransition, IntegrityError) as exc:
                 error = exc
             except UsageError as exc:  # data that does not fit its type
                 bad = _first_undecodable(scanned.records)
@@ -724,6 +738,8 @@ class EmbeddedStore:
                     name = entry.name
                     if name.endswith(".jsonl") and is_uuid(name[:-6]):
                         yield name[:-6], entry.path
+                    elif name.endswith(".tmp"):
+                        _remove_orphan_temp(entry.path, name)
 
     # -- index maintenance -----------------------------------------------------------------
 
@@ -784,9 +800,120 @@ class EmbeddedStore:
         self.index.clear()
         return self.catch_up()
 
+    def fork(
+        self,
+        thread_id: str,
+        at: int | None = None,
+        *,
+        principal: str | None = None,
+        title: str | None = None,
+        kind: str = "fork",
+        changes: dict[str, Any] | None = None,
+    ) -> str:
+        """A new thread holding a copy of ``thread_id``'s records up to ord ``at`` (default:
+        all), with ``thread.created`` recording the lineage; returns its id.
+
+        The copy keeps every record's ordinal, id, payload and tree links, re-chained into the
+        new thread; artifacts are shared by hash, not copied. The whole new rollout — the copied
+        prefix and the child's settings (``changes`` become a ``config.changed`` record) — is
+        written to a temporary file, fsynced and renamed into place: after a crash either the
+        whole fork exists or none of it. With ``kind="salvage"``, ``at`` may be the last valid
+        ordinal of a damaged log.
+        """
+        self._check_open()
+        source = self.path_of(thread_id)
+        rollout = self._logs.get(thread_id)
+        if rollout is not None:
+            self._journal.flush()  # what is acknowledged is in the file
+        try:
+            with open(source, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise ThreadNotFound(thread_id) from None
+        lines = data.split(b"\n")
+        complete = len(lines) - 1  # the last piece is empty, or a torn tail
+        if complete < 1:
+            raise ThreadNotFound(thread_id)
+        at = complete if at is None else at
+        if not 1 <= at <= complete:
+            raise UsageError(f"thread {thread_id} has no ord {at} (it has {complete} records)")
+        try:
+            first = parse_line(lines[0] + b"\n")
+        except BadRecord as exc:
+            raise IntegrityError(thread_id, 1, str(exc), offset=0) from None
+        created = from_data(first.type, first.data)
+        if not isinstance(created, ThreadCreated):
+            raise IntegrityError(thread_id, 1, "ord 1 is not thread.created", offset=0)
+        now = wall_ns()
+        child = uuid7_from_bits(now // 1_000_000, random_bits(74))
+        path = self.path_of(child)
+        # the source record at `at` (its id and hash name the fork point)
+        last = parse_line(lines[at - 1] + b"\n") if at > 1 else first
+        lineage = {"thread": thread_id, "ord": at, "entry": last.id, "hash": last.hash, "kind": kind}
+        head = ThreadCreated(
+            format=FORMAT_VERSION, principal=principal or created.principal,
+            config=dict(created.config), lineage=lineage, title=title or created.title,
+        )
+        line, digest = encode_record(
+            id=uuid7_from_bits(now // 1_000_000, random_bits(74)), thread=child, ord=1,
+            parent=None, ts=rfc3339(now), type=head.type,
+            data_json=codec.canonical(to_data(head)[1]), prev=None,
+        )
+        try:
+            copied, new_prev = rehome_lines(
+                lines[1:at], thread=child, prev=digest, expect_prev=first.hash
+            )
+        except BadRecord as exc:
+            bad = 2 + getattr(exc, "index", 0)
+            offset = sum(len(x) + 1 for x in lines[: bad - 1])
+            raise IntegrityError(thread_id, bad, str(exc), offset=offset) from None
+        out = [line, *copied]
+        if changes:
+            line, _ = encode_record(
+                id=uuid7_from_bits(now // 1_000_000, random_bits(74)), thread=child, ord=at + 1,
+                parent=last.id, ts=rfc3339(now), type="config.changed",
+                data_json=codec.canonical({"changes": changes}), prev=new_prev or digest,
+            )
+            out.append(line)
+        directory = os.path.dirname(path)
+        tmp = os.path.join(directory, f".{child}.{os.getpid()}.tmp")
+        fops = self._fops
+        try:
+            fops.makedirs(directory)
+            fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                fops.write_all(fd, b"".join(out))
+                fops.fsync(fd)
+            finally:
+                fops.close(fd)
+            _faults.point("fork.copied")
+            fops.rename(tmp, path)
+            fops.fsync_dir(directory)
+        except OSError as exc:
+            raise StorageError(f"cannot write fork {child} of {thread_id}: {exc}") from exc
+        with self._backlog_lock:
+            self._catch_up_threads.add(child)
+        return child
+
     def _check_open(self) -> None:
         if self._closed:
             raise UsageError("the store is closed")
+
+
+def _remove_orphan_temp(path: str, name: str) -> None:
+    """Delete a fork's temporary file left by a dead process (RELIABILITY B3)."""
+    parts = name.split(".")  # ".<thread>.<pid>.tmp"
+    try:
+        pid = int(parts[-2])
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        pass  # its writer is dead
+    except (ValueError, IndexError, PermissionError):
+        return  # not ours, or a live process
+    else:
+        return  # alive: still writing
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def _raise_fd_limit() -> None:
