@@ -62,7 +62,7 @@ SAMPLES: dict[str, Any] = {
         title="Title",
     ),
     "config.changed": ConfigChanged(changes={"model": "m2", "cwd": None}),
-    "turn.started": TurnStarted(turn_id="turn-1", input="hi", input_id="in-0"),
+    "turn.started": TurnStarted(turn_id="turn-1", input="hi", input_id="in-0", resumes="turn-0"),
     "input.queued": InputQueued(input_id="in-1", text="also"),
     "input.consumed": InputConsumed(input_id="in-1", turn_id="turn-1"),
     "step.started": StepStarted(
