@@ -31,19 +31,27 @@ NOOP = Tool("noop", "does nothing", {"type": "object"}, "read_only", _noop)
 async def one_turn(steps: int, home: str | None) -> tuple[float, int]:
     replies = [Reply(f"step {i}", [ToolCallSpec("noop", {"i": i})]) for i in range(steps - 1)]
     model = ScriptedModel([*replies, Reply("finished")])
-    runtime = Runtime(home, model=model, tools=[NOOP]) if home else Runtime(ephemeral=True, model=model, tools=[NOOP])
+    runtime = (
+        Runtime(home, model=model, tools=[NOOP])
+        if home
+        else Runtime(ephemeral=True, model=model, tools=[NOOP])
+    )
     async with runtime:
         session = await runtime.create("bench")
         start = time.perf_counter()
         await session.submit("go")
         await session.wait_idle(600)
         elapsed = time.perf_counter() - start
-        assert session.state.turns and next(iter(session.state.turns.values())).status == "completed"
+        assert (
+            session.state.turns and next(iter(session.state.turns.values())).status == "completed"
+        )
         return elapsed, session.state.last_ord
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
@@ -57,7 +65,9 @@ def main() -> None:
             shutil.rmtree(home, ignore_errors=True)
         memory.append(asyncio.run(one_turn(args.steps, None))[0])
     d, m = min(durable) / args.steps * 1000, min(memory) / args.steps * 1000
-    print(f"steps per turn: {args.steps} (one tool call each), records: {records}, best of {args.runs}")
+    print(
+        f"steps per turn: {args.steps} (one tool call each), records: {records}, best of {args.runs}"
+    )
     print("")
     print("| loop | per step | target |")
     print("|---|---|---|")

@@ -47,7 +47,11 @@ def effect_tool(name: str, side_effect: str, log: Path, *, reconcile: bool = Fal
         return key in {f"k:{c}" for c in lines}
 
     return Tool(
-        name, f"{name} (test)", {"type": "object"}, side_effect, body,  # type: ignore[arg-type]
+        name,
+        f"{name} (test)",
+        {"type": "object"},
+        side_effect,
+        body,  # type: ignore[arg-type]
         idempotency_key=(lambda ctx, args: f"k:{ctx.call_id}") if reconcile else None,
         reconcile=check if reconcile else None,
     )
@@ -60,7 +64,9 @@ def crashed_log(home: str, workspace: Path, tool: Tool, *, until: str) -> str:
     async def main() -> str:
         model = ScriptedModel([Reply("", [ToolCallSpec(tool.name)]), Reply("finished")])
         async with Runtime(home, model=model, tools=[tool]) as runtime:
-            session = await runtime.create("u", cwd=str(workspace), approval_policy={"non_idempotent": "auto"})
+            session = await runtime.create(
+                "u", cwd=str(workspace), approval_policy={"non_idempotent": "auto"}
+            )
             await session.submit("do it")
             await session.wait_idle(10)
             return session.thread_id
@@ -155,7 +161,9 @@ def test_class_3_non_idempotent_becomes_unknown_and_waits(home: str, workspace: 
         assert state.active_turn is not None  # the continuation turn waits for a human
 
     # a human says it happened: the turn goes on without running it again
-    code = CliRunner().invoke(cli, ["resolve", thread, "call_1_0", "--as", "done", "--home", crashed, "--note", "seen"])
+    code = CliRunner().invoke(
+        cli, ["resolve", thread, "call_1_0", "--as", "done", "--home", crashed, "--note", "seen"]
+    )
     assert code.exit_code == 0, code.output
 
     async def finish() -> None:
@@ -206,7 +214,10 @@ def test_an_interrupted_model_call_is_recorded_and_issued_again(home: str, works
         assert [r.data["step_id"] for r in interrupted] == [step["step_id"]]
         started = [r for r in records if r.type == "step.started"]
         # the re-issued call starts from the same conversation (plus the resume note)
-        first, again = started[0].data["context"]["messages"], started[-1].data["context"]["messages"]
+        first, again = (
+            started[0].data["context"]["messages"],
+            started[-1].data["context"]["messages"],
+        )
         assert again[: len(first)] == first
         assert again[-1]["role"] == "system"
         assert store.state(thread).active_turn is None
@@ -245,7 +256,9 @@ def test_cli_resume_reports_a_torn_tail_and_unknown_calls(home: str, workspace: 
         assert store.verify(thread).ok
 
 
-def test_damage_in_the_middle_stops_resume_and_salvage_keeps_the_prefix(home: str, workspace: Path) -> None:
+def test_damage_in_the_middle_stops_resume_and_salvage_keeps_the_prefix(
+    home: str, workspace: Path
+) -> None:
     async def main() -> str:
         async with Runtime(home, model=ScriptedModel([Reply("a"), Reply("b")])) as runtime:
             session = await runtime.create("u", cwd=str(workspace))
@@ -295,7 +308,16 @@ def test_an_older_format_is_upcast_not_refused(home: str, tmp_path: Path) -> Non
     rows: list[tuple[str, dict[str, Any]]] = [
         ("thread.created", {"format": 0, "principal": "old", "config": {}}),
         ("turn.started", {"turn_id": "t", "input": "hi"}),
-        ("tool_call.proposed", {"turn_id": "t", "call_id": "c", "tool": "read_file", "args": {}, "side_effect": "read_only"}),
+        (
+            "tool_call.proposed",
+            {
+                "turn_id": "t",
+                "call_id": "c",
+                "tool": "read_file",
+                "args": {},
+                "side_effect": "read_only",
+            },
+        ),
         ("tool_call.approved", {"call_id": "c", "by": "policy"}),
         ("tool_call.started", {"call_id": "c"}),
         ("tool_call.result", {"call_id": "c", "output": "text"}),  # format 0
@@ -304,8 +326,15 @@ def test_an_older_format_is_upcast_not_refused(home: str, tmp_path: Path) -> Non
     lines, prev = [], None
     for i, (type_, data) in enumerate(rows, start=1):
         line, prev = encode_record(
-            id=f"01a22a49-510c-7584-9d29-5f2f1ad5{i:04d}", thread=thread, ord=i, parent=None,
-            ts="2025-01-01T00:00:00.000000Z", type=type_, data_json=codec.canonical(data), prev=prev, v=0,
+            id=f"01a22a49-510c-7584-9d29-5f2f1ad5{i:04d}",
+            thread=thread,
+            ord=i,
+            parent=None,
+            ts="2025-01-01T00:00:00.000000Z",
+            type=type_,
+            data_json=codec.canonical(data),
+            prev=prev,
+            v=0,
         )
         lines.append(line)
     with open_store(home) as store:
@@ -325,9 +354,17 @@ def test_an_older_format_is_upcast_not_refused(home: str, tmp_path: Path) -> Non
 
 def test_a_newer_format_is_refused_clearly(home: str) -> None:
     thread = "01a22a49-510c-7584-9d29-5f2f1ad5387b"
-    line, _ = encode_record(id="01a22a49-510c-7584-9d29-5f2f1ad50001", thread=thread, ord=1, parent=None,
-                            ts="2030-01-01T00:00:00.000000Z", type="thread.created",
-                            data_json=codec.canonical({"format": 9, "principal": "p", "config": {}}), prev=None, v=9)
+    line, _ = encode_record(
+        id="01a22a49-510c-7584-9d29-5f2f1ad50001",
+        thread=thread,
+        ord=1,
+        parent=None,
+        ts="2030-01-01T00:00:00.000000Z",
+        type="thread.created",
+        data_json=codec.canonical({"format": 9, "principal": "p", "config": {}}),
+        prev=None,
+        v=9,
+    )
     with open_store(home) as store:
         path = Path(store.path_of(thread))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -353,7 +390,9 @@ def test_a_fork_is_whole_or_absent_after_a_crash(home: str, point: str | None) -
     env = dict(os.environ)
     if point:
         env["THREADLOG_CRASH_AT"] = point
-    proc = subprocess.run([sys.executable, "-c", FORK_CHILD, home, thread], env=env, capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", FORK_CHILD, home, thread], env=env, capture_output=True, timeout=60
+    )
     assert proc.returncode == (137 if point else 0), proc.stderr
     with open_store(home) as store:
         others = [t for t in store.thread_ids() if t != thread]
@@ -377,6 +416,8 @@ def test_fork_keeps_ords_ids_and_unknown_states(home: str, workspace: Path) -> N
     with open_store(crashed) as store:
         child = store.fork(thread)
         source, copy = store.read(thread), store.read(child)
-        assert [(r.ord, r.id, r.type, r.data) for r in copy[1:]] == [(r.ord, r.id, r.type, r.data) for r in source[1:]]
+        assert [(r.ord, r.id, r.type, r.data) for r in copy[1:]] == [
+            (r.ord, r.id, r.type, r.data) for r in source[1:]
+        ]
         assert store.state(child).tool_calls["call_1_0"].status == "unknown"  # not a guess
         assert store.verify(child).ok

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from threadlog.cli import cli, handle_errors, store_options
-from threadlog.cli import EXIT_STORE
+from threadlog.cli import EXIT_STORE, cli, handle_errors, store_options
 from threadlog.errors import IntegrityError, LeaseHeld, UsageError
 from threadlog.runtime import inbox
 from threadlog.runtime.runtime import Runtime
@@ -206,8 +205,11 @@ def cancel(home: str | None, as_json: bool, thread: str) -> None:
 @cli.command(name="resume")
 @store_options
 @click.argument("thread")
-@click.option("--salvage", is_flag=True,
-              help="If the log is damaged, copy its valid prefix to a new thread (lineage recorded).")
+@click.option(
+    "--salvage",
+    is_flag=True,
+    help="If the log is damaged, copy its valid prefix to a new thread (lineage recorded).",
+)
 @handle_errors
 def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> None:
     """Recover a thread after a crash and print what was repaired.
@@ -240,16 +242,23 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
         report = asyncio.run(run(thread))
     except IntegrityError as exc:
         if not salvage:
-            click.echo(f"error: the log is damaged at ord {exc.ord}"
-                       + (f", byte {exc.offset}" if exc.offset is not None else "")
-                       + f": {exc.reason}", err=True)
+            click.echo(
+                f"error: the log is damaged at ord {exc.ord}"
+                + (f", byte {exc.offset}" if exc.offset is not None else "")
+                + f": {exc.reason}",
+                err=True,
+            )
             click.echo(f"  details: threadlog verify {thread}", err=True)
             click.echo(f"  keep what is valid: threadlog resume {thread} --salvage", err=True)
             sys.exit(EXIT_STORE)
         with EmbeddedStore(home) as store:
             report_ = store.verify(thread, check_events=False)
-            salvaged = store.fork(thread, report_.last_ord, kind="salvage",
-                                  title=f"salvaged from {thread} (ords 1–{report_.last_ord})")
+            salvaged = store.fork(
+                thread,
+                report_.last_ord,
+                kind="salvage",
+                title=f"salvaged from {thread} (ords 1–{report_.last_ord})",
+            )
         if not as_json:
             click.echo(f"damaged at ord {exc.ord}: copied ords 1–{report_.last_ord} to {salvaged}")
         report = asyncio.run(run(salvaged))
@@ -264,7 +273,9 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
         detail = ", ".join(f"{k}={v}" for k, v in repair.items() if k != "kind")
         click.echo(f"  {repair['kind']:<22} {detail}")
     for call_id in report["waiting_for_human"]:
-        click.echo(f"  waiting for a human: threadlog resolve {thread} {call_id} --as done|retry|abort")
+        click.echo(
+            f"  waiting for a human: threadlog resolve {thread} {call_id} --as done|retry|abort"
+        )
 
 
 @cli.command()

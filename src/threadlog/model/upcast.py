@@ -30,7 +30,12 @@ def _v0_to_v1(record: Record) -> Record:
     if record.type == "tool_call.result" and isinstance(record.data, dict):
         data = dict(record.data)
         error = data.get("error")
-        new = {"call_id": data.get("call_id"), "ok": error is None, "result": data.get("output"), "error": error}
+        new = {
+            "call_id": data.get("call_id"),
+            "ok": error is None,
+            "result": data.get("output"),
+            "error": error,
+        }
         return record._replace(v=1, type="tool_call.finished", data=new)
     return record._replace(v=1)
 
@@ -45,7 +50,8 @@ def upcast(record: Record) -> Record:
         return record
     if record.v > FORMAT_VERSION:
         raise IntegrityError(
-            record.thread, record.ord,
+            record.thread,
+            record.ord,
             f"written in format {record.v} by a newer threadlog (this one reads up to {FORMAT_VERSION})",
         )
     while record.v < FORMAT_VERSION:

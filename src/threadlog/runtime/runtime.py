@@ -17,6 +17,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from threadlog.errors import UsageError
+from threadlog.model import snapshot
 from threadlog.model.recovery import plan_recovery
 from threadlog.model.turns import is_parked
 from threadlog.runtime.approvals import check_policy
@@ -150,8 +151,11 @@ class Runtime:
         for step_id in plan.interrupted_steps:
             await session.append(
                 "provider.interrupted",
-                {"turn_id": state.steps[step_id].turn_id, "step_id": step_id,
-                 "reason": "the process stopped during this model call"},
+                {
+                    "turn_id": state.steps[step_id].turn_id,
+                    "step_id": step_id,
+                    "reason": "the process stopped during this model call",
+                },
             )
         outcomes = {}
         for call_id in plan.unknown:
@@ -159,7 +163,11 @@ class Runtime:
         if turn_id is not None:
             await session.append(
                 "turn.ended",
-                {"turn_id": turn_id, "outcome": "interrupted", "reason": "the process running it stopped"},
+                {
+                    "turn_id": turn_id,
+                    "outcome": "interrupted",
+                    "reason": "the process running it stopped",
+                },
             )
         continued = None
         if parked:
@@ -173,7 +181,9 @@ class Runtime:
             "reconciled": outcomes,
             "interrupted_turn": turn_id,
             "continued_by": continued,
-            "waiting_for_human": [c.call_id for c in state.tool_calls.values() if c.status == "unknown"],
+            "waiting_for_human": [
+                c.call_id for c in state.tool_calls.values() if c.status == "unknown"
+            ],
         }
 
     async def fork(
@@ -188,15 +198,22 @@ class Runtime:
         store = self.store
         if not isinstance(store, EmbeddedStore):
             raise UsageError("fork needs the embedded store")
-        child = await asyncio.to_thread(store.fork, thread_id, at, title=title, changes=changes or None)
+        child = await asyncio.to_thread(
+            store.fork, thread_id, at, title=title, changes=changes or None
+        )
         return await self.open(child, resume=False)
 
     def _open_session(self, thread_id: str) -> Session:
         store = self.store
+        base = None
         if isinstance(store, EmbeddedStore):
             store.acquire(thread_id)
-        records = store.read(thread_id)
-        session = Session(self, thread_id, records)
+            saved = store.load_snapshot(thread_id, snapshot.SNAPSHOT_VERSION)
+            loaded = snapshot.load(saved[1]) if saved is not None else None
+            if saved is not None and loaded is not None:
+                base = (saved[0], *loaded)
+        records = store.read(thread_id, after=base[0] if base else 0)
+        session = Session(self, thread_id, records, base)
         self.sessions[thread_id] = session
         return session
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from threadlog.errors import ConflictError, InvalidTransition, RunError, UsageError
-from threadlog.model import codec
+from threadlog.model import codec, snapshot
 from threadlog.model.context import Context
 from threadlog.model.events import from_data
 from threadlog.model.ids import derived_id, uuid7_from_bits
@@ -72,6 +72,9 @@ log = logging.getLogger("threadlog.runtime")
 
 _CLOSED = object()
 
+SNAPSHOT_EVERY = 500
+"""A closing session saves a snapshot of its state when this many records came since the last."""
+
 
 @dataclass(frozen=True, slots=True)
 class Progress:
@@ -102,11 +105,25 @@ def _new_id() -> str:
 class Session:
     """A thread open for writing in this process. Created by `Runtime.create` / `open`."""
 
-    def __init__(self, runtime: Runtime, thread_id: str, records: list[Record]) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        thread_id: str,
+        records: list[Record],
+        base: tuple[int, ThreadState, Context] | None = None,
+    ) -> None:
         self.runtime = runtime
         self.thread_id = thread_id
-        self.state: ThreadState = replay(records)
-        self.context = Context.from_records(records)
+        if base is None:
+            self.state: ThreadState = replay(records)
+            self.context = Context.from_records(records)
+            self._snapshot_ord = 0
+        else:
+            # a snapshot of the state after ord `base[0]`, and the records after it
+            self._snapshot_ord, self.state, self.context = base
+            for record in records:
+                apply(self.state, record)
+                self.context.apply(record)
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
         self._subscribers: list[tuple[asyncio.Queue[Any], bool]] = []
@@ -516,7 +533,10 @@ class Session:
         """
         await self.append(
             "tool_call.unknown",
-            {"call_id": call.call_id, "reason": "the process running this tool stopped before its result was recorded"},
+            {
+                "call_id": call.call_id,
+                "reason": "the process running this tool stopped before its result was recorded",
+            },
         )
         tool = self.runtime.tools.get(call.tool)
         if tool is None or tool.reconcile is None or not call.idempotency_key:
@@ -524,14 +544,22 @@ class Session:
         op_id = _new_id()
         await self.append(
             "operation.started",
-            {"op_id": op_id, "kind": "reconcile", "detail": {"call_id": call.call_id, "key": call.idempotency_key}},
+            {
+                "op_id": op_id,
+                "kind": "reconcile",
+                "detail": {"call_id": call.call_id, "key": call.idempotency_key},
+            },
         )
         try:
             happened = await tool.reconcile(call.idempotency_key)
         except Exception as exc:
-            await self.append("operation.finished", {"op_id": op_id, "ok": False, "detail": {"error": str(exc)}})
+            await self.append(
+                "operation.finished", {"op_id": op_id, "ok": False, "detail": {"error": str(exc)}}
+            )
             return "unknown"
-        await self.append("operation.finished", {"op_id": op_id, "ok": True, "detail": {"happened": happened}})
+        await self.append(
+            "operation.finished", {"op_id": op_id, "ok": True, "detail": {"happened": happened}}
+        )
         if happened is None:
             return "unknown"
         decision = "done" if happened else "retry"
@@ -541,7 +569,9 @@ class Session:
                 "call_id": call.call_id,
                 "decision": decision,
                 "by": f"reconcile:{call.tool}",
-                "note": "the downstream system " + ("has" if happened else "has no") + " record of the effect",
+                "note": "the downstream system "
+                + ("has" if happened else "has no")
+                + " record of the effect",
             },
         )
         return decision
@@ -559,10 +589,20 @@ class Session:
             return
         attempt = call.attempt + 1
         key = call.idempotency_key or derived_id("threadlog.tool", self.thread_id, call.call_id)
-        await self.append(
-            "tool_call.started",
-            {"call_id": call.call_id, "attempt": attempt, "idempotency_key": key},
-        )
+        try:
+            await self.append(
+                "tool_call.started",
+                {"call_id": call.call_id, "attempt": attempt, "idempotency_key": key},
+            )
+        except asyncio.CancelledError:
+            # Cancelled while the start intent was becoming durable: the tool never ran, in
+            # this very process, so whatever its class the call has certainly no effect.
+            if self.state.tool_calls[call.call_id].status == "running":
+                await self.append(
+                    "tool_call.finished",
+                    {"call_id": call.call_id, "ok": False, "error": "cancelled before it ran"},
+                )
+            raise
         ctx = ToolContext(self.thread_id, call.call_id, attempt, key, self._cwd())
         task = asyncio.create_task(
             tool.run(ctx, dict(call.args)), name=f"tool {call.tool} {call.call_id}"
@@ -746,6 +786,23 @@ class Session:
 
     # -- closing ---------------------------------------------------------------------------
 
+    def _save_snapshot(self) -> None:
+        save = getattr(self.runtime.store, "save_snapshot", None)
+        if save is None or self.state.last_hash is None:
+            return
+        try:
+            save(
+                self.thread_id,
+                snapshot.dump(self.state, self.context),
+                ord=self.state.last_ord,
+                hash=self.state.last_hash,
+                version=snapshot.SNAPSHOT_VERSION,
+            )
+        except Exception:
+            log.exception(
+                "thread %s: could not save a snapshot (resume will replay the log)", self.thread_id
+            )
+
     def _check_open(self) -> None:
         if self._closing or self._closed:
             raise UsageError(f"session {self.thread_id} is closed")
@@ -767,6 +824,8 @@ class Session:
             await child.close()
         store = self.runtime.store
         try:
+            if self._broken is None and self.state.last_ord - self._snapshot_ord >= SNAPSHOT_EVERY:
+                await asyncio.to_thread(self._save_snapshot)
             await asyncio.to_thread(store.release, self.thread_id)
         finally:
             store.remove_listener(self._on_durable)

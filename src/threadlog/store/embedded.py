@@ -15,8 +15,8 @@ thread's file is found from its id alone, without the index.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import os
@@ -383,6 +383,7 @@ class EmbeddedStore:
                     ts=rfc3339(now),
                     expect_ord=expect_ord,
                     check=check,
+                    explicit_id=id is not None,
                 )
                 break
             except LogClosed:
@@ -470,23 +471,65 @@ class EmbeddedStore:
         for rollout in self._logs.values():
             rollout.uses = 0
 
+    def _anchored_tail(self, thread_id: str, path: str) -> tuple[Record, Scan] | None:
+        """The thread's snapshot anchor (verified against the rollout) and the scan of what
+        follows it; None when there is no usable snapshot."""
+        snap = self.index.get_snapshot(thread_id)
+        if snap is None:
+            return None
+        ord_, digest, end, _, _ = snap
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if end > size:
+                    return None
+                start = max(0, end - self.max_record_bytes - 1)
+                f.seek(start)
+                head = f.read(end - start)
+                tail = f.read()
+        except FileNotFoundError:
+            return None
+        cut = head.rfind(b"\n", 0, len(head) - 1)
+        if cut < 0 and start > 0:
+            return None
+        try:
+            anchor = parse_line(head[cut + 1 :])
+        except BadRecord:
+            return None
+        if anchor.ord != ord_ or anchor.hash != digest or anchor.thread != thread_id:
+            return None
+        scanned = scan(tail, thread_id, base_offset=end, start_ord=ord_ + 1, prev_hash=digest)
+        if scanned.error is not None:
+            return None  # let the full scan find and report it
+        return anchor, scanned
+
     def _open_for_writing(self, thread_id: str) -> RolloutLog:
         path = self.path_of(thread_id)
         if not os.path.isfile(path):
             raise ThreadNotFound(thread_id)
         lease = Lease(self._locks_dir, thread_id)
         try:
-            scanned = self._recover_thread(thread_id, path)
+            fast = None if self._has_dead_journals() else self._anchored_tail(thread_id, path)
+            anchor: Record | None = None
+            if fast is not None:
+                anchor, scanned = fast
+            else:
+                scanned = self._recover_thread(thread_id, path)
             if scanned.error is not None:
                 raise scanned.error
-            if not scanned.records:
+            if not scanned.records and anchor is None:
                 raise ThreadNotFound(thread_id)
             fd = self._fops.open(path, os.O_RDWR | os.O_APPEND)
             if scanned.torn is not None:
                 torn = scanned.torn
                 self._note_repair(
                     thread_id,
-                    {"kind": "torn_tail_removed", "offset": torn.offset, "bytes": torn.size, "reason": torn.reason},
+                    {
+                        "kind": "torn_tail_removed",
+                        "offset": torn.offset,
+                        "bytes": torn.size,
+                        "reason": torn.reason,
+                    },
                 )
                 log.warning(
                     "thread %s: repairing a torn tail: removing %d bytes at offset %d (%s)",
@@ -508,6 +551,8 @@ class EmbeddedStore:
                 journal=self._journal,
                 scanned=scanned,
                 max_record_bytes=self.max_record_bytes,
+                anchor=anchor,
+                load_prefix=lambda: scan_file(path, thread_id),
             )
         except OSError as exc:
             lease.release()
@@ -541,6 +586,43 @@ class EmbeddedStore:
 
     # -- background group commit and index ---------------------------------------------------
 
+    def _has_dead_journals(self) -> bool:
+        """Whether any journal other than this store's own exists (it may be a dead one)."""
+        try:
+            names = os.listdir(self._journal_dir)
+        except FileNotFoundError:
+            return False
+        own = os.path.basename(self._journal.path) if self._journal.path else None
+        return any(n.endswith(".wal") and n != own for n in names)
+
+    def save_snapshot(
+        self, thread_id: str, payload: bytes, *, ord: int, hash: str, version: str
+    ) -> bool:
+        """Keep a snapshot of reduced state after record ``ord`` (which must have ``hash``).
+
+        The thread must be open for writing here, and the record durable (the journal is
+        flushed first). Returns False, saving nothing, when that cannot be checked.
+        """
+        rollout = self._logs.get(thread_id)
+        if rollout is None:
+            return False
+        self._journal.flush()
+        end = rollout.offset_after(ord)
+        if end is None or (ord == rollout.last_ord and rollout.last_hash != hash):
+            return False
+        self.index.put_snapshot(thread_id, ord, hash, end, version, payload)
+        return True
+
+    def load_snapshot(self, thread_id: str, version: str) -> tuple[int, bytes] | None:
+        """``(ord, payload)`` of the thread's snapshot, if it is of ``version`` and its anchor
+        record is still in the rollout with the same hash."""
+        snap = self.index.get_snapshot(thread_id)
+        if snap is None or snap[3] != version:
+            return None
+        if self._anchored_tail(thread_id, self.path_of(thread_id)) is None:
+            return None
+        return snap[0], snap[4]
+
     def _recover_thread(self, thread_id: str, path: str) -> Scan:
         """Scan a thread's rollout, first replaying its records from dead journals."""
         dead = find_dead_journals(self._journal_dir)
@@ -549,7 +631,9 @@ class EmbeddedStore:
             before = os.path.getsize(path)
             scanned = recover_rollout(path, thread_id, self._fops, entries)
             if entries and os.path.getsize(path) != before:
-                self._note_repair(thread_id, {"kind": "journal_replayed", "last_ord": scanned.records[-1].ord})
+                self._note_repair(
+                    thread_id, {"kind": "journal_replayed", "last_ord": scanned.records[-1].ord}
+                )
             return scanned
         finally:
             for journal in dead:
@@ -588,7 +672,10 @@ class EmbeddedStore:
                     scanned = recover_rollout(path, thread_id, self._fops, entries)
                     if os.path.getsize(path) != before:
                         repaired.append(thread_id)
-                        self._note_repair(thread_id, {"kind": "journal_replayed", "last_ord": scanned.records[-1].ord})
+                        self._note_repair(
+                            thread_id,
+                            {"kind": "journal_replayed", "last_ord": scanned.records[-1].ord},
+                        )
                 except IntegrityError as exc:
                     log.error("recovery: %s", exc)
                 finally:
@@ -650,6 +737,13 @@ class EmbeddedStore:
         A torn tail (an interrupted write) is not returned; damage raises `IntegrityError`.
         """
         path = self.path_of(thread_id)
+        if after > 0:
+            snap = self.index.get_snapshot(thread_id)
+            if snap is not None and snap[0] <= after:
+                fast = self._anchored_tail(thread_id, path)
+                if fast is not None:  # read only what follows the snapshot's anchor
+                    records = [r for r in fast[1].records if r.ord > after]
+                    return records[:limit] if limit is not None else records
         try:
             scanned = scan_file(path, thread_id)
         except FileNotFoundError:
@@ -849,15 +943,29 @@ class EmbeddedStore:
         path = self.path_of(child)
         # the source record at `at` (its id and hash name the fork point)
         last = parse_line(lines[at - 1] + b"\n") if at > 1 else first
-        lineage = {"thread": thread_id, "ord": at, "entry": last.id, "hash": last.hash, "kind": kind}
+        lineage = {
+            "thread": thread_id,
+            "ord": at,
+            "entry": last.id,
+            "hash": last.hash,
+            "kind": kind,
+        }
         head = ThreadCreated(
-            format=FORMAT_VERSION, principal=principal or created.principal,
-            config=dict(created.config), lineage=lineage, title=title or created.title,
+            format=FORMAT_VERSION,
+            principal=principal or created.principal,
+            config=dict(created.config),
+            lineage=lineage,
+            title=title or created.title,
         )
         line, digest = encode_record(
-            id=uuid7_from_bits(now // 1_000_000, random_bits(74)), thread=child, ord=1,
-            parent=None, ts=rfc3339(now), type=head.type,
-            data_json=codec.canonical(to_data(head)[1]), prev=None,
+            id=uuid7_from_bits(now // 1_000_000, random_bits(74)),
+            thread=child,
+            ord=1,
+            parent=None,
+            ts=rfc3339(now),
+            type=head.type,
+            data_json=codec.canonical(to_data(head)[1]),
+            prev=None,
         )
         try:
             copied, new_prev = rehome_lines(
@@ -870,9 +978,14 @@ class EmbeddedStore:
         out = [line, *copied]
         if changes:
             line, _ = encode_record(
-                id=uuid7_from_bits(now // 1_000_000, random_bits(74)), thread=child, ord=at + 1,
-                parent=last.id, ts=rfc3339(now), type="config.changed",
-                data_json=codec.canonical({"changes": changes}), prev=new_prev or digest,
+                id=uuid7_from_bits(now // 1_000_000, random_bits(74)),
+                thread=child,
+                ord=at + 1,
+                parent=last.id,
+                ts=rfc3339(now),
+                type="config.changed",
+                data_json=codec.canonical({"changes": changes}),
+                prev=new_prev or digest,
             )
             out.append(line)
         directory = os.path.dirname(path)

@@ -56,6 +56,14 @@ CREATE TABLE IF NOT EXISTS turns (
     input       TEXT,
     PRIMARY KEY (thread_id, turn_id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS snapshots (
+    thread_id   TEXT PRIMARY KEY,
+    ord         INTEGER NOT NULL,
+    hash        TEXT NOT NULL,
+    end_offset  INTEGER NOT NULL,
+    version     TEXT NOT NULL,
+    payload     BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS tool_calls (
     thread_id   TEXT NOT NULL,
     call_id     TEXT NOT NULL,
@@ -213,12 +221,33 @@ class Index:
                     self._db.execute("ROLLBACK")
                 raise
 
+    def put_snapshot(
+        self, thread_id: str, ord: int, hash: str, end_offset: int, version: str, payload: bytes
+    ) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO snapshots (thread_id, ord, hash, end_offset, version, payload) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (thread_id) DO UPDATE SET ord = excluded.ord, "
+                "hash = excluded.hash, end_offset = excluded.end_offset, "
+                "version = excluded.version, payload = excluded.payload",
+                (thread_id, ord, hash, end_offset, version, payload),
+            )
+
+    def get_snapshot(self, thread_id: str) -> tuple[int, str, int, str, bytes] | None:
+        """``(ord, hash, end_offset, version, payload)`` of the thread's snapshot, if any."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT ord, hash, end_offset, version, payload FROM snapshots WHERE thread_id = ?",
+                (thread_id,),
+            ).fetchone()
+        return (row[0], row[1], row[2], row[3], bytes(row[4])) if row else None
+
     def reset_thread(self, thread_id: str, *, damage: str | None = None) -> None:
         """Forget a thread's rows (before re-indexing it from ord 1)."""
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                for table in ("threads", "turns", "tool_calls"):
+                for table in ("threads", "turns", "tool_calls", "snapshots"):
                     self._db.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
                 self._db.execute("COMMIT")
             except BaseException:

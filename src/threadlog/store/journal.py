@@ -85,7 +85,12 @@ class RolloutLog:
         journal: Journal,
         scanned: Scan,
         max_record_bytes: int,
+        anchor: Record | None = None,
+        load_prefix: Callable[[], Scan] | None = None,
     ) -> None:
+        """``scanned`` covers the file from its start, or (with ``anchor``, the verified record
+        just before it, e.g. a snapshot's) only its tail; the prefix's offsets and ids are
+        then loaded with ``load_prefix`` the first time they are needed."""
         self.thread_id = thread_id
         self.path = path
         self.fd = fd
@@ -93,9 +98,13 @@ class RolloutLog:
         self._max_record_bytes = max_record_bytes
         self._lock = threading.Lock()
         records = scanned.records
-        self.last_ord = records[-1].ord if records else 0
-        self.last_hash: str | None = records[-1].hash if records else None
-        self.last_id: str | None = records[-1].id if records else None
+        last = records[-1] if records else anchor
+        self.last_ord = last.ord if last else 0
+        self.last_hash: str | None = last.hash if last else None
+        self.last_id: str | None = last.id if last else None
+        self._first_ord = anchor.ord + 1 if anchor else 1
+        """The first ord whose offset and id are loaded (the prefix is loaded lazily)."""
+        self._load_prefix = load_prefix
         self.durable_ord = self.last_ord
         """Highest ord that is durable (in the journal) and written to the rollout file."""
         self.size = scanned.end
@@ -121,6 +130,7 @@ class RolloutLog:
         ts: str,
         expect_ord: int | None,
         check: Callable[[Record], object] | None = None,
+        explicit_id: bool = True,
     ) -> tuple[Record, int]:
         """Assign the next ordinal, chain, encode and queue one record; ``(record, seq)``.
 
@@ -138,6 +148,9 @@ class RolloutLog:
             # change it.
             data = orjson.loads(data_json)
             existing = self._ids.get(id)
+            if existing is None and explicit_id and self._first_ord > 1:
+                self._complete_prefix()
+                existing = self._ids.get(id)
             if existing is not None:
                 stored = self._record_at(existing)
                 want_parent = stored.parent if parent is ... else parent
@@ -174,6 +187,34 @@ class RolloutLog:
             self.last_ord, self.last_hash, self.last_id, self.last_seq = ord_, digest, id, seq
             return record, seq
 
+    def _complete_prefix(self) -> None:
+        """Load the offsets and ids of the records before ``_first_ord``. Lock held."""
+        assert self._load_prefix is not None
+        full = self._load_prefix()
+        if full.error is not None:
+            raise full.error
+        prefix = [
+            (r, off)
+            for r, off in zip(full.records, full.offsets, strict=True)
+            if r.ord < self._first_ord
+        ]
+        if len(prefix) != self._first_ord - 1:
+            raise IntegrityError(
+                self.thread_id, len(prefix) + 1, "the rollout's prefix is incomplete"
+            )
+        self._offsets = [off for _, off in prefix] + self._offsets
+        for record, _ in prefix:
+            self._ids[record.id] = record.ord
+        self._first_ord = 1
+
+    def offset_after(self, ord_: int) -> int | None:
+        """The byte offset just after record ``ord_`` if it is written, else None."""
+        with self._lock:
+            if ord_ > self.durable_ord or ord_ < self._first_ord - 1:
+                return None
+            index = ord_ + 1 - self._first_ord
+            return self._offsets[index] if index < len(self._offsets) else self.size
+
     def written(self, records: list[Record], nbytes: int) -> None:
         """Called by the journal leader once ``records`` are durable and in the file."""
         with self._lock:
@@ -188,8 +229,11 @@ class RolloutLog:
         unwritten = self._unwritten.get(ord_)
         if unwritten is not None:
             return unwritten
-        start = self._offsets[ord_ - 1]
-        end = self._offsets[ord_] if ord_ < len(self._offsets) else self.size
+        if ord_ < self._first_ord:
+            self._complete_prefix()
+        index = ord_ - self._first_ord
+        start = self._offsets[index]
+        end = self._offsets[index + 1] if index + 1 < len(self._offsets) else self.size
         line = os.pread(self.fd, end - start, start)
         try:
             return parse_line(line)

@@ -1,0 +1,79 @@
+"""Resume and fork of a 100,000-event thread.
+
+Builds a thread of N events (500 bytes of data each), closes a session on it once (which
+saves a snapshot of the reduced state), then measures:
+
+* ``Runtime.resume`` with the snapshot: open the store, take the lease, verify the snapshot's
+  anchor record, reduce only the tail, append ``thread.resumed``;
+* the same without a snapshot (the whole log read, verified and reduced), for comparison;
+* ``EmbeddedStore.fork`` of the whole thread (a verified, re-chained copy, written atomically).
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_resume.py [--events 100000] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import tempfile
+import time
+
+from threadlog import open_store
+from threadlog.runtime import Runtime
+
+PAYLOAD = {"text": "x" * 480, "n": 1}
+
+
+async def resume_once(home: str, thread: str) -> float:
+    start = time.perf_counter()
+    async with Runtime(home) as runtime:
+        session = await runtime.resume(thread, continue_work=False)
+        elapsed = time.perf_counter() - start
+        assert session.state.last_ord > 0
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    home = tempfile.mkdtemp(prefix="threadlog-bench-resume-")
+    try:
+        with open_store(home) as store:
+            thread = store.create_thread("bench")
+            for _ in range(args.events - 1):
+                store.append(thread, "custom.bench", PAYLOAD, durable=False)
+        # the first resume replays everything and, closing, saves a snapshot
+        full = asyncio.run(resume_once(home, thread))
+        with_snapshot = min(asyncio.run(resume_once(home, thread)) for _ in range(args.runs))
+        with open_store(home) as store:
+            store.index._db.execute("DELETE FROM snapshots")
+        without = min(asyncio.run(resume_once(home, thread)) for _ in range(1))
+        with open_store(home) as store:
+            forks = []
+            for _ in range(args.runs):
+                start = time.perf_counter()
+                store.fork(thread)
+                forks.append(time.perf_counter() - start)
+            size = store.thread_info(thread).bytes
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    print(f"thread: {args.events:,} events, {size / 1e6:.1f} MB; best of {args.runs}")
+    print("")
+    print("| operation | time | target |")
+    print("|---|---|---|")
+    print(f"| resume with a snapshot (tail only) | {with_snapshot:.3f} s | < 0.5 s |")
+    print(
+        f"| resume without a snapshot (whole log), for comparison | {min(without, full):.3f} s | |"
+    )
+    print(f"| fork the whole thread (verified copy, atomic) | {min(forks):.3f} s | < 0.5 s |")
+
+
+if __name__ == "__main__":
+    main()
