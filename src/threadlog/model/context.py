@@ -23,12 +23,16 @@ import orjson
 
 from threadlog.model.envelope import FORMAT_VERSION
 from threadlog.model.refs import is_artifact_ref
+from threadlog.model.tree import ENTRY_TYPES
 from threadlog.model.upcast import upcast
 
 if TYPE_CHECKING:
     from threadlog.model.envelope import Record
 
-__all__ = ["RESUME_NOTE", "Context", "tool_result_text"]
+__all__ = ["BRANCH_PREFIX", "RESUME_NOTE", "SUMMARY_PREFIX", "Context", "tool_result_text"]
+
+SUMMARY_PREFIX = "Summary of the earlier conversation (compacted; the full log is kept):\n"
+BRANCH_PREFIX = "An abandoned branch of this conversation, summarized:\n"
 
 RESUME_NOTE = (
     "The previous turn was interrupted because the process running it stopped. Everything "
@@ -49,11 +53,22 @@ def tool_result_text(result: Any) -> str:
 
 @dataclass(slots=True)
 class Context:
-    """The conversation as the model sees it, kept up to date record by record."""
+    """The conversation as the model sees it: the path from the active leaf to the root.
 
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    Every record is kept as a node ``id → (parent, message or None, compaction or None)``;
+    `messages` walks from the leaf to the root, and is kept up to date incrementally while the
+    conversation grows along one branch (a move of the leaf or a compaction recomputes it).
+    A ``compaction`` on the path replaces its ``last_entry`` and everything before it by its
+    summary; the log itself keeps every original record.
+    """
+
+    nodes: dict[str, tuple[str | None, dict[str, Any] | None, dict[str, Any] | None]] = field(
+        default_factory=dict
+    )
+    leaf: str | None = None
     _queued: dict[str, str] = field(default_factory=dict)
     _calls: dict[str, str] = field(default_factory=dict)
+    _path: list[dict[str, Any]] | None = None
 
     @classmethod
     def from_records(cls, records: list[Record]) -> Context:
@@ -62,25 +77,70 @@ class Context:
             context.apply(record)
         return context
 
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The model-visible messages, root first."""
+        if self._path is None:
+            self._path = self.messages_at(self.leaf)
+        return self._path
+
+    def messages_at(self, leaf: str | None) -> list[dict[str, Any]]:
+        """The messages of the branch ending at ``leaf``."""
+        out: list[dict[str, Any]] = []
+        cut: dict[str, Any] | None = None
+        seen: set[str] = set()
+        node = leaf
+        while node is not None and node not in seen:
+            entry = self.nodes.get(node)
+            if entry is None:
+                break
+            seen.add(node)
+            parent, message, compaction = entry
+            if compaction is not None and cut is None:
+                cut = compaction
+            if cut is not None and node == cut["last_entry"]:
+                out.append({"role": "system", "content": SUMMARY_PREFIX + cut["summary"]})
+                break
+            if message is not None:
+                out.append(message)
+            node = parent
+        out.reverse()
+        return out
+
     def apply(self, record: Record) -> None:
         """Fold one record in (records must come in log order)."""
         if record.v != FORMAT_VERSION:
             record = upcast(record)
         data = record.data if isinstance(record.data, dict) else {}
         type_ = record.type
+        message = self._message(type_, data)
+        compaction = None
+        if type_ == "compaction":
+            compaction = {"last_entry": data.get("last_entry"), "summary": str(data.get("summary", ""))}
+        self.nodes[record.id] = (record.parent, message, compaction)
+        if type_ == "leaf.moved":
+            self.leaf = data.get("to")
+            self._path = None
+        elif type_ in ENTRY_TYPES:
+            if self._path is not None and record.parent == self.leaf and compaction is None:
+                if message is not None:
+                    self._path.append(message)
+            else:
+                self._path = None
+            self.leaf = record.id
+
+    def _message(self, type_: str, data: dict[str, Any]) -> dict[str, Any] | None:
         if type_ == "turn.started":
             if data.get("input_id"):
                 self._queued.pop(data["input_id"], None)
             if data.get("resumes"):
                 # Not user input: the user said nothing new. The model is told what happened.
-                self.messages.append({"role": "system", "content": RESUME_NOTE})
-            else:
-                self.messages.append({"role": "user", "content": data.get("input", "")})
-        elif type_ == "input.queued":
+                return {"role": "system", "content": RESUME_NOTE}
+            return {"role": "user", "content": data.get("input", "")}
+        if type_ == "input.queued":
             self._queued[data["input_id"]] = data.get("text", "")
         elif type_ == "input.consumed":
-            text = self._queued.pop(data["input_id"], "")
-            self.messages.append({"role": "user", "content": text})
+            return {"role": "user", "content": self._queued.pop(data["input_id"], "")}
         elif type_ == "model.responded":
             message = data.get("message") or {}
             assistant = {
@@ -91,7 +151,7 @@ class Context:
             if message.get("thinking"):
                 # Providers that sign their reasoning (Anthropic) need it sent back verbatim.
                 assistant["thinking"] = message["thinking"]
-            self.messages.append(assistant)
+            return assistant
         elif type_ == "tool_call.proposed":
             self._calls[data["call_id"]] = data.get("tool", "")
         elif type_ == "tool_call.finished":
@@ -100,26 +160,27 @@ class Context:
                 if data.get("ok")
                 else f"error: {data.get('error') or tool_result_text(data.get('result'))}"
             )
-            self._tool(data["call_id"], content)
+            return self._tool(data["call_id"], content)
         elif type_ == "tool_call.denied":
-            self._tool(
+            return self._tool(
                 data["call_id"],
                 f"denied by {data.get('by')}: {data.get('reason') or 'no reason given'}",
             )
         elif type_ == "tool_call.resolved" and data.get("decision") in ("done", "abort"):
             verb = "was completed" if data["decision"] == "done" else "was abandoned"
-            self._tool(
+            return self._tool(
                 data["call_id"],
                 f"the outcome of this call was unknown after a crash; a human confirmed it {verb}"
                 + (f": {data['note']}" if data.get("note") else ""),
             )
+        elif type_ == "branch.summarized":
+            return {"role": "system", "content": BRANCH_PREFIX + str(data.get("summary", ""))}
+        return None
 
-    def _tool(self, call_id: str, content: str) -> None:
-        self.messages.append(
-            {
-                "role": "tool",
-                "tool_call_id": call_id,
-                "name": self._calls.get(call_id, ""),
-                "content": content,
-            }
-        )
+    def _tool(self, call_id: str, content: str) -> dict[str, Any]:
+        return {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "name": self._calls.get(call_id, ""),
+            "content": content,
+        }

@@ -68,6 +68,7 @@ from threadlog.model.state import (
     TurnState,
 )
 from threadlog.model.toolcalls import next_state
+from threadlog.model.tree import ENTRY_TYPES
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -151,16 +152,7 @@ def apply(state: ThreadState | None, record: Record, event: Event | None = None)
 
 def _on_tree(event: Event) -> bool:
     """Conversation entries move the active leaf; bookkeeping records do not."""
-    return isinstance(
-        event,
-        TurnStarted
-        | InputConsumed
-        | ModelResponded
-        | ToolCallFinished
-        | Compaction
-        | BranchSummarized
-        | ProviderInterrupted,
-    )
+    return event.type in ENTRY_TYPES
 
 
 def _illegal(message: str) -> InvalidTransition:

@@ -66,7 +66,8 @@ def load(data: bytes) -> tuple[ThreadState, Context] | None:
             raw[name] = {key: cls(**value) for key, value in raw[name].items()}
         state = ThreadState(**raw)
         ctx = doc["context"]
-        context = Context(messages=ctx["messages"], _queued=ctx["queued"], _calls=ctx["calls"])
+        nodes = {key: (node[0], node[1], node[2]) for key, node in ctx["nodes"].items()}
+        context = Context(nodes=nodes, leaf=ctx["leaf"], _queued=ctx["queued"], _calls=ctx["calls"])
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
         return None
     return state, context

@@ -190,8 +190,11 @@ class Session:
         if self._broken is not None:
             raise RunError(f"session {self.thread_id} stopped after an error: {self._broken}")
         try:
+            # Every record continues the active leaf: after a branch (leaf.moved) the
+            # conversation goes on from there, and the old branch stays as it was.
             return await self.runtime.store.aappend(
-                self.thread_id, type_, data, durable=durable, id=id, check=self._apply
+                self.thread_id, type_, data, durable=durable, id=id, parent=self.state.leaf,
+                check=self._apply,
             )
         except (UsageError, asyncio.CancelledError):
             raise
