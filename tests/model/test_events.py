@@ -109,6 +109,7 @@ SAMPLES: dict[str, Any] = {
         scope="project",
         written_at="2025-01-01T00:00:00Z",
         expires_at="2026-01-01T00:00:00Z",
+        key="user.timezone",
     ),
     "memory.revoked": MemoryRevoked(memory_id="m1", reason="stale"),
     "artifact.stored": ArtifactStored(

@@ -86,7 +86,12 @@ class Context:
 
     def messages_at(self, leaf: str | None) -> list[dict[str, Any]]:
         """The messages of the branch ending at ``leaf``."""
-        out: list[dict[str, Any]] = []
+        return [message for _, message in self.entries_at(leaf)]
+
+    def entries_at(self, leaf: str | None) -> list[tuple[str, dict[str, Any]]]:
+        """``(entry id, message)`` along the branch ending at ``leaf``, root first. A
+        compaction's summary stands under the id of the last entry it replaces."""
+        out: list[tuple[str, dict[str, Any]]] = []
         cut: dict[str, Any] | None = None
         seen: set[str] = set()
         node = leaf
@@ -99,10 +104,10 @@ class Context:
             if compaction is not None and cut is None:
                 cut = compaction
             if cut is not None and node == cut["last_entry"]:
-                out.append({"role": "system", "content": SUMMARY_PREFIX + cut["summary"]})
+                out.append((node, {"role": "system", "content": SUMMARY_PREFIX + cut["summary"]}))
                 break
             if message is not None:
-                out.append(message)
+                out.append((node, message))
             node = parent
         out.reverse()
         return out

@@ -301,6 +301,9 @@ class MemoryWritten:
     scope: Literal["thread", "principal", "project"]
     written_at: str
     expires_at: str | None = None
+    key: str | None = None
+    """What the fact is about (e.g. ``user.timezone``): a newer fact with the same key, or
+    one the current task wrote, supersedes it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

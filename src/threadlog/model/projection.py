@@ -31,7 +31,7 @@ _RESOLVED_STATUS = {"done": "done", "retry": "approved", "abort": "aborted"}
 
 @dataclass(frozen=True, slots=True)
 class RowChange:
-    """An upsert: ``table`` row ``key`` gets ``fields`` (table: thread, turn or tool_call)."""
+    """An upsert: ``table`` row ``key`` gets ``fields`` (thread, turn, tool_call or memory)."""
 
     table: str
     key: str
@@ -118,6 +118,24 @@ def project(record: Record) -> list[RowChange]:
                 },
             )
         ]
+    if type_ == "memory.written" and isinstance(data.get("memory_id"), str):
+        return [
+            RowChange(
+                "memory",
+                data["memory_id"],
+                {
+                    "fact": _text(data.get("fact"), 2000),
+                    "scope": data.get("scope"),
+                    "key": data.get("key"),
+                    "source_event": data.get("source_event"),
+                    "written_at": data.get("written_at"),
+                    "expires_at": data.get("expires_at"),
+                    "revoked": 0,
+                },
+            )
+        ]
+    if type_ == "memory.revoked" and isinstance(data.get("memory_id"), str):
+        return [RowChange("memory", data["memory_id"], {"revoked": 1})]
     if type_ in _TOOL_STATUS or type_ == "tool_call.resolved":
         call_id = data.get("call_id")
         if not isinstance(call_id, str):

@@ -357,6 +357,7 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
                 scope=memory.scope,
                 written_at=memory.written_at,
                 expires_at=memory.expires_at,
+                key=memory.key,
             )
         case MemoryRevoked(memory_id=memory_id):
             mem = state.memories.get(memory_id)

@@ -86,6 +86,7 @@ class MemoryState:
     written_at: str
     expires_at: str | None
     revoked: bool = False
+    key: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -28,7 +28,9 @@ __all__ = [
     "ModelRequest",
     "ProviderError",
     "Reply",
+    "ModelSummarizer",
     "ScriptedModel",
+    "Summarizer",
     "TextDelta",
     "ToolCallSpec",
 ]
@@ -99,6 +101,46 @@ class Model(Protocol):
         ...
 
 
+@runtime_checkable
+class Summarizer(Protocol):
+    """Anything that can summarize messages (for compaction)."""
+
+    async def summarize(self, messages: list[dict[str, Any]]) -> str: ...
+
+
+SUMMARY_INSTRUCTIONS = (
+    "Summarize the conversation so far for your own later use: the user's goal, decisions "
+    "made, facts established, files touched and what remains to do. Be concise and exact; "
+    "do not invent anything that is not in the conversation."
+)
+
+
+class ModelSummarizer:
+    """Summarize with a model: one request carrying the conversation and the instruction."""
+
+    def __init__(self, model: Model, *, model_name: str | None = None) -> None:
+        self._model = model
+        self._name = model_name or model.name
+
+    async def summarize(self, messages: list[dict[str, Any]]) -> str:
+        transcript = "\n".join(
+            f"{m['role']}: {m.get('content') or ''}"
+            + "".join(f" [calls {c['name']}]" for c in m.get("tool_calls") or [])
+            for m in messages
+        )
+        request = ModelRequest(
+            model=self._name,
+            messages=[{"role": "user", "content": transcript}],
+            instructions=SUMMARY_INSTRUCTIONS,
+        )
+        text: list[str] = []
+        async for event in self._model.stream(request):
+            if isinstance(event, Completed):
+                return str(event.message.get("content") or "".join(text))
+            text.append(event.text)
+        return "".join(text)
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCallSpec:
     """A tool call a scripted reply makes."""
@@ -152,6 +194,16 @@ class ScriptedModel:
         if step < len(self._replies):
             return self._replies[step]
         return Reply(text="(script finished)")
+
+    async def summarize(self, messages: list[dict[str, Any]]) -> str:
+        """A deterministic summary (the scripted model's summarizer, for tests and demos)."""
+        users = [str(m.get("content")) for m in messages if m["role"] == "user"]
+        calls = [c["name"] for m in messages for c in m.get("tool_calls") or []]
+        return (
+            f"{len(messages)} earlier messages. The user asked: "
+            + " / ".join(u[:80] for u in users)
+            + (f". Tools used: {', '.join(calls)}." if calls else ".")
+        )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         reply = self._next(request)

@@ -21,7 +21,7 @@ from threadlog.model import snapshot
 from threadlog.model.recovery import plan_recovery
 from threadlog.model.turns import is_parked
 from threadlog.runtime.approvals import check_policy
-from threadlog.runtime.models import Model, ScriptedModel
+from threadlog.runtime.models import Model, ModelSummarizer, ScriptedModel, Summarizer
 from threadlog.runtime.session import Session
 from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolRegistry
 from threadlog.store.embedded import EmbeddedStore
@@ -55,7 +55,10 @@ class Runtime:
         model: Model | None = None,
         tools: Iterable[Tool] = BUILTIN_TOOLS,
         ephemeral: bool = False,
+        summarizer: Summarizer | None = None,
     ) -> None:
+        """See the class docstring; ``summarizer`` compacts long contexts (default: the
+        model's own ``summarize``, else one request to the model)."""
         if store is not None and (home is not None or ephemeral):
             raise UsageError("pass either store, or home / ephemeral")
         self._owns_store = store is None
@@ -63,6 +66,9 @@ class Runtime:
             store = MemoryStore() if ephemeral else EmbeddedStore(home)
         self.store: Store = store
         self.model: Model = model or ScriptedModel([])
+        if summarizer is None:
+            summarizer = self.model if isinstance(self.model, Summarizer) else ModelSummarizer(self.model)
+        self.summarizer: Summarizer = summarizer
         self.tools = ToolRegistry.of(tools)
         self.sessions: dict[str, Session] = {}
         self._closed = False

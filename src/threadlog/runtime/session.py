@@ -42,6 +42,7 @@ from threadlog.model import codec, snapshot
 from threadlog.model.context import Context
 from threadlog.model.events import from_data
 from threadlog.model.ids import derived_id, uuid7_from_bits
+from threadlog.model.memory import MemoryFact, memory_message, select_memories
 from threadlog.model.reducer import apply, replay
 from threadlog.model.turns import (
     AwaitResolution,
@@ -71,6 +72,11 @@ __all__ = ["Progress", "Session", "SubscriberDropped"]
 log = logging.getLogger("threadlog.runtime")
 
 _CLOSED = object()
+
+def estimate_tokens(messages: list[dict[str, Any]]) -> int:
+    """A rough token count (4 bytes a token) of messages, for budgets and reports."""
+    return len(codec.canonical(messages)) // 4
+
 
 SNAPSHOT_EVERY = 500
 """A closing session saves a snapshot of its state when this many records came since the last."""
@@ -390,6 +396,95 @@ class Session:
             )
         return isinstance(action, AwaitResolution)
 
+    # -- the conversation tree, compaction, memory ------------------------------------------
+
+    async def branch(self, entry: str, *, summary: str | None = None) -> Record:
+        """Continue the conversation from an earlier entry; the current branch stays in the log.
+
+        Records ``leaf.moved`` (and, with ``summary``, a ``branch.summarized`` entry on the new
+        branch, so the model knows what the abandoned branch tried).
+        """
+        self._check_open()
+        if self.state.active_turn is not None:
+            raise UsageError("branch between turns, not while a turn runs")
+        if entry not in self.context.nodes:
+            raise UsageError(f"no entry {entry!r} in thread {self.thread_id}")
+        left = self.state.leaf
+        record = await self.append("leaf.moved", {"to": entry})
+        if summary is not None and left is not None:
+            record = await self.append("branch.summarized", {"from_entry": left, "summary": summary})
+        return record
+
+    async def label(self, entry: str, label: str | None) -> Record:
+        """Name an entry (None removes the label)."""
+        self._check_open()
+        if entry not in self.context.nodes:
+            raise UsageError(f"no entry {entry!r} in thread {self.thread_id}")
+        return await self.append("label.set", {"entry": entry, "label": label})
+
+    async def compact(self, *, keep_last: int = 6) -> Record | None:
+        """Replace the older part of the active branch, in model context, by a summary.
+
+        The summary comes from the runtime's summarizer (the model's own ``summarize`` if it
+        has one). The last ``keep_last`` messages stay verbatim (the cut moves back to a user
+        message, so a tool call is never separated from its result). Nothing is deleted: the
+        log keeps every record, and export shows them all. Returns None when there is too
+        little to compact.
+        """
+        self._check_open()
+        entries = self.context.entries_at(self.context.leaf)
+        cut = len(entries) - keep_last
+        while cut > 0 and entries[cut][1]["role"] not in ("user", "system"):
+            cut -= 1
+        if cut < 2:
+            return None
+        older = [message for _, message in entries[:cut]]
+        before = estimate_tokens(self.context.messages)
+        op_id = _new_id()
+        await self.append("operation.started", {"op_id": op_id, "kind": "compaction", "detail": {"messages": cut}})
+        try:
+            summary = await self.runtime.summarizer.summarize(older)
+        except Exception as exc:
+            await self.append("operation.finished", {"op_id": op_id, "ok": False, "detail": {"error": str(exc)}})
+            raise
+        await self.append("operation.finished", {"op_id": op_id, "ok": True, "detail": None})
+        after = estimate_tokens([{"role": "system", "content": summary}] + [m for _, m in entries[cut:]])
+        return await self.append(
+            "compaction",
+            {"summary": summary, "first_entry": entries[0][0], "last_entry": entries[cut - 1][0],
+             "tokens_before": before, "tokens_after": after},
+        )
+
+    async def remember(
+        self,
+        fact: str,
+        *,
+        scope: str = "principal",
+        key: str | None = None,
+        expires_at: str | None = None,
+        source_event: str | None = None,
+    ) -> Record:
+        """Write a long-term memory, explicitly (nothing else ever does).
+
+        ``source_event`` is the record the fact comes from (default: the active leaf).
+        """
+        self._check_open()
+        if not isinstance(fact, str) or not fact.strip():
+            raise UsageError("a memory is a non-empty fact")
+        source = source_event or self.state.leaf or self.state.last_id
+        from threadlog._clock import rfc3339, wall_ns
+
+        return await self.append(
+            "memory.written",
+            {"memory_id": _new_id(), "fact": fact, "source_event": source, "scope": scope,
+             "written_at": rfc3339(wall_ns()), "expires_at": expires_at, "key": key},
+        )
+
+    async def forget(self, memory_id: str, *, reason: str | None = None) -> Record:
+        """Revoke a memory written in this thread."""
+        self._check_open()
+        return await self.append("memory.revoked", {"memory_id": memory_id, "reason": reason})
+
     async def spawn(self, *, title: str | None = None, **config: Any) -> Session:
         """A sub-agent: a child thread with lineage to this one (a side-chain)."""
         self._check_open()
@@ -662,6 +757,9 @@ class Session:
         config = self.state.config
         active = config.get("tools")
         messages = list(self.context.messages)
+        offered = memory_message(self._memories())
+        if offered is not None:
+            messages.insert(0, offered)
         instructions = config.get("instructions")
         return ModelRequest(
             model=str(config.get("model") or self.runtime.model.name),
@@ -671,11 +769,31 @@ class Session:
             thinking=config.get("thinking"),
         )
 
+    def _memories(self) -> list[MemoryFact]:
+        """Facts the thread's memory policy lets this model call see."""
+        policy = self.state.config.get("memory_policy")
+        if not isinstance(policy, dict):
+            return []  # memory enters context only through an explicit policy
+        facts = [
+            MemoryFact(m.memory_id, self.thread_id, m.fact, m.scope, m.written_at, m.expires_at, m.key, m.source_event)
+            for m in self.state.memories.values()
+            if not m.revoked
+        ]
+        shared = getattr(self.runtime.store, "shared_memories", None)
+        if shared is not None and set(policy.get("scopes") or ()) - {"thread"}:
+            facts += [f for f in shared(self.state.principal) if f.thread_id != self.thread_id]
+        from threadlog._clock import rfc3339, wall_ns
+
+        return select_memories(facts, thread_id=self.thread_id, now=rfc3339(wall_ns()), policy=policy)
+
     async def _call_model(self, turn_id: str, n: int) -> None:
+        budget = self.state.config.get("context_budget")
+        if isinstance(budget, int) and estimate_tokens(self.context.messages) > budget:
+            await self.compact(keep_last=int(self.state.config.get("compact_keep") or 6))
         model = self.runtime.model
         request = self._request()
-        snapshot = request.snapshot()
-        context_hash = hashlib.sha256(codec.canonical(snapshot)).hexdigest()
+        context_snapshot = request.snapshot()
+        context_hash = hashlib.sha256(codec.canonical(context_snapshot)).hexdigest()
         step_id = f"{turn_id}.{n}"
         while step_id in self.state.steps:
             step_id += "+"
@@ -684,7 +802,7 @@ class Session:
             {
                 "turn_id": turn_id,
                 "step_id": step_id,
-                "context": snapshot,
+                "context": context_snapshot,
                 "context_hash": context_hash,
             },
         )

@@ -46,6 +46,7 @@ from threadlog.model.envelope import (
 )
 from threadlog.model.events import Event, ThreadCreated, from_data, to_data
 from threadlog.model.ids import is_uuid, uuid7, uuid7_from_bits, uuid7_millis
+from threadlog.model.memory import MemoryFact
 from threadlog.model.policy import durability_of
 from threadlog.model.reducer import replay
 from threadlog.model.refs import ArtifactRef, is_artifact_ref
@@ -781,6 +782,21 @@ class EmbeddedStore:
         """Threads from the index, most recently active first."""
         self._drain_backlog()
         return self.index.threads(principal=principal, limit=limit)
+
+    def memories(self, *, principal: str | None = None, include_revoked: bool = False) -> list[dict[str, Any]]:
+        """Remembered facts of every thread (from the index), oldest first."""
+        self._drain_backlog()
+        return self.index.memories(principal=principal, include_revoked=include_revoked)
+
+    def shared_memories(self, principal: str) -> list[MemoryFact]:
+        """Live facts other threads may offer: the principal's, and every project fact."""
+        rows = self.memories()
+        return [
+            MemoryFact(r["memory_id"], r["thread_id"], r["fact"], r["scope"], r["written_at"],
+                       r["expires_at"], r["key"], r["source_event"])
+            for r in rows
+            if r["scope"] == "project" or (r["scope"] == "principal" and r["principal"] == principal)
+        ]
 
     def thread_info(self, thread_id: str) -> IndexedThread:
         self._drain_backlog()

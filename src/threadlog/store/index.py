@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Index", "IndexedThread"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -55,6 +55,18 @@ CREATE TABLE IF NOT EXISTS turns (
     ended_at    TEXT,
     input       TEXT,
     PRIMARY KEY (thread_id, turn_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS memories (
+    thread_id    TEXT NOT NULL,
+    memory_id    TEXT NOT NULL,
+    fact         TEXT,
+    scope        TEXT,
+    key          TEXT,
+    source_event TEXT,
+    written_at   TEXT,
+    expires_at   TEXT,
+    revoked      INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (thread_id, memory_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS snapshots (
     thread_id   TEXT PRIMARY KEY,
@@ -131,8 +143,13 @@ class Index:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_DDL)
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+            if row is not None and row[0] != str(SCHEMA_VERSION):
+                # Projections of another schema: drop the rows; catch-up rebuilds them.
+                for table in ("threads", "turns", "tool_calls", "memories", "snapshots"):
+                    self._db.execute(f"DELETE FROM {table}")
             self._db.execute(
-                "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)",
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)",
                 (str(SCHEMA_VERSION),),
             )
         except sqlite3.Error as exc:
@@ -200,7 +217,7 @@ class Index:
         with self._lock:
             return {
                 table: sorted(self._db.execute(f"SELECT * FROM {table}").fetchall())
-                for table in ("threads", "turns", "tool_calls")
+                for table in ("threads", "turns", "tool_calls", "memories")
             }
 
     # -- writes ----------------------------------------------------------------------------
@@ -220,6 +237,26 @@ class Index:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
+
+    def memories(self, *, principal: str | None = None, include_revoked: bool = False) -> list[dict[str, Any]]:
+        """Remembered facts, oldest first, with their thread and its principal."""
+        sql = (
+            "SELECT m.memory_id, m.thread_id, t.principal, m.fact, m.scope, m.key, m.source_event, "
+            "m.written_at, m.expires_at, m.revoked FROM memories m JOIN threads t USING (thread_id)"
+        )
+        where, args = [], []
+        if principal is not None:
+            where.append("t.principal = ?")
+            args.append(principal)
+        if not include_revoked:
+            where.append("m.revoked = 0")
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY m.written_at, m.memory_id"
+        with self._lock:
+            cur = self._db.execute(sql, args)
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
     def put_snapshot(
         self, thread_id: str, ord: int, hash: str, end_offset: int, version: str, payload: bytes
@@ -247,7 +284,7 @@ class Index:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                for table in ("threads", "turns", "tool_calls", "snapshots"):
+                for table in ("threads", "turns", "tool_calls", "memories", "snapshots"):
                     self._db.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
                 self._db.execute("COMMIT")
             except BaseException:
@@ -265,13 +302,13 @@ class Index:
     def forget(self, thread_ids: Iterable[str]) -> None:
         with self._lock:
             for thread_id in thread_ids:
-                for table in ("threads", "turns", "tool_calls"):
+                for table in ("threads", "turns", "tool_calls", "memories"):
                     self._db.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
 
     def clear(self) -> None:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
-            for table in ("threads", "turns", "tool_calls"):
+            for table in ("threads", "turns", "tool_calls", "memories"):
                 self._db.execute(f"DELETE FROM {table}")
             self._db.execute("COMMIT")
 
@@ -302,6 +339,10 @@ class Index:
                         new_turns += 1
                     self._upsert(
                         "turns", ("thread_id", "turn_id"), (thread_id, change.key), change.fields
+                    )
+                elif change.table == "memory":
+                    self._upsert(
+                        "memories", ("thread_id", "memory_id"), (thread_id, change.key), change.fields
                     )
                 else:
                     if change.fields.get("status") == "proposed":
