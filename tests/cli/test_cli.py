@@ -29,11 +29,20 @@ def demo_thread(home: str) -> str:
 
 
 def test_every_command_has_help_with_an_example() -> None:
-    for name, _command in cli.commands.items():
-        code, out, _ = run(name, "--help")
-        assert code == 0
-        assert "Example" in out, f"{name} --help has no example"
-        assert "--home" in out and "--json" in out, name
+    from threadlog.cli import live as _live  # noqa: F401
+    from threadlog.cli import tree as _tree  # noqa: F401
+
+    checked = 0
+    for name, command in cli.commands.items():
+        subcommands = getattr(command, "commands", None)
+        paths = [[name, sub] for sub in subcommands] if subcommands else [[name]]
+        for path in paths:
+            code, out, _ = run(*path, "--help")
+            assert code == 0
+            assert "Example" in out, f"{' '.join(path)} --help has no example"
+            assert "--home" in out and "--json" in out, path
+            checked += 1
+    assert checked >= 16
 
 
 def test_demo_writes_a_verified_thread(home: str, demo_thread: str) -> None:
@@ -41,10 +50,16 @@ def test_demo_writes_a_verified_thread(home: str, demo_thread: str) -> None:
         state = store.state(demo_thread)
         (turn,) = state.turns.values()
         assert turn.status == "completed"
-        assert [c.tool for c in state.tool_calls.values()] == ["read_file", "read_file", "append_file"]
+        assert [c.tool for c in state.tool_calls.values()] == [
+            "read_file",
+            "read_file",
+            "append_file",
+        ]
         assert [c.status for c in state.tool_calls.values()] == ["finished"] * 3
         # the steering was queued and consumed exactly once
-        assert len(state.inputs) == 1 and next(iter(state.inputs.values())).consumed_by == turn.turn_id
+        assert (
+            len(state.inputs) == 1 and next(iter(state.inputs.values())).consumed_by == turn.turn_id
+        )
         assert store.verify(demo_thread).ok
         types = [r.type for r in store.read(demo_thread)]
         assert types[-1] == "turn.ended" and types.count("model.responded") == 4
@@ -156,7 +171,9 @@ def test_ctrl_c_closes_the_demo_cleanly(home: str) -> None:
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "threadlog", "demo", "--home", home, "--pause", "0.3", "--yes"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
     )
     time.sleep(2.0)
     proc.send_signal(signal.SIGINT)

@@ -78,6 +78,6 @@ def cli() -> None:
 
 def main() -> None:
     """Entry point of the ``threadlog`` console script."""
-    from threadlog.cli import commands, demo, live  # noqa: F401 - registers the commands
+    from threadlog.cli import commands, demo, live, tree  # noqa: F401 - registers the commands
 
     cli(prog_name="threadlog")

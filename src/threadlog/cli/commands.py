@@ -105,13 +105,21 @@ def _thread_json(row: dict[str, Any]) -> dict[str, Any]:
     type=click.IntRange(min=0),
     help="How many of the latest records to list.",
 )
+@click.option(
+    "--tree",
+    "as_tree",
+    is_flag=True,
+    help="Draw the conversation tree: branches, the active leaf, labels, compactions, "
+    "tool calls of unknown outcome.",
+)
 @handle_errors
-def show(home: str | None, as_json: bool, thread: str, last_n: int) -> None:
+def show(home: str | None, as_json: bool, thread: str, last_n: int, as_tree: bool) -> None:
     """Show a thread: owner, config, turns, tool calls and its latest records.
 
     \b
     Example:
       threadlog show 0190b7e2-4c1a-7d2e-9f00-1a2b3c4d5e6f
+      threadlog show THREAD --tree
     """
     with open_store(home) as store:
         records = store.read(thread)
@@ -119,6 +127,11 @@ def show(home: str | None, as_json: bool, thread: str, last_n: int) -> None:
         info = store.thread_info(thread)
         turns = store.index.turns(thread)
         calls = store.index.tool_calls(thread)
+    if as_tree and not as_json:
+        from threadlog.cli.tree import render_tree
+
+        _console().print(render_tree(records))
+        return
     if as_json:
         _print_json(
             {

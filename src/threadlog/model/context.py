@@ -121,7 +121,10 @@ class Context:
         message = self._message(type_, data)
         compaction = None
         if type_ == "compaction":
-            compaction = {"last_entry": data.get("last_entry"), "summary": str(data.get("summary", ""))}
+            compaction = {
+                "last_entry": data.get("last_entry"),
+                "summary": str(data.get("summary", "")),
+            }
         self.nodes[record.id] = (record.parent, message, compaction)
         if type_ == "leaf.moved":
             self.leaf = data.get("to")

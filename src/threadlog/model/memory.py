@@ -38,7 +38,8 @@ def select_memories(
     scopes = set(policy.get("scopes") or ())
     limit = int(policy.get("limit") or 20)
     live = [
-        f for f in facts
+        f
+        for f in facts
         if f.scope in scopes
         and (f.scope != "thread" or f.thread_id == thread_id)
         and (f.expires_at is None or f.expires_at > now)
@@ -60,7 +61,8 @@ def memory_message(facts: list[MemoryFact]) -> dict[str, Any] | None:
         return None
     lines = [
         f"- {f.fact} (remembered {f.written_at[:10]}, scope {f.scope}"
-        + (f", expires {f.expires_at[:10]}" if f.expires_at else "") + ")"
+        + (f", expires {f.expires_at[:10]}" if f.expires_at else "")
+        + ")"
         for f in facts
     ]
     return {

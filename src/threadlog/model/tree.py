@@ -10,11 +10,12 @@ the path from the active leaf back to the root (see `threadlog.model.context`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from threadlog.model.envelope import Record
 
 __all__ = ["ENTRY_TYPES", "Tree", "common_ancestor"]

@@ -67,7 +67,9 @@ class Runtime:
         self.store: Store = store
         self.model: Model = model or ScriptedModel([])
         if summarizer is None:
-            summarizer = self.model if isinstance(self.model, Summarizer) else ModelSummarizer(self.model)
+            summarizer = (
+                self.model if isinstance(self.model, Summarizer) else ModelSummarizer(self.model)
+            )
         self.summarizer: Summarizer = summarizer
         self.tools = ToolRegistry.of(tools)
         self.sessions: dict[str, Session] = {}

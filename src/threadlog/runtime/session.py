@@ -73,6 +73,7 @@ log = logging.getLogger("threadlog.runtime")
 
 _CLOSED = object()
 
+
 def estimate_tokens(messages: list[dict[str, Any]]) -> int:
     """A rough token count (4 bytes a token) of messages, for budgets and reports."""
     return len(codec.canonical(messages)) // 4
@@ -199,7 +200,12 @@ class Session:
             # Every record continues the active leaf: after a branch (leaf.moved) the
             # conversation goes on from there, and the old branch stays as it was.
             return await self.runtime.store.aappend(
-                self.thread_id, type_, data, durable=durable, id=id, parent=self.state.leaf,
+                self.thread_id,
+                type_,
+                data,
+                durable=durable,
+                id=id,
+                parent=self.state.leaf,
                 check=self._apply,
             )
         except (UsageError, asyncio.CancelledError):
@@ -412,7 +418,9 @@ class Session:
         left = self.state.leaf
         record = await self.append("leaf.moved", {"to": entry})
         if summary is not None and left is not None:
-            record = await self.append("branch.summarized", {"from_entry": left, "summary": summary})
+            record = await self.append(
+                "branch.summarized", {"from_entry": left, "summary": summary}
+            )
         return record
 
     async def label(self, entry: str, label: str | None) -> Record:
@@ -441,18 +449,29 @@ class Session:
         older = [message for _, message in entries[:cut]]
         before = estimate_tokens(self.context.messages)
         op_id = _new_id()
-        await self.append("operation.started", {"op_id": op_id, "kind": "compaction", "detail": {"messages": cut}})
+        await self.append(
+            "operation.started", {"op_id": op_id, "kind": "compaction", "detail": {"messages": cut}}
+        )
         try:
             summary = await self.runtime.summarizer.summarize(older)
         except Exception as exc:
-            await self.append("operation.finished", {"op_id": op_id, "ok": False, "detail": {"error": str(exc)}})
+            await self.append(
+                "operation.finished", {"op_id": op_id, "ok": False, "detail": {"error": str(exc)}}
+            )
             raise
         await self.append("operation.finished", {"op_id": op_id, "ok": True, "detail": None})
-        after = estimate_tokens([{"role": "system", "content": summary}] + [m for _, m in entries[cut:]])
+        after = estimate_tokens(
+            [{"role": "system", "content": summary}] + [m for _, m in entries[cut:]]
+        )
         return await self.append(
             "compaction",
-            {"summary": summary, "first_entry": entries[0][0], "last_entry": entries[cut - 1][0],
-             "tokens_before": before, "tokens_after": after},
+            {
+                "summary": summary,
+                "first_entry": entries[0][0],
+                "last_entry": entries[cut - 1][0],
+                "tokens_before": before,
+                "tokens_after": after,
+            },
         )
 
     async def remember(
@@ -476,8 +495,15 @@ class Session:
 
         return await self.append(
             "memory.written",
-            {"memory_id": _new_id(), "fact": fact, "source_event": source, "scope": scope,
-             "written_at": rfc3339(wall_ns()), "expires_at": expires_at, "key": key},
+            {
+                "memory_id": _new_id(),
+                "fact": fact,
+                "source_event": source,
+                "scope": scope,
+                "written_at": rfc3339(wall_ns()),
+                "expires_at": expires_at,
+                "key": key,
+            },
         )
 
     async def forget(self, memory_id: str, *, reason: str | None = None) -> Record:
@@ -775,7 +801,16 @@ class Session:
         if not isinstance(policy, dict):
             return []  # memory enters context only through an explicit policy
         facts = [
-            MemoryFact(m.memory_id, self.thread_id, m.fact, m.scope, m.written_at, m.expires_at, m.key, m.source_event)
+            MemoryFact(
+                m.memory_id,
+                self.thread_id,
+                m.fact,
+                m.scope,
+                m.written_at,
+                m.expires_at,
+                m.key,
+                m.source_event,
+            )
             for m in self.state.memories.values()
             if not m.revoked
         ]
@@ -784,7 +819,9 @@ class Session:
             facts += [f for f in shared(self.state.principal) if f.thread_id != self.thread_id]
         from threadlog._clock import rfc3339, wall_ns
 
-        return select_memories(facts, thread_id=self.thread_id, now=rfc3339(wall_ns()), policy=policy)
+        return select_memories(
+            facts, thread_id=self.thread_id, now=rfc3339(wall_ns()), policy=policy
+        )
 
     async def _call_model(self, turn_id: str, n: int) -> None:
         budget = self.state.config.get("context_budget")

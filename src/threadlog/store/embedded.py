@@ -783,7 +783,9 @@ class EmbeddedStore:
         self._drain_backlog()
         return self.index.threads(principal=principal, limit=limit)
 
-    def memories(self, *, principal: str | None = None, include_revoked: bool = False) -> list[dict[str, Any]]:
+    def memories(
+        self, *, principal: str | None = None, include_revoked: bool = False
+    ) -> list[dict[str, Any]]:
         """Remembered facts of every thread (from the index), oldest first."""
         self._drain_backlog()
         return self.index.memories(principal=principal, include_revoked=include_revoked)
@@ -792,10 +794,19 @@ class EmbeddedStore:
         """Live facts other threads may offer: the principal's, and every project fact."""
         rows = self.memories()
         return [
-            MemoryFact(r["memory_id"], r["thread_id"], r["fact"], r["scope"], r["written_at"],
-                       r["expires_at"], r["key"], r["source_event"])
+            MemoryFact(
+                r["memory_id"],
+                r["thread_id"],
+                r["fact"],
+                r["scope"],
+                r["written_at"],
+                r["expires_at"],
+                r["key"],
+                r["source_event"],
+            )
             for r in rows
-            if r["scope"] == "project" or (r["scope"] == "principal" and r["principal"] == principal)
+            if r["scope"] == "project"
+            or (r["scope"] == "principal" and r["principal"] == principal)
         ]
 
     def thread_info(self, thread_id: str) -> IndexedThread:

@@ -238,7 +238,9 @@ class Index:
                     self._db.execute("ROLLBACK")
                 raise
 
-    def memories(self, *, principal: str | None = None, include_revoked: bool = False) -> list[dict[str, Any]]:
+    def memories(
+        self, *, principal: str | None = None, include_revoked: bool = False
+    ) -> list[dict[str, Any]]:
         """Remembered facts, oldest first, with their thread and its principal."""
         sql = (
             "SELECT m.memory_id, m.thread_id, t.principal, m.fact, m.scope, m.key, m.source_event, "
@@ -342,7 +344,10 @@ class Index:
                     )
                 elif change.table == "memory":
                     self._upsert(
-                        "memories", ("thread_id", "memory_id"), (thread_id, change.key), change.fields
+                        "memories",
+                        ("thread_id", "memory_id"),
+                        (thread_id, change.key),
+                        change.fields,
                     )
                 else:
                     if change.fields.get("status") == "proposed":
