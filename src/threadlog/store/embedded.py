@@ -263,6 +263,8 @@ class EmbeddedStore:
         path = self.path_of(thread_id)
         directory = os.path.dirname(path)
         lease = Lease(self._locks_dir, thread_id)
+        fd: int | None = None
+        submitted = False
         try:
             self._fops.makedirs(directory)
             fd = self._fops.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
@@ -287,17 +289,23 @@ class EmbeddedStore:
                 ts=rfc3339(now),
                 expect_ord=1,
             )
+            submitted = True
             with self._logs_lock:
                 if len(self._logs) >= self.max_open_threads:
                     self._evict_locked()
                 self._logs[thread_id] = rollout
                 self._leases[thread_id] = lease
             self._journal.wait(seq)
-        except OSError as exc:
-            lease.release()
-            raise StorageError(f"cannot create thread {thread_id}: {exc}") from exc
-        except BaseException:
-            lease.release()
+        except BaseException as exc:
+            if not submitted:
+                # Nothing of the thread was queued: take the empty file back.
+                if fd is not None:
+                    self._fops.close(fd)
+                    with contextlib.suppress(OSError):
+                        self._fops.unlink(path)
+                lease.release()
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot create thread {thread_id}: {exc}") from exc
             raise
         return thread_id
 
@@ -826,7 +834,7 @@ class EmbeddedStore:
             raise ThreadNotFound(thread_id) from None
         error: IntegrityError | InvalidTransition | None = scanned.error
         if error is None and not scanned.records:
-            error = IntegrityError(thread_id, 1, "the log holds no complete record", offset=0)
+            raise ThreadNotFound(thread_id)  # never born: its first record was never acknowledged
         if error is None and check_events:
             try:
                 replay(scanned.records)
@@ -842,7 +850,26 @@ class EmbeddedStore:
 
     def thread_ids(self) -> list[str]:
         """Every thread with a rollout file, from the file system (not the index)."""
-        return [tid for tid, _ in self._rollout_files()]
+        return [tid for tid, path in self._rollout_files() if _has_a_record(path)]
+
+    def _remove_unborn(self, thread_id: str, path: str) -> None:
+        """A rollout without one complete record is a thread whose creation crashed before its
+        first record was acknowledged: no thread at all. Remove it (after the journals of
+        crashed stores were replayed), unless its creator is still at work."""
+        try:
+            lease = Lease(self._locks_dir, thread_id)
+        except LeaseHeld:
+            return
+        try:
+            scanned = scan_file(path, thread_id)
+            if not scanned.records and scanned.error is None:
+                self._fops.unlink(path)
+                self._fops.fsync_dir(os.path.dirname(path))
+                log.info("removed the empty rollout of an unborn thread %s", thread_id)
+        except FileNotFoundError:
+            pass
+        finally:
+            lease.release()
 
     def _rollout_files(self) -> Iterator[tuple[str, str]]:
         try:
@@ -877,6 +904,9 @@ class EmbeddedStore:
                 size = os.stat(path).st_size
             except FileNotFoundError:
                 continue
+            if size == 0:
+                self._remove_unborn(thread_id, path)
+                continue
             known = positions.get(thread_id)
             if known is not None and known[0] == size:
                 continue
@@ -898,6 +928,9 @@ class EmbeddedStore:
                 scanned = scan_file(path, thread_id)
                 if known is not None:
                     self.index.reset_thread(thread_id)
+            if scanned.error is None and not scanned.records:
+                self._remove_unborn(thread_id, path)
+                continue
             if scanned.error is not None:
                 self.index.mark_damaged(thread_id, path, str(scanned.error))
                 log.warning("index: %s", scanned.error)
@@ -1038,6 +1071,15 @@ class EmbeddedStore:
     def _check_open(self) -> None:
         if self._closed:
             raise UsageError("the store is closed")
+
+
+def _has_a_record(path: str) -> bool:
+    """Whether a rollout holds at least one complete line (cheap: its first bytes)."""
+    try:
+        with open(path, "rb") as f:
+            return b"\n" in f.read(1 << 20)
+    except FileNotFoundError:
+        return False
 
 
 def _remove_orphan_temp(path: str, name: str) -> None:

@@ -290,6 +290,9 @@ def check_home(home: str, history: History, *, label: str = "check") -> CheckRes
     leftover = _wal_files(home)
     if leftover:
         result.other.append(f"journals left after close: {leftover}")
+    temporary = sorted(glob.glob(os.path.join(home, "journal", ".*.tmp")))
+    if temporary:
+        result.notes.append(f"temporary journal files left behind: {temporary}")
     before = _rollout_digests(home)
     try:
         EmbeddedStore(home).close()
@@ -395,8 +398,13 @@ def run_trial(
         else:
             kill_from, delay = "ack", rng.uniform(0.0, 0.3)
         child = run_child(
-            home, seed * 100 + k, async_mode=async_mode, kill_from=kill_from, delay=delay,
-            threads=threads, python=python,
+            home,
+            seed * 100 + k,
+            async_mode=async_mode,
+            kill_from=kill_from,
+            delay=delay,
+            threads=threads,
+            python=python,
         )
         results.append(child)
         for ack in child.acks:

@@ -32,11 +32,13 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from threadlog.model.ids import is_uuid
 from threadlog.store.embedded import EmbeddedStore
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["THREADS_FILE", "WORKLOAD_TYPE", "main", "payload"]
 
