@@ -47,6 +47,8 @@ class RecoveryPlan:
     """Calls already waiting for a human decision."""
     pending_inputs: tuple[str, ...] = ()
     """Queued input not consumed yet (kept, consumed by the next turn)."""
+    open_operations: tuple[str, ...] = ()
+    """Operations (sub-agent spawns, reconcile calls, summaries) that never finished."""
     notes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -57,6 +59,7 @@ class RecoveryPlan:
             or self.rerun
             or self.unknown
             or self.not_started
+            or self.open_operations
         )
 
     def to_data(self) -> list[dict[str, Any]]:
@@ -72,6 +75,7 @@ class RecoveryPlan:
         out += [{"kind": "awaiting_resolution", "call_id": c} for c in self.already_unknown]
         if self.pending_inputs:
             out.append({"kind": "queued_input", "input_ids": list(self.pending_inputs)})
+        out += [{"kind": "operation_interrupted", "op_id": o} for o in self.open_operations]
         return out
 
 
@@ -104,4 +108,5 @@ def plan_recovery(state: ThreadState) -> RecoveryPlan:
         unknown=tuple(unknown),
         already_unknown=tuple(already),
         pending_inputs=tuple(i.input_id for i in state.pending_inputs),
+        open_operations=tuple(o.op_id for o in state.operations.values() if o.ok is None),
     )

@@ -165,9 +165,23 @@ class Runtime:
                     "reason": "the process stopped during this model call",
                 },
             )
+        for op_id in plan.open_operations:
+            await session.append(
+                "operation.finished",
+                {
+                    "op_id": op_id,
+                    "ok": False,
+                    "detail": {"error": "the process stopped during this operation"},
+                },
+            )
         outcomes = {}
         for call_id in plan.unknown:
             outcomes[call_id] = await session.mark_unknown(state.tool_calls[call_id])
+        for call_id in plan.already_unknown:
+            # marked in an earlier run (a resume cut short, a close mid-tool): ask again
+            verdict = await session.reconcile(state.tool_calls[call_id])
+            if verdict != "unknown":
+                outcomes[call_id] = verdict
         if turn_id is not None:
             await session.append(
                 "turn.ended",

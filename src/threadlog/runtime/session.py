@@ -638,7 +638,10 @@ class Session:
             )
             return False
         type_ = "tool_call.approved" if decision == "auto" else "tool_call.denied"
-        await self.append(type_, {"call_id": call.call_id, "by": f"policy:{call.side_effect}"})
+        policy = self.state.config.get("approval_policy")
+        by_tool = isinstance(policy, dict) and call.tool in (policy.get("tools") or {})
+        rule = f"tools.{call.tool}" if by_tool else call.side_effect
+        await self.append(type_, {"call_id": call.call_id, "by": f"policy:{rule}"})
         return True
 
     async def _settle_orphan(self, call: ToolCallState) -> None:
@@ -662,6 +665,13 @@ class Session:
                 "reason": "the process running this tool stopped before its result was recorded",
             },
         )
+        return await self.reconcile(call)
+
+    async def reconcile(self, call: ToolCallState) -> str:
+        """Ask the tool's ``reconcile`` hook about a call of unknown outcome (see
+        `mark_unknown`); ``unknown`` when there is no hook or it cannot tell."""
+        if self.state.tool_calls[call.call_id].status != "unknown":
+            return self.state.tool_calls[call.call_id].status
         tool = self.runtime.tools.get(call.tool)
         if tool is None or tool.reconcile is None or not call.idempotency_key:
             return "unknown"
@@ -834,24 +844,39 @@ class Session:
         step_id = f"{turn_id}.{n}"
         while step_id in self.state.steps:
             step_id += "+"
-        await self.append(
-            "step.started",
-            {
-                "turn_id": turn_id,
-                "step_id": step_id,
-                "context": context_snapshot,
-                "context_hash": context_hash,
-            },
-        )
-        await self.append(
-            "provider.started",
-            {
-                "turn_id": turn_id,
-                "step_id": step_id,
-                "provider": model.provider,
-                "model": request.model,
-            },
-        )
+        try:
+            await self.append(
+                "step.started",
+                {
+                    "turn_id": turn_id,
+                    "step_id": step_id,
+                    "context": context_snapshot,
+                    "context_hash": context_hash,
+                },
+            )
+            await self.append(
+                "provider.started",
+                {
+                    "turn_id": turn_id,
+                    "step_id": step_id,
+                    "provider": model.provider,
+                    "model": request.model,
+                },
+            )
+        except asyncio.CancelledError:
+            # Cancelled while the step was being recorded: the request never left, or its
+            # fate is unknown; either way the step gets its outcome.
+            step = self.state.steps.get(step_id)
+            if step is not None and step.status in ("started", "provider_started"):
+                await self.append(
+                    "provider.interrupted",
+                    {
+                        "turn_id": turn_id,
+                        "step_id": step_id,
+                        "reason": "cancelled before the request left",
+                    },
+                )
+            raise
         partial: list[str] = []
         completed: Completed | None = None
         self._publish(Progress("thinking", {"step_id": step_id}))
