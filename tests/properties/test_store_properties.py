@@ -345,15 +345,21 @@ def test_recovery_makes_rollouts_durable_before_deleting_the_journal(tmp_path: P
     first = TrackingFileOps()
     live = EmbeddedStore(tmp_path / "a", commit_interval=COMMIT_INTERVAL, fops=first)
     try:
+        # Records committed through the journal: one group commit spanning two threads.
+        # (Creating the thread, a commit of its own, goes straight to the rollout.)
+        other = live.create_thread("other")
         thread_id = live.create_thread("prop")
         for i in range(5):
-            live.append(thread_id, "custom.prop", {"i": i}, durable=True)
+            live.append(thread_id, "custom.prop", {"i": i}, durable=False)
+        live.append(other, "custom.prop", {}, durable=False)
+        live.flush()
         acknowledged = [r.hash for r in live.read(thread_id)]
         durable = crash_copy(tmp_path / "a", tmp_path / "b", first, "kill", random.Random(0))
     finally:
         live.close()
     rollout = str(tmp_path / "b" / Path(live.path_of(thread_id)).relative_to(tmp_path / "a"))
-    assert durable[rollout] == 0  # nothing of the rollout was ever fsynced
+    created = len(Path(rollout).read_bytes().splitlines(keepends=True)[0])
+    assert durable[rollout] == created  # only thread.created was ever fsynced in the rollout
 
     second = TrackingFileOps(durable)
     with EmbeddedStore(tmp_path / "b", commit_interval=COMMIT_INTERVAL, fops=second) as store:

@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from threadlog import open_store
+from threadlog import EmbeddedStore, open_store
+from threadlog.model.envelope import Record
 
 
 def _journals(home: str) -> list[str]:
@@ -25,12 +26,22 @@ def _crash_copy(home: str, target: str) -> None:
     shutil.copytree(home, target)
 
 
+def journaled(store: EmbeddedStore, thread: str, items: list[dict[str, object]]) -> list[Record]:
+    """Append records in one group commit that spans two threads, so that it goes through
+    the journal (a commit of one thread's records goes straight to its rollout)."""
+    other = store.create_thread("other")
+    acked = [store.append(thread, "custom.x", item, durable=False) for item in items]
+    store.append(other, "custom.y", {}, durable=False)
+    store.flush()
+    return acked
+
+
 def test_records_only_in_the_journal_are_replayed(home: str, tmp_path: Path) -> None:
     with open_store(home) as store:
         thread = store.create_thread("a")
     checkpointed = os.path.getsize(_rollout(home, thread))
-    store = open_store(home)
-    acked = [store.append(thread, "custom.x", {"i": i}) for i in range(10)]
+    store = open_store(home, commit_interval=3600)
+    acked = journaled(store, thread, [{"i": i} for i in range(10)])
     crashed = str(tmp_path / "crashed")
     _crash_copy(home, crashed)
     store.close()
@@ -48,8 +59,8 @@ def test_lost_pages_in_the_middle_of_the_unsynced_region(home: str, tmp_path: Pa
     with open_store(home) as store:
         thread = store.create_thread("a")
     checkpointed = os.path.getsize(_rollout(home, thread))
-    store = open_store(home)
-    acked = [store.append(thread, "custom.x", {"i": i, "pad": "p" * 200}) for i in range(20)]
+    store = open_store(home, commit_interval=3600)
+    acked = journaled(store, thread, [{"i": i, "pad": "p" * 200} for i in range(20)])
     crashed = str(tmp_path / "crashed")
     _crash_copy(home, crashed)
     store.close()
@@ -69,8 +80,8 @@ def test_damage_the_journal_does_not_cover_stays_an_error(home: str, tmp_path: P
         thread = store.create_thread("a")
         for i in range(5):
             store.append(thread, "custom.x", {"i": i})
-    store = open_store(home)
-    store.append(thread, "custom.x", {"i": 5})
+    store = open_store(home, commit_interval=3600)
+    journaled(store, thread, [{"i": 5}])
     crashed = str(tmp_path / "crashed")
     _crash_copy(home, crashed)
     store.close()
@@ -85,9 +96,9 @@ def test_damage_the_journal_does_not_cover_stays_an_error(home: str, tmp_path: P
 
 
 def test_a_live_stores_journal_is_left_alone(home: str) -> None:
-    with open_store(home) as writer:
+    with open_store(home, commit_interval=3600) as writer:
         thread = writer.create_thread("a")
-        writer.append(thread, "custom.x", {})
+        journaled(writer, thread, [{}])
         assert len(_journals(home)) == 1
         with open_store(home) as other:
             assert other.read(thread)[-1].type == "custom.x"

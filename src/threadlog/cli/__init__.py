@@ -59,7 +59,45 @@ def handle_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+_LAZY = {
+    "ls": "commands",
+    "show": "commands",
+    "events": "commands",
+    "verify": "commands",
+    "rebuild": "commands",
+    "demo": "demo",
+    "approve": "live",
+    "deny": "live",
+    "send": "live",
+    "resolve": "live",
+    "cancel": "live",
+    "resume": "live",
+    "fork": "live",
+    "diff": "tree",
+    "export": "tree",
+    "memory": "tree",
+}
+
+
+class _LazyGroup(click.Group):
+    """Import a command's module only when the command is used: ``threadlog ls`` need not
+    load the runtime, and starts faster."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(_LAZY))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in _LAZY:
+            import importlib
+
+            importlib.import_module(f"threadlog.cli.{_LAZY[cmd_name]}")
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(
+    cls=_LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="threadlog")
 def cli() -> None:
     """Durable, resumable, forkable sessions for AI agents.
@@ -78,6 +116,4 @@ def cli() -> None:
 
 def main() -> None:
     """Entry point of the ``threadlog`` console script."""
-    from threadlog.cli import commands, demo, live, tree  # noqa: F401 - registers the commands
-
     cli(prog_name="threadlog")

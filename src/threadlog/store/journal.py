@@ -256,7 +256,8 @@ class Journal:
         self._fops = fops
         self._on_durable = on_durable
         self._rotate_bytes = rotate_bytes
-        self._cond = threading.Condition(threading.Lock())
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._pending: list[tuple[RolloutLog, bytes, Record]] = []
         self._submitted = 0
         self.durable_seq = 0
@@ -278,7 +279,7 @@ class Journal:
 
     def enqueue(self, rollout: RolloutLog, line: bytes, record: Record) -> int:
         """Queue a line (the caller holds ``rollout``'s lock); returns its sequence number."""
-        with self._cond:
+        with self._mutex:  # the condition's own lock, without the Python-level wrapper
             if self._poisoned is not None:
                 raise self._poisoned
             if self.closed:
@@ -330,15 +331,14 @@ class Journal:
         self._cond.notify_all()
 
     def _commit(self, batch: list[tuple[RolloutLog, bytes, Record]]) -> None:
-        """Write and fsync the journal, then copy the lines into the rollouts. No lock held."""
+        """Make a batch durable, then copy the lines into the rollouts. No lock held.
+
+        A batch of one thread's records is written straight to its rollout with one
+        ``fdatasync`` (which also covers that rollout's earlier unsynced writes): the journal
+        would cost a second write for nothing. A batch that spans threads goes through the
+        journal: one write and one ``fdatasync`` for all of them.
+        """
         fops = self._fops
-        if self._fd is None:
-            self._open_new()
-        assert self._fd is not None
-        data = b"".join([line for _, line, _ in batch])
-        fops.write_all(self._fd, data)
-        fops.fdatasync(self._fd)
-        self._size += len(data)
         # Group by rollout, keeping each thread's order.
         groups: dict[str, tuple[RolloutLog, list[bytes], list[Record]]] = {}
         for rollout, line, record in batch:
@@ -348,6 +348,22 @@ class Journal:
             else:
                 group[1].append(line)
                 group[2].append(record)
+        if len(groups) == 1:
+            ((rollout, lines, records),) = groups.values()
+            chunk = b"".join(lines)
+            fops.write_all(rollout.fd, chunk)
+            fops.fdatasync(rollout.fd)
+            rollout.written(records, len(chunk))
+            self._dirty.pop(rollout.thread_id, None)
+            self._on_durable(rollout, records, rollout.size)
+            return
+        if self._fd is None:
+            self._open_new()
+        assert self._fd is not None
+        data = b"".join([line for _, line, _ in batch])
+        fops.write_all(self._fd, data)
+        fops.fdatasync(self._fd)
+        self._size += len(data)
         for rollout, lines, records in groups.values():
             chunk = b"".join(lines)
             fops.write_all(rollout.fd, chunk)
