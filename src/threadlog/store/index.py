@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from threadlog.errors import StorageError
 from threadlog.model.projection import project
