@@ -27,6 +27,18 @@ _TOOL_STATUS = {
     "tool_call.unknown": "unknown",
 }
 _RESOLVED_STATUS = {"done": "done", "retry": "approved", "abort": "aborted"}
+_PROJECTED = frozenset(
+    {
+        "thread.created",
+        "turn.started",
+        "turn.ended",
+        "tool_call.proposed",
+        "tool_call.resolved",
+        "memory.written",
+        "memory.revoked",
+        *_TOOL_STATUS,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +58,8 @@ def _text(value: Any, limit: int = 200) -> str | None:
 
 def project(record: Record) -> list[RowChange]:
     """The row changes implied by one record (besides the thread's ord/hash bookkeeping)."""
+    if record.type not in _PROJECTED and record.v == FORMAT_VERSION:
+        return []  # the common case, kept cheap: the index applies every record
     if record.v != FORMAT_VERSION:
         try:
             record = upcast(record)

@@ -21,6 +21,7 @@ import functools
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -375,10 +376,11 @@ class EmbeddedStore:
         check: Callable[[Record], object] | None = None,
     ) -> tuple[int, Record]:
         """Queue a record; returns (journal sequence to wait for, or 0, record)."""
-        self._check_open()
+        if self._closed:
+            raise UsageError("the store is closed")
         type_name, data = normalize_append(type_, data, id, parent)
         data, data_json = self._encode(data)
-        now = wall_ns()
+        now = time.time_ns()
         event_id = id or uuid7_from_bits(now // 1_000_000, random_bits(74))
         while True:
             rollout = self._log(thread_id)

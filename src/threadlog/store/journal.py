@@ -68,6 +68,8 @@ log = logging.getLogger("threadlog.store")
 
 DurableCallback = Callable[["RolloutLog", list[Record], int], None]
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
 
 class LogClosed(StorageError):
     """The rollout was closed (released or evicted); reopen the thread to append."""
@@ -143,10 +145,15 @@ class RolloutLog:
             if self.closed:
                 raise LogClosed(f"thread {self.thread_id}: the log is closed")
             self.uses += 1
-            # The record holds the decoded bytes (cheap with orjson), never the caller's objects:
-            # it equals what a later read returns, and later mutation by the caller cannot
-            # change it.
-            data = orjson.loads(data_json)
+            # The record's data must equal what a later read returns. A flat object of plain
+            # scalars already does (and is kept: no allocation on the hot path); anything else
+            # is replaced by the decoded bytes (orjson writes UUIDs and enums as their values).
+            if not (
+                data.__class__ is dict  # (`type` is a parameter here)
+                and len(data) <= 32
+                and all(value.__class__ in _SCALARS for value in data.values())
+            ):
+                data = orjson.loads(data_json)
             existing = self._ids.get(id)
             if existing is None and explicit_id and self._first_ord > 1:
                 self._complete_prefix()
