@@ -120,32 +120,44 @@ def encode_record(
     ``data_json`` must already be canonical (see `threadlog.model.codec.canonical`); it is
     embedded as is.
     """
-    # The keys in canonical (sorted) order, each value encoded by orjson: the same bytes as
-    # dumping the dict with OPT_SORT_KEYS (a test pins it), without building and sorting it.
-    dumps = orjson.dumps
-    body = b"".join(
-        (
-            b'{"data":',
-            data_json,
-            b',"id":',
-            dumps(id),
-            b',"ord":',
-            dumps(ord),
-            b',"parent":',
-            dumps(parent),
-            b',"prev":',
-            dumps(prev),
-            b',"thread":',
-            dumps(thread),
-            b',"ts":',
-            dumps(ts),
-            b',"type":',
-            dumps(type),
-            b',"v":',
-            dumps(v),
-            b"}",
+    # The keys in canonical (sorted) order: the same bytes as dumping the dict with
+    # OPT_SORT_KEYS (a test pins it), without building and sorting a dict. Ids, the thread,
+    # the timestamp and the type need no JSON escaping when they are plain printable ASCII
+    # without quotes or backslashes (what threadlog writes); anything else goes through orjson.
+    plain = id + thread + ts + type
+    if plain.isascii() and plain.isprintable() and '"' not in plain and "\\" not in plain:
+        parent_json = "null" if parent is None else orjson.dumps(parent).decode()
+        prev_json = "null" if prev is None else orjson.dumps(prev).decode()
+        tail = (
+            f',"id":"{id}","ord":{ord},"parent":{parent_json},"prev":{prev_json},'
+            f'"thread":"{thread}","ts":"{ts}","type":"{type}","v":{v}}}'
         )
-    )
+        body = b'{"data":' + data_json + tail.encode()
+    else:
+        dumps = orjson.dumps
+        body = b"".join(
+            (
+                b'{"data":',
+                data_json,
+                b',"id":',
+                dumps(id),
+                b',"ord":',
+                dumps(ord),
+                b',"parent":',
+                dumps(parent),
+                b',"prev":',
+                dumps(prev),
+                b',"thread":',
+                dumps(thread),
+                b',"ts":',
+                dumps(ts),
+                b',"type":',
+                dumps(type),
+                b',"v":',
+                dumps(v),
+                b"}",
+            )
+        )
     digest = hashlib.sha256(body).hexdigest()
     return body[:-1] + _HASH_HEAD + digest.encode() + b'"}\n', digest
 

@@ -378,12 +378,19 @@ class EmbeddedStore:
         """Queue a record; returns (journal sequence to wait for, or 0, record)."""
         if self._closed:
             raise UsageError("the store is closed")
-        type_name, data = normalize_append(type_, data, id, parent)
+        if type_.__class__ is str and type_ in _PLAIN_CUSTOM and id is None and parent is ...:
+            type_name = type_  # the hot path: a known custom type (no schema to check)
+            if data is None:
+                data = {}
+        else:
+            type_name, data = normalize_append(type_, data, id, parent)
+            if type_name.startswith("custom."):
+                _PLAIN_CUSTOM.add(type_name)
         data, data_json = self._encode(data)
         now = time.time_ns()
         event_id = id or uuid7_from_bits(now // 1_000_000, random_bits(74))
         while True:
-            rollout = self._log(thread_id)
+            rollout = self._logs.get(thread_id) or self._log(thread_id)
             try:
                 record, seq = rollout.submit(
                     id=event_id,
@@ -438,15 +445,24 @@ class EmbeddedStore:
             if waiters is None:
                 waiters = self._async_waiters[loop] = []
             if not waiters:
-                if self._executor is None:
-                    self._executor = concurrent.futures.ThreadPoolExecutor(
-                        max_workers=2, thread_name_prefix="threadlog-commit"
-                    )
-                job = loop.run_in_executor(self._executor, journal.wait, journal.submitted)
-                job.add_done_callback(functools.partial(_wake, waiters=waiters))
+                # Start the commit on the next turn of the loop, not now: the tasks woken by
+                # the previous commit are already queued to run, and each adds its record to
+                # this batch first (starting at once would commit a batch of one, then the rest).
+                loop.call_soon(self._start_commit, loop, waiters)
             fut: asyncio.Future[None] = loop.create_future()
             waiters.append(fut)
             await fut
+
+    def _start_commit(
+        self, loop: asyncio.AbstractEventLoop, waiters: list[asyncio.Future[None]]
+    ) -> None:
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=2, thread_name_prefix="threadlog-commit"
+            )
+        journal = self._journal
+        job = loop.run_in_executor(self._executor, journal.wait, journal.submitted)
+        job.add_done_callback(functools.partial(_wake, waiters=waiters))
 
     def acquire(self, thread_id: str) -> None:
         """Open a thread for writing now: take its lease and repair or replay it if needed.
@@ -1073,6 +1089,10 @@ class EmbeddedStore:
     def _check_open(self) -> None:
         if self._closed:
             raise UsageError("the store is closed")
+
+
+_PLAIN_CUSTOM: set[str] = set()
+"""``custom.`` type names already checked: their appends skip the generic checks."""
 
 
 def _has_a_record(path: str) -> bool:

@@ -148,11 +148,13 @@ class RolloutLog:
             # The record's data must equal what a later read returns. A flat object of plain
             # scalars already does (and is kept: no allocation on the hot path); anything else
             # is replaced by the decoded bytes (orjson writes UUIDs and enums as their values).
-            if not (
-                data.__class__ is dict  # (`type` is a parameter here)
-                and len(data) <= 32
-                and all(value.__class__ in _SCALARS for value in data.values())
-            ):
+            flat = data.__class__ is dict and len(data) <= 32  # (`type` is a parameter here)
+            if flat:
+                for value in data.values():
+                    if value.__class__ not in _SCALARS:
+                        flat = False
+                        break
+            if not flat:
                 data = orjson.loads(data_json)
             existing = self._ids.get(id)
             if existing is None and explicit_id and self._first_ord > 1:
