@@ -36,9 +36,14 @@ def build(home: str, n: int) -> tuple[str, str]:
 
 
 def open_and_close(home: str, thread: str) -> tuple[int, Any]:
+    """Open a session and close it; returns (the rollout's first loaded ord, the state),
+    and checks that the session started from a snapshot exactly when the store had one."""
+
     async def main() -> tuple[int, Any]:
         async with Runtime(home) as runtime:
+            usable = runtime.store.load_snapshot(thread, snapshot.SNAPSHOT_VERSION)  # type: ignore[attr-defined]
             session = await runtime.open(thread)
+            assert session._snapshot_ord == (usable[0] if usable else 0)
             rollout = runtime.store._logs[thread]  # type: ignore[attr-defined]
             return rollout._first_ord, session.state
 

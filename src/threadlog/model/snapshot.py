@@ -26,7 +26,7 @@ from threadlog.model.state import (
 
 __all__ = ["SNAPSHOT_VERSION", "dump", "load"]
 
-SNAPSHOT_VERSION = f"1/{__version__}"
+SNAPSHOT_VERSION = f"2/{__version__}"
 """Snapshots are only used by the code that wrote them (a reducer change must not read an
 old snapshot as if it were its own)."""
 
@@ -47,7 +47,8 @@ def dump(state: ThreadState, context: Context) -> bytes:
             "version": SNAPSHOT_VERSION,
             "state": state,
             "context": {
-                "messages": context.messages,
+                "nodes": context.nodes,
+                "leaf": context.leaf,
                 "queued": context._queued,
                 "calls": context._calls,
             },
