@@ -69,6 +69,8 @@ class Context:
     _queued: dict[str, str] = field(default_factory=dict)
     _calls: dict[str, str] = field(default_factory=dict)
     _path: list[dict[str, Any]] | None = None
+    _pending: list[dict[str, Any]] = field(default_factory=list)
+    """Tool calls of the cached path's last assistant message not answered yet."""
 
     @classmethod
     def from_records(cls, records: list[Record]) -> Context:
@@ -85,8 +87,18 @@ class Context:
         return self._path
 
     def messages_at(self, leaf: str | None) -> list[dict[str, Any]]:
-        """The messages of the branch ending at ``leaf``."""
-        return [message for _, message in self.entries_at(leaf)]
+        """The messages of the branch ending at ``leaf``.
+
+        Every tool call of an assistant message is answered before the next message: a call
+        that never ran (a crash or a cancellation between the response and its proposal) gets
+        a placeholder result, since providers refuse a conversation with an unanswered call.
+        """
+        out: list[dict[str, Any]] = []
+        pending: list[dict[str, Any]] = []
+        for _, message in self.entries_at(leaf):
+            pending = _extend(out, pending, message)
+        self._pending = pending
+        return out
 
     def entries_at(self, leaf: str | None) -> list[tuple[str, dict[str, Any]]]:
         """``(entry id, message)`` along the branch ending at ``leaf``, root first. A
@@ -132,7 +144,7 @@ class Context:
         elif type_ in ENTRY_TYPES:
             if self._path is not None and record.parent == self.leaf and compaction is None:
                 if message is not None:
-                    self._path.append(message)
+                    self._pending = _extend(self._path, self._pending, message)
             else:
                 self._path = None
             self.leaf = record.id
@@ -192,3 +204,30 @@ class Context:
             "name": self._calls.get(call_id, ""),
             "content": content,
         }
+
+
+NO_RESULT = "(no result: this call never ran, or its outcome was never recorded)"
+
+
+def _extend(
+    out: list[dict[str, Any]], pending: list[dict[str, Any]], message: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Append ``message``, answering the pending calls first if it is not their result."""
+    if message["role"] == "tool":
+        answered = message.get("tool_call_id")
+        pending = [call for call in pending if call.get("id") != answered]
+    elif pending:
+        for call in pending:
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call.get("id"),
+                    "name": call.get("name", ""),
+                    "content": NO_RESULT,
+                }
+            )
+        pending = []
+    out.append(message)
+    if message["role"] == "assistant":
+        pending = list(message.get("tool_calls") or [])
+    return pending

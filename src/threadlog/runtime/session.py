@@ -133,6 +133,8 @@ class Session:
                 self.context.apply(record)
         self._loop = asyncio.get_running_loop()
         self._changed = asyncio.Event()
+        self._parked = asyncio.Event()
+        """Set while the turn loop sleeps waiting for a human decision."""
         self._subscribers: list[tuple[asyncio.Queue[Any], bool]] = []
         self._turn_task: asyncio.Task[None] | None = None
         self._tool_tasks: set[asyncio.Task[Any]] = set()
@@ -373,19 +375,29 @@ class Session:
             await asyncio.gather(task, return_exceptions=True)
 
     async def wait_idle(self, timeout: float | None = None) -> None:
-        """Wait until no turn is running (or one is waiting for a human), up to ``timeout``."""
+        """Wait until no turn is running, or the running one is parked on a human decision
+        (everything it appended before parking is durable), up to ``timeout``."""
         task = self._turn_task
         if task is None:
             return
         async with asyncio.timeout(timeout):
-            while not task.done() and not self.waiting_for_human:
-                self._changed.clear()
-                await asyncio.wait(
-                    [task, asyncio.ensure_future(self._changed.wait())],
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
+            while not task.done() and not self._parked.is_set():
+                parked = asyncio.ensure_future(self._parked.wait())
+                try:
+                    await asyncio.wait([task, parked], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    parked.cancel()
+                    await asyncio.gather(parked, return_exceptions=True)
         if task.done() and not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
+
+    async def _park(self) -> None:
+        """The turn waits for a human: sleep until the state changes."""
+        self._parked.set()
+        try:
+            await self._changed.wait()
+        finally:
+            self._parked.clear()
 
     @property
     def waiting_for_human(self) -> bool:
@@ -578,11 +590,11 @@ class Session:
                         return
                     case Decide(call=call):
                         if not await self._decide_by_policy(call):
-                            await self._changed.wait()
+                            await self._park()
                     case RunTool(call=call):
                         await self._execute(call)
                     case AwaitResolution():
-                        await self._changed.wait()
+                        await self._park()
                     case AwaitTool(call=call):
                         # Started in a process that is gone (class 3 of recovery).
                         await self._settle_orphan(call)
