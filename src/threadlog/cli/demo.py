@@ -255,13 +255,14 @@ def demo(home: str | None, as_json: bool, yes: bool, pause: float) -> None:
         )
     else:
         state = "[green]verified[/green]" if ok else "[red]FAILED verification[/red]"
-        console.print(f"\nlog {state}. Inspect it:")
+        console.print(f"\nlog {state}. Inspect, fork and resume it:")
         flag = "" if home == default_home() else f" --home {home}"
         for command in (
             f"threadlog show {thread}{flag}",
             f"threadlog events {thread}{flag}",
             f"threadlog verify {thread}{flag}",
-            f"threadlog ls{flag}",
+            f"threadlog fork {thread} --at 12{flag}",
+            f"threadlog resume {thread}{flag}",
         ):
             console.print(f"  {command}")
     if not ok:
