@@ -93,10 +93,27 @@ class Context:
         that never ran (a crash or a cancellation between the response and its proposal) gets
         a placeholder result, since providers refuse a conversation with an unanswered call.
         """
+        messages = [message for _, message in self.entries_at(leaf)]
+        # Each result goes right after the call it answers, even when it came later in the
+        # log (a call approved after a cancel, or re-run after a crash): providers require it.
+        results = {m.get("tool_call_id"): m for m in messages if m["role"] == "tool"}
         out: list[dict[str, Any]] = []
         pending: list[dict[str, Any]] = []
-        for _, message in self.entries_at(leaf):
-            pending = _extend(out, pending, message)
+        for message in messages:
+            if message["role"] == "tool":
+                continue  # placed with its call (or dropped: a result whose call is not on
+                # this branch cannot be shown to a provider)
+            if pending:
+                out.extend(_placeholder(call) for call in pending)
+                pending = []
+            out.append(message)
+            if message["role"] == "assistant":
+                for call in message.get("tool_calls") or []:
+                    result = results.pop(call.get("id"), None)
+                    if result is not None:
+                        out.append(result)
+                    else:
+                        pending.append(call)
         self._pending = pending
         return out
 
@@ -144,7 +161,13 @@ class Context:
         elif type_ in ENTRY_TYPES:
             if self._path is not None and record.parent == self.leaf and compaction is None:
                 if message is not None:
-                    self._pending = _extend(self._path, self._pending, message)
+                    late = message["role"] == "tool" and all(
+                        call.get("id") != message.get("tool_call_id") for call in self._pending
+                    )
+                    if late:
+                        self._path = None  # a result for an earlier call: recompute the order
+                    else:
+                        self._pending = _extend(self._path, self._pending, message)
             else:
                 self._path = None
             self.leaf = record.id
@@ -217,17 +240,19 @@ def _extend(
         answered = message.get("tool_call_id")
         pending = [call for call in pending if call.get("id") != answered]
     elif pending:
-        for call in pending:
-            out.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": call.get("id"),
-                    "name": call.get("name", ""),
-                    "content": NO_RESULT,
-                }
-            )
+        out.extend(_placeholder(call) for call in pending)
         pending = []
     out.append(message)
     if message["role"] == "assistant":
         pending = list(message.get("tool_calls") or [])
     return pending
+
+
+def _placeholder(call: dict[str, Any]) -> dict[str, Any]:
+    """The result shown for a call that never got one."""
+    return {
+        "role": "tool",
+        "tool_call_id": call.get("id"),
+        "name": call.get("name", ""),
+        "content": NO_RESULT,
+    }
