@@ -17,14 +17,14 @@ import codecs
 import json
 import re
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import httpx
 
-from threadlog.runtime.models import ProviderError
+from threadlog.runtime.models import ProviderError, TextDelta
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator
+    from collections.abc import AsyncGenerator, AsyncIterator
 
 __all__ = ["SSEEvent", "SSEParser", "error_excerpt", "is_retryable_status", "post_sse"]
 
@@ -216,3 +216,57 @@ async def post_sse(
             yield event
     finally:
         await response.aclose()
+
+
+class StreamState(Protocol):
+    """What `stream_deltas` needs of a provider's response assembler."""
+
+    delta: str
+    """The text the last event added."""
+
+    @property
+    def text(self) -> str: ...
+
+    def feed(self, event: SSEEvent) -> bool:
+        """Take one event; True when the response is complete."""
+        ...
+
+
+async def stream_deltas(
+    client: httpx.AsyncClient | None,
+    url: str,
+    *,
+    provider: str,
+    headers: dict[str, str],
+    body: dict[str, Any],
+    read_timeout: float,
+    state: StreamState,
+) -> AsyncIterator[TextDelta]:
+    """POST a streaming request, feed its events to ``state`` and yield the text deltas.
+
+    Raises:
+        ProviderError: as `post_sse`, or a broken connection mid-stream (``retryable``, with
+            ``partial`` set to the text so far).
+    """
+    try:
+        async with aclosing(
+            post_sse(
+                client,
+                url,
+                provider=provider,
+                headers=headers,
+                body=body,
+                read_timeout=read_timeout,
+            )
+        ) as events:
+            async for event in events:
+                if state.feed(event):
+                    break
+                if state.delta:
+                    yield TextDelta(state.delta)
+    except httpx.HTTPError as exc:
+        raise ProviderError(
+            f"{provider}: stream broken: {type(exc).__name__}: {exc}",
+            partial=state.text,
+            retryable=isinstance(exc, httpx.TransportError),
+        ) from exc

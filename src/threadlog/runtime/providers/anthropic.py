@@ -28,17 +28,16 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from threadlog.runtime.models import Completed, ModelEvent, ModelRequest, ProviderError, TextDelta
-from threadlog.runtime.providers._sse import error_excerpt, post_sse
+from threadlog.runtime.models import Completed, ModelEvent, ModelRequest, ProviderError
+from threadlog.runtime.providers._sse import error_excerpt, stream_deltas
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+
+    import httpx
 
     from threadlog.runtime.providers._sse import SSEEvent
 
@@ -142,28 +141,16 @@ class AnthropicMessages:
             headers["x-api-key"] = self._api_key
         body = self.body(request)
         state = _State()
-        try:
-            async with aclosing(
-                post_sse(
-                    self._client,
-                    f"{self.base_url}/v1/messages",
-                    provider=self.provider,
-                    headers=headers,
-                    body=body,
-                    read_timeout=self._timeout,
-                )
-            ) as events:
-                async for event in events:
-                    if state.feed(event):
-                        break
-                    if state.delta:
-                        yield TextDelta(state.delta)
-        except httpx.HTTPError as exc:
-            raise ProviderError(
-                f"anthropic: stream broken: {type(exc).__name__}: {exc}",
-                partial=state.text,
-                retryable=isinstance(exc, httpx.TransportError),
-            ) from exc
+        async for delta in stream_deltas(
+            self._client,
+            f"{self.base_url}/v1/messages",
+            provider=self.provider,
+            headers=headers,
+            body=body,
+            read_timeout=self._timeout,
+            state=state,
+        ):
+            yield delta
         if not state.stopped:
             raise ProviderError(
                 "anthropic: stream ended before message_stop", partial=state.text, retryable=True

@@ -24,17 +24,16 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from threadlog.runtime.models import Completed, ModelEvent, ModelRequest, ProviderError, TextDelta
-from threadlog.runtime.providers._sse import error_excerpt, post_sse
+from threadlog.runtime.models import Completed, ModelEvent, ModelRequest, ProviderError
+from threadlog.runtime.providers._sse import error_excerpt, stream_deltas
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+
+    import httpx
 
     from threadlog.runtime.providers._sse import SSEEvent
 
@@ -129,28 +128,16 @@ class OpenAIChat:
         """
         headers = {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         state = _State()
-        try:
-            async with aclosing(
-                post_sse(
-                    self._client,
-                    f"{self.base_url}/chat/completions",
-                    provider=self.provider,
-                    headers=headers,
-                    body=self.body(request),
-                    read_timeout=self._timeout,
-                )
-            ) as events:
-                async for event in events:
-                    if state.feed(event):
-                        break
-                    if state.delta:
-                        yield TextDelta(state.delta)
-        except httpx.HTTPError as exc:
-            raise ProviderError(
-                f"openai: stream broken: {type(exc).__name__}: {exc}",
-                partial=state.text,
-                retryable=isinstance(exc, httpx.TransportError),
-            ) from exc
+        async for delta in stream_deltas(
+            self._client,
+            f"{self.base_url}/chat/completions",
+            provider=self.provider,
+            headers=headers,
+            body=self.body(request),
+            read_timeout=self._timeout,
+            state=state,
+        ):
+            yield delta
         if state.finish_reason is None:
             raise ProviderError(
                 "openai: stream ended before the response was finished",
