@@ -219,7 +219,12 @@ def record_from_obj(obj: Any) -> Record:
 
 
 def rehome_lines(
-    lines: list[bytes], *, thread: str, prev: str | None, expect_prev: str | None
+    lines: list[bytes],
+    *,
+    thread: str,
+    prev: str | None,
+    expect_prev: str | None,
+    source: str | None = None,
 ) -> tuple[list[bytes], str | None]:
     """Copy verified rollout lines into another thread (same ords, ids, payloads).
 
@@ -238,6 +243,7 @@ def rehome_lines(
     suffix = _SUFFIX_LEN - 1  # the lines have no newline
     head = _HASH_HEAD
     thread_field = b',"thread":"' + thread.encode()
+    source_field = None if source is None else b',"thread":"' + source.encode()
     old_prev = b"null" if expect_prev is None else b'"' + expect_prev.encode() + b'"'
     new_prev = b"null" if prev is None else b'"' + prev.encode() + b'"'
     out: list[bytes] = []
@@ -255,6 +261,8 @@ def rehome_lines(
         t = line.find(b',"thread":"', p, body_end) if p >= 0 else -1
         if t < 0:
             raise _bad("envelope fields not found", index)
+        if source_field is not None and line[t : t + 47] != source_field:
+            raise _bad("the record belongs to another thread", index)
         if line[p + 8 : t] != old_prev:
             raise _bad("prev does not match the previous record's hash (chain broken)", index)
         body = line[: p + 8] + new_prev + thread_field + line[t + 47 : body_end]

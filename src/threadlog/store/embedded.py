@@ -1047,7 +1047,7 @@ class EmbeddedStore:
         )
         try:
             copied, new_prev = rehome_lines(
-                lines[1:at], thread=child, prev=digest, expect_prev=first.hash
+                lines[1:at], thread=child, prev=digest, expect_prev=first.hash, source=thread_id
             )
         except BadRecord as exc:
             bad = 2 + getattr(exc, "index", 0)
