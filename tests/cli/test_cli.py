@@ -186,3 +186,46 @@ def test_ctrl_c_closes_the_demo_cleanly(home: str) -> None:
         last = store.read(thread)[-1]
         assert last.type == "turn.ended" and last.data["outcome"] == "aborted"
         store.append(thread, "custom.after", {})  # the lease was released
+
+
+def test_tail_follows_new_records_live(home: str) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    with open_store(home) as store:
+        thread = store.create_thread("u")
+        store.append(thread, "custom.x", {"i": 0})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "threadlog",
+            "tail",
+            thread,
+            "--home",
+            home,
+            "--after",
+            "1",
+            "--interval",
+            "0.05",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        assert (first["ord"], first["type"]) == (2, "custom.x")
+        with open_store(home) as store:  # another process writes while tail watches
+            for i in range(1, 4):
+                store.append(thread, "custom.x", {"i": i})
+        seen = [json.loads(proc.stdout.readline())["ord"] for _ in range(3)]
+        assert seen == [3, 4, 5]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    assert proc.returncode == 0

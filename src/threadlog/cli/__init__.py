@@ -65,6 +65,7 @@ _LAZY = {
     "events": "commands",
     "verify": "commands",
     "rebuild": "commands",
+    "tail": "commands",
     "demo": "demo",
     "approve": "live",
     "deny": "live",
