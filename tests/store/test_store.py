@@ -412,3 +412,26 @@ def test_public_api_opens_the_default_home(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.setenv("THREADLOG_HOME", str(tmp_path / "env-home"))
     with threadlog.open_store() as store:
         assert store.home == str(tmp_path / "env-home")
+
+
+def test_a_damaged_index_is_set_aside_and_rebuilt(home: str) -> None:
+    with open_store(home) as store:
+        thread = store.create_thread("a", title="kept")
+        store.append(thread, "custom.x", {})
+    index = os.path.join(home, "index.sqlite3")
+    with open(index, "r+b") as f:
+        f.write(b"this is not a database" * 100)
+    with open_store(home) as store:
+        (row,) = store.threads()
+        assert (row.thread_id, row.title, row.last_ord) == (thread, "kept", 2)
+    assert any(name.startswith("index.sqlite3.damaged-") for name in os.listdir(home))
+
+
+def test_no_sqlite_error_escapes_untranslated(home: str) -> None:
+    with open_store(home) as store:
+        store.create_thread("a")
+        store.index._db.close()  # any driver failure from here on
+        with pytest.raises(StorageError):
+            store.index.threads()
+        with pytest.raises(StorageError):
+            store.index.apply([])

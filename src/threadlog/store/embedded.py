@@ -20,6 +20,7 @@ import contextlib
 import functools
 import logging
 import os
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass
@@ -158,7 +159,7 @@ class EmbeddedStore:
         except OSError as exc:
             raise StorageError(f"cannot create the store at {self.home}: {exc}") from exc
         self.artifacts = ArtifactStore(os.path.join(self.home, "artifacts"), fops)
-        self.index = Index(os.path.join(self.home, "index.sqlite3"))
+        self.index = self._open_index(os.path.join(self.home, "index.sqlite3"))
         self._logs: dict[str, RolloutLog] = {}
         self._leases: dict[str, Lease] = {}
         self._logs_lock = threading.Lock()
@@ -179,6 +180,22 @@ class EmbeddedStore:
             target=self._run_background, name="threadlog-committer", daemon=True
         )
         self._background.start()
+
+    def _open_index(self, path: str) -> Index:
+        """Open the index; a damaged one is set aside and rebuilt (it is only a projection)."""
+        try:
+            return Index(path)
+        except StorageError as exc:
+            if not isinstance(exc.__cause__, sqlite3.DatabaseError) or isinstance(
+                exc.__cause__, sqlite3.OperationalError
+            ):
+                raise  # not damage (a locked or unwritable file): say so
+            aside = f"{path}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"
+            log.warning("the index is damaged (%s); moved to %s and rebuilt", exc, aside)
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(path + suffix, aside + suffix)
+            return Index(path)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -211,6 +228,9 @@ class EmbeddedStore:
                 self._logs.clear()
             try:
                 self._drain_backlog()
+            except StorageError as exc:
+                # The index is a projection: the next open catches it up from the rollouts.
+                log.warning("index not brought up to date at close (%s); it will catch up", exc)
             finally:
                 self.index.close()
                 if self._executor is not None:

@@ -9,9 +9,11 @@ transactions, never corrupt it, and catch-up redoes whatever was lost.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from threadlog.errors import StorageError
 from threadlog.model.projection import project
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
     from threadlog.model.envelope import Record
 
 __all__ = ["Index", "IndexedThread"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 SCHEMA_VERSION = 2
 
@@ -128,6 +132,19 @@ class IndexedThread(NamedTuple):
         return {name: getattr(self, name) for name in _THREAD_COLUMNS}
 
 
+def _translated(method: _F) -> _F:
+    """The one boundary where SQLite errors become threadlog's: `StorageError`."""
+
+    @functools.wraps(method)
+    def wrapper(self: Index, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise StorageError(f"index {self.path}: {exc}") from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
 class Index:
     """One SQLite connection, shared by the store's threads under a lock."""
 
@@ -159,6 +176,7 @@ class Index:
 
     # -- reads -----------------------------------------------------------------------------
 
+    @_translated
     def threads(
         self, *, principal: str | None = None, limit: int | None = None
     ) -> list[IndexedThread]:
@@ -176,6 +194,7 @@ class Index:
             rows = self._db.execute(sql, args).fetchall()
         return [IndexedThread(*row) for row in rows]
 
+    @_translated
     def thread(self, thread_id: str) -> IndexedThread | None:
         with self._lock:
             row = self._db.execute(
@@ -184,12 +203,14 @@ class Index:
             ).fetchone()
         return IndexedThread(*row) if row else None
 
+    @_translated
     def positions(self) -> dict[str, tuple[int, int, str | None]]:
         """``thread_id → (bytes, last_ord, last_hash)`` for catch-up."""
         with self._lock:
             rows = self._db.execute("SELECT thread_id, bytes, last_ord, last_hash FROM threads")
             return {t: (b, o, h) for t, b, o, h in rows}
 
+    @_translated
     def turns(self, thread_id: str) -> list[dict[str, Any]]:
         with self._lock:
             cur = self._db.execute(
@@ -200,6 +221,7 @@ class Index:
             names = [d[0] for d in cur.description]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
+    @_translated
     def tool_calls(self, thread_id: str) -> list[dict[str, Any]]:
         with self._lock:
             cur = self._db.execute(
@@ -210,6 +232,7 @@ class Index:
             names = [d[0] for d in cur.description]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
+    @_translated
     def dump(self) -> dict[str, list[tuple[Any, ...]]]:
         """Every projection row, sorted (to compare an incremental index with a rebuild)."""
         with self._lock:
@@ -220,6 +243,7 @@ class Index:
 
     # -- writes ----------------------------------------------------------------------------
 
+    @_translated
     def apply(self, batches: Iterable[tuple[str, str, Sequence[Record], int]]) -> None:
         """Apply ``(thread_id, path, records, end_offset)`` batches in one transaction.
 
@@ -236,6 +260,7 @@ class Index:
                     self._db.execute("ROLLBACK")
                 raise
 
+    @_translated
     def memories(
         self, *, principal: str | None = None, include_revoked: bool = False
     ) -> list[dict[str, Any]]:
@@ -258,6 +283,7 @@ class Index:
             names = [d[0] for d in cur.description]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
+    @_translated
     def put_snapshot(
         self, thread_id: str, ord: int, hash: str, end_offset: int, version: str, payload: bytes
     ) -> None:
@@ -270,6 +296,7 @@ class Index:
                 (thread_id, ord, hash, end_offset, version, payload),
             )
 
+    @_translated
     def get_snapshot(self, thread_id: str) -> tuple[int, str, int, str, bytes] | None:
         """``(ord, hash, end_offset, version, payload)`` of the thread's snapshot, if any."""
         with self._lock:
@@ -279,6 +306,7 @@ class Index:
             ).fetchone()
         return (row[0], row[1], row[2], row[3], bytes(row[4])) if row else None
 
+    @_translated
     def reset_thread(self, thread_id: str, *, damage: str | None = None) -> None:
         """Forget a thread's rows (before re-indexing it from ord 1)."""
         with self._lock:
@@ -291,6 +319,7 @@ class Index:
                 self._db.execute("ROLLBACK")
                 raise
 
+    @_translated
     def mark_damaged(self, thread_id: str, path: str, damage: str) -> None:
         with self._lock:
             self._db.execute(
@@ -299,12 +328,14 @@ class Index:
                 (thread_id, path, damage),
             )
 
+    @_translated
     def forget(self, thread_ids: Iterable[str]) -> None:
         with self._lock:
             for thread_id in thread_ids:
                 for table in ("threads", "turns", "tool_calls", "memories"):
                     self._db.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
 
+    @_translated
     def clear(self) -> None:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
