@@ -7,7 +7,7 @@ import random
 import time
 from datetime import UTC, datetime
 
-__all__ = ["random_bits", "random_bytes", "rfc3339", "wall_ns"]
+__all__ = ["new_id", "random_bits", "random_bytes", "rfc3339", "wall_ns"]
 
 
 def wall_ns() -> int:
@@ -46,3 +46,10 @@ def random_bytes(n: int) -> bytes:
 
 random_bits = _rng.getrandbits
 """``random_bits(k)``: a non-negative int of k random bits (reseeded after fork)."""
+
+
+def new_id(ns: int | None = None) -> str:
+    """A fresh UUIDv7 for the time ``ns`` (default: now), with PRNG randomness."""
+    from threadlog.model.ids import uuid7_from_bits
+
+    return uuid7_from_bits((time.time_ns() if ns is None else ns) // 1_000_000, random_bits(74))

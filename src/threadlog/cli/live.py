@@ -132,9 +132,9 @@ def send(home: str | None, as_json: bool, thread: str, text: str, by: str) -> No
 
 async def _queue(session: Session, text: str) -> Any:
     # Nobody is running the thread: record the input; the next session starts a turn with it.
-    from threadlog.runtime.session import _new_id
+    from threadlog._clock import new_id
 
-    return await session.append("input.queued", {"input_id": _new_id(), "text": text})
+    return await session.append("input.queued", {"input_id": new_id(), "text": text})
 
 
 @cli.command()

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from threadlog._clock import new_id
 from threadlog.errors import UsageError
 from threadlog.model.ids import is_uuid
 from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps
@@ -50,12 +51,7 @@ def post(home: str, thread_id: str, body: dict[str, Any], fops: FileOps = DEFAUL
         raise UsageError(f"unknown inbox message kind {body.get('kind')!r}")
     directory = inbox_dir(home, thread_id)
     fops.makedirs(directory)
-    import time
-
-    from threadlog._clock import random_bits
-    from threadlog.model.ids import uuid7_from_bits
-
-    message_id = uuid7_from_bits(time.time_ns() // 1_000_000, random_bits(74))
+    message_id = new_id()
     tmp = os.path.join(directory, f".{message_id}.{secrets.token_hex(4)}.tmp")
     fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:

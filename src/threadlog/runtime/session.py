@@ -37,11 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from threadlog._clock import new_id, rfc3339, wall_ns
 from threadlog.errors import ConflictError, InvalidTransition, RunError, UsageError
 from threadlog.model import codec, snapshot
 from threadlog.model.context import Context
 from threadlog.model.events import from_data
-from threadlog.model.ids import derived_id, uuid7_from_bits
+from threadlog.model.ids import derived_id
 from threadlog.model.memory import MemoryFact, memory_message, select_memories
 from threadlog.model.reducer import apply, replay
 from threadlog.model.turns import (
@@ -99,14 +100,6 @@ class _TurnFailed(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-def _new_id() -> str:
-    import time
-
-    from threadlog._clock import random_bits
-
-    return uuid7_from_bits(time.time_ns() // 1_000_000, random_bits(74))
 
 
 class Session:
@@ -303,11 +296,11 @@ class Session:
         async with self._submit_lock:
             if self.state.active_turn is None:
                 record = await self.append(
-                    "turn.started", {"turn_id": _new_id(), "input": text}, id=id
+                    "turn.started", {"turn_id": new_id(), "input": text}, id=id
                 )
                 self._start_turn()
                 return record
-            return await self.append("input.queued", {"input_id": _new_id(), "text": text}, id=id)
+            return await self.append("input.queued", {"input_id": new_id(), "text": text}, id=id)
 
     async def approve(
         self, call_id: str, *, by: str = "user", reason: str | None = None, id: str | None = None
@@ -460,7 +453,7 @@ class Session:
             return None
         older = [message for _, message in entries[:cut]]
         before = estimate_tokens(self.context.messages)
-        op_id = _new_id()
+        op_id = new_id()
         await self.append(
             "operation.started", {"op_id": op_id, "kind": "compaction", "detail": {"messages": cut}}
         )
@@ -503,12 +496,10 @@ class Session:
         if not isinstance(fact, str) or not fact.strip():
             raise UsageError("a memory is a non-empty fact")
         source = source_event or self.state.leaf or self.state.last_id
-        from threadlog._clock import rfc3339, wall_ns
-
         return await self.append(
             "memory.written",
             {
-                "memory_id": _new_id(),
+                "memory_id": new_id(),
                 "fact": fact,
                 "source_event": source,
                 "scope": scope,
@@ -526,7 +517,7 @@ class Session:
     async def spawn(self, *, title: str | None = None, **config: Any) -> Session:
         """A sub-agent: a child thread with lineage to this one (a side-chain)."""
         self._check_open()
-        op_id = _new_id()
+        op_id = new_id()
         await self.append(
             "operation.started", {"op_id": op_id, "kind": "subagent", "detail": {"title": title}}
         )
@@ -562,7 +553,7 @@ class Session:
         self._check_open()
         old = self.state.turns[interrupted]
         record = await self.append(
-            "turn.started", {"turn_id": _new_id(), "input": old.input, "resumes": interrupted}
+            "turn.started", {"turn_id": new_id(), "input": old.input, "resumes": interrupted}
         )
         self._start_turn()
         return record
@@ -687,7 +678,7 @@ class Session:
         tool = self.runtime.tools.get(call.tool)
         if tool is None or tool.reconcile is None or not call.idempotency_key:
             return "unknown"
-        op_id = _new_id()
+        op_id = new_id()
         await self.append(
             "operation.started",
             {
@@ -839,8 +830,6 @@ class Session:
         shared = getattr(self.runtime.store, "shared_memories", None)
         if shared is not None and set(policy.get("scopes") or ()) - {"thread"}:
             facts += [f for f in shared(self.state.principal) if f.thread_id != self.thread_id]
-        from threadlog._clock import rfc3339, wall_ns
-
         return select_memories(
             facts, thread_id=self.thread_id, now=rfc3339(wall_ns()), policy=policy
         )
@@ -928,7 +917,7 @@ class Session:
         message = dict(completed.message)
         calls: list[dict[str, Any]] = []
         for raw in message.get("tool_calls") or []:
-            call_id = str(raw.get("id") or _new_id())
+            call_id = str(raw.get("id") or new_id())
             while call_id in self.state.tool_calls or any(c["id"] == call_id for c in calls):
                 call_id += "+"
             args = raw.get("arguments")

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from threadlog import _faults
-from threadlog._clock import random_bits, random_bytes, rfc3339, wall_ns
+from threadlog._clock import new_id, rfc3339, wall_ns
 from threadlog.errors import (
     IntegrityError,
     InvalidTransition,
@@ -47,7 +47,7 @@ from threadlog.model.envelope import (
     rehome_lines,
 )
 from threadlog.model.events import Event, ThreadCreated, from_data, to_data
-from threadlog.model.ids import is_uuid, uuid7, uuid7_from_bits, uuid7_millis
+from threadlog.model.ids import is_uuid, uuid7_millis
 from threadlog.model.memory import MemoryFact
 from threadlog.model.policy import durability_of
 from threadlog.model.reducer import replay
@@ -280,7 +280,7 @@ class EmbeddedStore:
         _, data = to_data(event)
         data_json = codec.canonical(data)
         now = wall_ns()
-        thread_id = uuid7(now // 1_000_000, random_bytes(10))
+        thread_id = new_id(now)
         path = self.path_of(thread_id)
         directory = os.path.dirname(path)
         lease = Lease(self._locks_dir, thread_id)
@@ -302,7 +302,7 @@ class EmbeddedStore:
                 max_record_bytes=self.max_record_bytes,
             )
             _, seq = rollout.submit(
-                id=uuid7(now // 1_000_000, random_bytes(10)),
+                id=new_id(now),
                 type=event.type,
                 data=data,
                 data_json=data_json,
@@ -408,7 +408,7 @@ class EmbeddedStore:
                 _PLAIN_CUSTOM.add(type_name)
         data, data_json = self._encode(data)
         now = time.time_ns()
-        event_id = id or uuid7_from_bits(now // 1_000_000, random_bits(74))
+        event_id = id or new_id(now)
         while True:
             rollout = self._logs.get(thread_id) or self._log(thread_id)
             try:
@@ -1037,7 +1037,7 @@ class EmbeddedStore:
         if not isinstance(created, ThreadCreated):
             raise IntegrityError(thread_id, 1, "ord 1 is not thread.created", offset=0)
         now = wall_ns()
-        child = uuid7_from_bits(now // 1_000_000, random_bits(74))
+        child = new_id(now)
         path = self.path_of(child)
         # the source record at `at` (its id and hash name the fork point)
         last = parse_line(lines[at - 1] + b"\n") if at > 1 else first
@@ -1056,7 +1056,7 @@ class EmbeddedStore:
             title=title or created.title,
         )
         line, digest = encode_record(
-            id=uuid7_from_bits(now // 1_000_000, random_bits(74)),
+            id=new_id(now),
             thread=child,
             ord=1,
             parent=None,
@@ -1076,7 +1076,7 @@ class EmbeddedStore:
         out = [line, *copied]
         if changes:
             line, _ = encode_record(
-                id=uuid7_from_bits(now // 1_000_000, random_bits(74)),
+                id=new_id(now),
                 thread=child,
                 ord=at + 1,
                 parent=last.id,

@@ -10,12 +10,12 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from threadlog._clock import random_bits, rfc3339, wall_ns
+from threadlog._clock import new_id, rfc3339, wall_ns
 from threadlog.errors import DuplicateEventConflict, OrdinalConflict, ThreadNotFound, UsageError
 from threadlog.model import codec
 from threadlog.model.envelope import FORMAT_VERSION, Record, encode_record
 from threadlog.model.events import Event, ThreadCreated, to_data
-from threadlog.model.ids import is_uuid, uuid7_from_bits
+from threadlog.model.ids import is_uuid
 from threadlog.model.reducer import replay
 from threadlog.store.base import Listener, normalize_append
 
@@ -66,7 +66,7 @@ class MemoryStore:
         if not isinstance(principal, str) or not principal:
             raise UsageError("principal must be a non-empty string")
         now = wall_ns()
-        thread_id = uuid7_from_bits(now // 1_000_000, random_bits(74))
+        thread_id = new_id(now)
         with self._lock:
             self._threads[thread_id] = []
             self._ids[thread_id] = {}
@@ -145,7 +145,7 @@ class MemoryStore:
             if expect_ord is not None and expect_ord != ord_:
                 raise OrdinalConflict(thread_id, expect_ord, ord_)
             last = records[-1][0] if records else None
-            event_id = id or uuid7_from_bits(now // 1_000_000, random_bits(74))
+            event_id = id or new_id(now)
             parent_id = (last.id if last else None) if parent is ... else parent
             prev = last.hash if last else None
             ts = rfc3339(now)
