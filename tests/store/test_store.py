@@ -435,3 +435,24 @@ def test_no_sqlite_error_escapes_untranslated(home: str) -> None:
             store.index.threads()
         with pytest.raises(StorageError):
             store.index.apply([])
+
+
+def test_temp_files_of_dead_writers_are_removed_on_open(home: str) -> None:
+    with open_store(home) as store:
+        ref = store.artifacts.put(b"blob")
+        directory = os.path.dirname(store.artifacts.path(ref.sha256))
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    orphan = os.path.join(directory, f".abcdef.0123.{dead}.tmp")
+    live = os.path.join(directory, f".abcdef.4567.{os.getpid()}.tmp")
+    for path in (orphan, live):
+        with open(path, "wb") as f:
+            f.write(b"half a blob")
+    with open_store(home) as store:
+        assert store.artifacts.get(ref.sha256) == b"blob"
+    assert not os.path.exists(orphan)  # its writer is dead
+    assert os.path.exists(live)  # a live writer's is left alone

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["DEFAULT_FILEOPS", "FileOps"]
+__all__ = ["DEFAULT_FILEOPS", "FileOps", "remove_orphan_temp"]
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
 
@@ -77,3 +77,25 @@ class FileOps:
 
 
 DEFAULT_FILEOPS = FileOps()
+
+
+def remove_orphan_temp(path: str) -> bool:
+    """Delete a temporary file left by a dead process (RELIABILITY B3); True if removed.
+
+    Temporary files are named ``.<anything>.<pid>.tmp``: one whose writer is still alive (or
+    that does not follow the pattern) is left alone.
+    """
+    try:
+        pid = int(os.path.basename(path).split(".")[-2])
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        pass  # its writer is dead
+    except (ValueError, IndexError, PermissionError):
+        return False  # not ours, or a live process
+    else:
+        return False  # alive: still writing
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True

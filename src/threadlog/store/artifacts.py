@@ -16,7 +16,7 @@ import secrets
 
 from threadlog.errors import IntegrityError, StorageError, UsageError
 from threadlog.model.refs import ArtifactRef, is_artifact_ref
-from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps
+from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps, remove_orphan_temp
 
 __all__ = ["ArtifactRef", "ArtifactStore", "is_artifact_ref"]
 
@@ -57,7 +57,7 @@ class ArtifactStore:
         try:
             fops.makedirs(directory)
             tmp = os.path.join(
-                directory, f".{digest[:16]}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+                directory, f".{digest[:16]}.{secrets.token_hex(4)}.{os.getpid()}.tmp"
             )
             fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
@@ -98,7 +98,7 @@ class ArtifactStore:
         return content
 
     def sweep_temp_files(self) -> int:
-        """Delete leftover ``*.tmp`` files of interrupted writes (RELIABILITY B3)."""
+        """Delete the temporary files of writes interrupted by a dead process (B3)."""
         removed = 0
         base = os.path.join(self.root, "sha256")
         if not os.path.isdir(base):
@@ -107,7 +107,6 @@ class ArtifactStore:
             if not sub.is_dir(follow_symlinks=False):
                 continue
             for entry in os.scandir(sub.path):
-                if entry.name.endswith(".tmp"):
-                    os.unlink(entry.path)
+                if entry.name.endswith(".tmp") and remove_orphan_temp(entry.path):
                     removed += 1
         return removed

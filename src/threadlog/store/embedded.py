@@ -52,7 +52,7 @@ from threadlog.model.memory import MemoryFact
 from threadlog.model.policy import durability_of
 from threadlog.model.reducer import replay
 from threadlog.model.refs import ArtifactRef, is_artifact_ref
-from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps
+from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps, remove_orphan_temp
 from threadlog.store.artifacts import ArtifactStore
 from threadlog.store.base import normalize_append
 from threadlog.store.index import Index, IndexedThread
@@ -174,6 +174,7 @@ class EmbeddedStore:
         self._async_waiters: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
         self._journal = Journal(self._journal_dir, fops, self._on_durable)
         self.recover()
+        self.artifacts.sweep_temp_files()
         if catch_up:
             self.catch_up()
         self._background = threading.Thread(
@@ -925,7 +926,7 @@ class EmbeddedStore:
                     if name.endswith(".jsonl") and is_uuid(name[:-6]):
                         yield name[:-6], entry.path
                     elif name.endswith(".tmp"):
-                        _remove_orphan_temp(entry.path, name)
+                        remove_orphan_temp(entry.path)
 
     # -- index maintenance -----------------------------------------------------------------
 
@@ -1122,22 +1123,6 @@ def _has_a_record(path: str) -> bool:
             return b"\n" in f.read(1 << 20)
     except FileNotFoundError:
         return False
-
-
-def _remove_orphan_temp(path: str, name: str) -> None:
-    """Delete a fork's temporary file left by a dead process (RELIABILITY B3)."""
-    parts = name.split(".")  # ".<thread>.<pid>.tmp"
-    try:
-        pid = int(parts[-2])
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        pass  # its writer is dead
-    except (ValueError, IndexError, PermissionError):
-        return  # not ours, or a live process
-    else:
-        return  # alive: still writing
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
 
 
 def _raise_fd_limit() -> None:
