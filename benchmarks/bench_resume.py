@@ -6,7 +6,8 @@ saves a snapshot of the reduced state), then measures:
 * ``Runtime.resume`` with the snapshot: open the store, take the lease, verify the snapshot's
   anchor record, reduce only the tail, append ``thread.resumed``;
 * the same without a snapshot (the whole log read, verified and reduced), for comparison;
-* ``EmbeddedStore.fork`` of the whole thread (a verified, re-chained copy, written atomically).
+* ``EmbeddedStore.fork`` of the whole thread (the records inherited byte for byte and verified
+  on the way, written atomically), and a fork of that fork.
 
 Usage::
 
@@ -56,11 +57,14 @@ def main() -> None:
             store.index._db.execute("DELETE FROM snapshots")
         without = min(asyncio.run(resume_once(home, thread)) for _ in range(1))
         with open_store(home) as store:
-            forks = []
+            forks, refork = [], []
             for _ in range(args.runs):
                 start = time.perf_counter()
-                store.fork(thread)
+                child = store.fork(thread)
                 forks.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                store.fork(child)
+                refork.append(time.perf_counter() - start)
             size = store.thread_info(thread).bytes
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -72,7 +76,12 @@ def main() -> None:
     print(
         f"| resume without a snapshot (whole log), for comparison | {min(without, full):.3f} s | |"
     )
-    print(f"| fork the whole thread (verified copy, atomic) | {min(forks):.3f} s | < 0.5 s |")
+    for name, times in (("fork the whole thread", forks), ("fork that fork", refork)):
+        times.sort()
+        print(
+            f"| {name} (verified copy, atomic) | {times[0]:.3f} s "
+            f"(median {times[len(times) // 2]:.3f}, worst {times[-1]:.3f}) | < 0.5 s |"
+        )
 
 
 if __name__ == "__main__":

@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from threadlog.model.envelope import Record
 
 from threadlog.model.envelope import FORMAT_VERSION
+from threadlog.model.lineage import inherits
 from threadlog.model.upcast import upcast
 
 __all__ = ["apply", "apply_all", "replay"]
@@ -128,7 +129,7 @@ def apply(state: ThreadState | None, record: Record, event: Event | None = None)
             last_id=record.id,
             leaf=record.id,
         )
-    if record.thread != state.thread_id:
+    if record.thread != state.thread_id and not inherits(state.lineage, record.thread, record.ord):
         raise InvalidTransition(
             f"record of thread {record.thread} in thread {state.thread_id}", ord=record.ord
         )

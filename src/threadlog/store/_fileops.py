@@ -24,7 +24,7 @@ class FileOps:
     def write(self, fd: int, data: bytes | memoryview) -> int:
         return os.write(fd, data)
 
-    def write_all(self, fd: int, data: bytes) -> None:
+    def write_all(self, fd: int, data: bytes | memoryview) -> None:
         """Write every byte, looping over short writes; a zero-byte write is an error."""
         view = memoryview(data)
         while view:

@@ -44,10 +44,11 @@ from threadlog.model.envelope import (
     Record,
     encode_record,
     parse_line,
-    rehome_lines,
+    verify_lines,
 )
 from threadlog.model.events import Event, ThreadCreated, from_data, to_data
 from threadlog.model.ids import is_uuid, uuid7_millis
+from threadlog.model.lineage import copied_prefix
 from threadlog.model.memory import MemoryFact
 from threadlog.model.policy import durability_of
 from threadlog.model.reducer import replay
@@ -532,6 +533,7 @@ class EmbeddedStore:
                 if end > size:
                     return None
                 start = max(0, end - self.max_record_bytes - 1)
+                first = f.readline(self.max_record_bytes + 1)
                 f.seek(start)
                 head = f.read(end - start)
                 tail = f.read()
@@ -542,11 +544,19 @@ class EmbeddedStore:
             return None
         try:
             anchor = parse_line(head[cut + 1 :])
-        except BadRecord:
+            created = parse_line(first)
+            copied = copied_prefix(created.data.get("lineage"))
+        except (BadRecord, ValueError, AttributeError):
             return None
-        if anchor.ord != ord_ or anchor.hash != digest or anchor.thread != thread_id:
+        if anchor.ord != ord_ or anchor.hash != digest or created.thread != thread_id:
             return None
-        scanned = scan(tail, thread_id, base_offset=end, start_ord=ord_ + 1, prev_hash=digest)
+        if anchor.thread != thread_id and not (
+            copied and anchor.ord <= copied.until and anchor.thread in copied.threads
+        ):
+            return None
+        scanned = scan(
+            tail, thread_id, base_offset=end, start_ord=ord_ + 1, prev_hash=digest, copied=copied
+        )
         if scanned.error is not None:
             return None  # let the full scan find and report it
         return anchor, scanned
@@ -1006,49 +1016,65 @@ class EmbeddedStore:
         """A new thread holding a copy of ``thread_id``'s records up to ord ``at`` (default:
         all), with ``thread.created`` recording the lineage; returns its id.
 
-        The copy keeps every record's ordinal, id, payload and tree links, re-chained into the
-        new thread; artifacts are shared by hash, not copied. The whole new rollout — the copied
-        prefix and the child's settings (``changes`` become a ``config.changed`` record) — is
-        written to a temporary file, fsynced and renamed into place: after a crash either the
-        whole fork exists or none of it. With ``kind="salvage"``, ``at`` may be the last valid
-        ordinal of a damaged log.
+        The child inherits ords 2..``at`` byte for byte (same ids, payloads, hashes; see
+        `threadlog.model.lineage`), verified on the way; artifacts are shared by hash, not
+        copied. The whole new rollout — its ``thread.created``, the inherited records and the
+        child's settings (``changes`` become a ``config.changed`` record) — is written to a
+        temporary file, fsynced and renamed into place: after a crash either the whole fork
+        exists or none of it. With ``kind="salvage"``, ``at`` may be the last valid ordinal of
+        a damaged log.
         """
         self._check_open()
         source = self.path_of(thread_id)
-        rollout = self._logs.get(thread_id)
-        if rollout is not None:
+        if thread_id in self._logs:
             self._journal.flush()  # what is acknowledged is in the file
         try:
             with open(source, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
             raise ThreadNotFound(thread_id) from None
-        lines = data.split(b"\n")
-        complete = len(lines) - 1  # the last piece is empty, or a torn tail
+        complete = data.count(b"\n")  # lines; what follows the last newline is a torn tail
         if complete < 1:
             raise ThreadNotFound(thread_id)
         at = complete if at is None else at
         if not 1 <= at <= complete:
             raise UsageError(f"thread {thread_id} has no ord {at} (it has {complete} records)")
+        second = data.index(b"\n") + 1
         try:
-            first = parse_line(lines[0] + b"\n")
+            first = parse_line(data[:second])
         except BadRecord as exc:
             raise IntegrityError(thread_id, 1, str(exc), offset=0) from None
         created = from_data(first.type, first.data)
-        if not isinstance(created, ThreadCreated):
-            raise IntegrityError(thread_id, 1, "ord 1 is not thread.created", offset=0)
-        now = wall_ns()
-        child = new_id(now)
-        path = self.path_of(child)
-        # the source record at `at` (its id and hash name the fork point)
-        last = parse_line(lines[at - 1] + b"\n") if at > 1 else first
-        lineage = {
+        if not isinstance(created, ThreadCreated) or first.thread != thread_id:
+            raise IntegrityError(
+                thread_id, 1, "ord 1 is not this thread's thread.created", offset=0
+            )
+        try:
+            inherited = copied_prefix(created.lineage)
+        except ValueError as exc:
+            raise IntegrityError(thread_id, 1, str(exc), offset=0) from None
+        end = data.rfind(b"\n") + 1 if at == complete else _after_line(data, at, second, 1)
+        start_of_at = data.rfind(b"\n", 0, end - 1) + 1
+        try:
+            last = parse_line(data[start_of_at:end]) if at > 1 else first
+        except BadRecord as exc:
+            raise IntegrityError(thread_id, at, str(exc), offset=start_of_at) from None
+        lineage: dict[str, Any] = {
             "thread": thread_id,
             "ord": at,
             "entry": last.id,
             "hash": last.hash,
             "kind": kind,
         }
+        now = wall_ns()
+        child = new_id(now)
+        # the child inherits ords 2..at; the source may have inherited some of them itself
+        chain = first.hash if inherited is None else inherited.prev  # what ord 2 follows
+        if at > 1:
+            threads = set() if inherited is None else set(inherited.threads)
+            if inherited is None or at > inherited.until:
+                threads.add(thread_id)
+            lineage["copied"] = {"prev": chain, "threads": sorted(threads)}
         head = ThreadCreated(
             format=FORMAT_VERSION,
             principal=principal or created.principal,
@@ -1056,7 +1082,7 @@ class EmbeddedStore:
             lineage=lineage,
             title=title or created.title,
         )
-        line, digest = encode_record(
+        header, digest = encode_record(
             id=new_id(now),
             thread=child,
             ord=1,
@@ -1066,17 +1092,9 @@ class EmbeddedStore:
             data_json=codec.canonical(to_data(head)[1]),
             prev=None,
         )
-        try:
-            copied, new_prev = rehome_lines(
-                lines[1:at], thread=child, prev=digest, expect_prev=first.hash, source=thread_id
-            )
-        except BadRecord as exc:
-            bad = 2 + getattr(exc, "index", 0)
-            offset = sum(len(x) + 1 for x in lines[: bad - 1])
-            raise IntegrityError(thread_id, bad, str(exc), offset=offset) from None
-        out = [line, *copied]
+        settings = b""
         if changes:
-            line, _ = encode_record(
+            settings, _ = encode_record(
                 id=new_id(now),
                 thread=child,
                 ord=at + 1,
@@ -1084,25 +1102,51 @@ class EmbeddedStore:
                 ts=rfc3339(now),
                 type="config.changed",
                 data_json=codec.canonical({"changes": changes}),
-                prev=new_prev or digest,
+                prev=last.hash if at > 1 else digest,
             )
-            out.append(line)
+        path = self.path_of(child)
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f".{child}.{os.getpid()}.tmp")
         fops = self._fops
         try:
             fops.makedirs(directory)
             fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            raise StorageError(f"cannot write fork {child} of {thread_id}: {exc}") from exc
+        prefix = memoryview(data)[second:end]
+
+        # the kernel copies the prefix into the new file while this thread verifies it
+        def copy() -> None:
+            fops.write_all(fd, header)
+            fops.write_all(fd, prefix)
+
+        writer = _Background(copy)
+        try:
             try:
-                fops.write_all(fd, b"".join(out))
-                fops.fsync(fd)
+                verify_lines(data, second, end, prev=chain)
+            except BadRecord as exc:
+                offset: int = getattr(exc, "offset", second)
+                ord_ = data.count(b"\n", 0, offset) + 1
+                raise IntegrityError(thread_id, ord_, str(exc), offset=offset) from None
             finally:
-                fops.close(fd)
+                written = writer.wait()
+            if written is not None:
+                raise written
+            fops.write_all(fd, settings)
+            fops.fsync(fd)
+            fops.close(fd)
+            fd = -1
             _faults.point("fork.copied")
             fops.rename(tmp, path)
             fops.fsync_dir(directory)
-        except OSError as exc:
-            raise StorageError(f"cannot write fork {child} of {thread_id}: {exc}") from exc
+        except BaseException as exc:
+            if fd >= 0:
+                fops.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot write fork {child} of {thread_id}: {exc}") from exc
+            raise
         with self._backlog_lock:
             self._catch_up_threads.add(child)
         return child
@@ -1110,6 +1154,34 @@ class EmbeddedStore:
     def _check_open(self) -> None:
         if self._closed:
             raise UsageError("the store is closed")
+
+
+def _after_line(data: bytes, n: int, pos: int, done: int) -> int:
+    """The offset just past line ``n`` (1-based), counting on from ``pos``, which is just
+    past line ``done``."""
+    find = data.find
+    for _ in range(n - done):
+        pos = find(b"\n", pos) + 1
+    return pos
+
+
+class _Background:
+    """Runs ``work`` on a thread; `wait` joins it and returns what it raised, if anything."""
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(work,), daemon=True)
+        self._thread.start()
+
+    def _run(self, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except BaseException as exc:  # handed to the waiting thread
+            self._error = exc
+
+    def wait(self) -> BaseException | None:
+        self._thread.join()
+        return self._error
 
 
 _PLAIN_CUSTOM: set[str] = set()

@@ -29,6 +29,7 @@ from threadlog.errors import (
     IntegrityError,
 )
 from threadlog.model.envelope import BadRecord, Record, parse_line
+from threadlog.model.lineage import Copied, copied_prefix
 
 __all__ = ["Scan", "TornTail", "scan", "scan_file"]
 
@@ -77,11 +78,14 @@ def scan(
     start_ord: int = 1,
     prev_hash: str | None = None,
     keep_records: bool = True,
+    copied: Copied | None = None,
 ) -> Scan:
     """Validate rollout bytes; see the module docstring for torn tail vs corruption.
 
     ``base_offset``/``start_ord``/``prev_hash`` continue a scan from the middle of a file
-    whose prefix is already known to be valid.
+    whose prefix is already known to be valid; ``copied`` is then the prefix the thread
+    inherited as a fork, if any (a scan from ord 1 reads it from ``thread.created``; see
+    `threadlog.model.lineage`).
     """
     result = Scan(end=base_offset)
     expected = start_ord
@@ -102,14 +106,24 @@ def scan(
         except BadRecord as exc:
             problem = str(exc)
         if record is not None:
-            if record.thread != thread_id:
+            inherited = copied if copied is not None and 2 <= expected <= copied.until else None
+            if record.thread != thread_id and (
+                inherited is None or record.thread not in inherited.threads
+            ):
                 problem = f"record belongs to thread {record.thread}"
             elif record.ord != expected:
                 problem = f"ord {record.ord} where {expected} was expected"
-            elif record.prev != prev:
+            elif record.prev != (inherited.prev if inherited and expected == 2 else prev):
                 problem = "prev does not match the previous record's hash (chain broken)"
             elif record.id in seen:
                 problem = f"event id {record.id} appears twice"
+            elif inherited and expected == inherited.until and record.hash != inherited.last:
+                problem = "the last inherited record is not the one the fork names (lineage hash)"
+            elif expected == 1 and record.type == "thread.created":
+                try:
+                    copied = copied_prefix(_lineage(record.data))
+                except ValueError as exc:
+                    problem = str(exc)
         if problem is not None:
             _classify(result, data, pos, line, problem, thread_id, expected, base_offset)
             return result
@@ -123,6 +137,10 @@ def scan(
         pos = nl + 1
         result.end = base_offset + pos
     return result
+
+
+def _lineage(data: Any) -> Any:
+    return data.get("lineage") if isinstance(data, dict) else None
 
 
 def _classify(

@@ -1,0 +1,65 @@
+"""Byte-level verification of rollout lines (what a fork runs over the records it inherits)."""
+
+from __future__ import annotations
+
+import pytest
+
+from threadlog.model import codec
+from threadlog.model.envelope import BadRecord, encode_record, verify_lines
+
+SOURCE = "01a22a49-510c-7584-9d29-5f2f1ad5387a"
+OTHER = "01a22a49-510c-7584-9d29-5f2f1ad5ffff"
+
+
+def chain(n: int, thread: str = SOURCE) -> tuple[bytes, list[int], list[str]]:
+    """``n`` chained lines of ``thread``, the offset where each starts, and their hashes."""
+    lines, hashes, prev = [], [], None
+    for i in range(1, n + 1):
+        line, prev = encode_record(
+            id=f"01a22a49-510c-7584-9d29-5f2f1ad5{i:04d}",
+            thread=thread,
+            ord=i,
+            parent=None if i == 1 else f"01a22a49-510c-7584-9d29-5f2f1ad5{i - 1:04d}",
+            ts="2026-11-30T00:00:00.000000Z",
+            type="custom.x",
+            # a payload that imitates the envelope's fields must not confuse the byte parser
+            data_json=codec.canonical({"i": i, "prev": "x", "thread": OTHER}),
+            prev=prev,
+        )
+        lines.append(line)
+        hashes.append(prev)
+    starts = [sum(len(x) for x in lines[:i]) for i in range(n + 1)]
+    return b"".join(lines), starts, hashes
+
+
+def test_a_valid_chain_verifies_and_returns_its_last_hash() -> None:
+    data, starts, hashes = chain(5)
+    assert verify_lines(data, starts[1], len(data), prev=hashes[0]) == hashes[4]
+    assert verify_lines(data, 0, len(data), prev=None) == hashes[4]
+    assert verify_lines(data, starts[2], starts[2], prev=hashes[1]) == hashes[1]
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda d: d.replace(b'"i":3', b'"i":4'), "hash does not match"),
+        (lambda d: d.replace(b'"ord":3', b'"ord":9'), "hash does not match"),
+        (lambda d: d[:-1], "no terminating newline"),
+    ],
+)
+def test_damage_is_refused_with_its_position(damage: object, reason: str) -> None:
+    data, starts, hashes = chain(5)
+    damaged = damage(data)  # type: ignore[operator]
+    with pytest.raises(BadRecord, match=reason) as info:
+        verify_lines(damaged, starts[1], len(damaged), prev=hashes[0])
+    index = 3 if reason.startswith("no terminating") else 1
+    assert info.value.index == index  # type: ignore[attr-defined]
+    assert info.value.offset == starts[1 + index]  # type: ignore[attr-defined]
+
+
+def test_a_broken_chain_and_debris_are_refused() -> None:
+    data, starts, hashes = chain(4)
+    with pytest.raises(BadRecord, match="chain"):
+        verify_lines(data, starts[2], len(data), prev=hashes[0])
+    with pytest.raises(BadRecord, match="too short"):
+        verify_lines(b"{}\n", 0, 3, prev=None)

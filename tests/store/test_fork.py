@@ -1,0 +1,149 @@
+"""Forks inherit their prefix byte for byte (see `threadlog.model.lineage`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from threadlog import EmbeddedStore, IntegrityError, open_store
+from threadlog.model import codec
+from threadlog.model.envelope import encode_record, parse_line
+
+
+def lines_of(store: EmbeddedStore, thread: str) -> list[bytes]:
+    return Path(store.path_of(thread)).read_bytes().splitlines(keepends=True)
+
+
+def source_thread(store: EmbeddedStore, n: int = 6) -> str:
+    thread = store.create_thread("alice", model="m")
+    for i in range(n - 1):
+        store.append(thread, "custom.x", {"i": i})
+    return thread
+
+
+def rewrite_first_line(store: EmbeddedStore, thread: str, change: object) -> None:
+    """Rewrite a thread's ord 1 with ``change(data)`` applied and a valid hash of its own."""
+    path = Path(store.path_of(thread))
+    lines = path.read_bytes().splitlines(keepends=True)
+    first = parse_line(lines[0])
+    data = orjson.loads(orjson.dumps(first.data))
+    change(data)  # type: ignore[operator]
+    lines[0], _ = encode_record(
+        id=first.id,
+        thread=first.thread,
+        ord=1,
+        parent=None,
+        ts=first.ts,
+        type=first.type,
+        data_json=codec.canonical(data),
+        prev=None,
+    )
+    path.write_bytes(b"".join(lines))
+
+
+def test_the_inherited_records_are_the_sources_bytes(store: EmbeddedStore) -> None:
+    thread = source_thread(store)
+    child = store.fork(thread, 4)
+    source, copy = lines_of(store, thread), lines_of(store, child)
+    assert copy[1:4] == source[1:4] and len(copy) == 4
+    records = store.read(child)
+    assert [r.thread for r in records] == [child, thread, thread, thread]
+    lineage = store.state(child).lineage
+    assert lineage is not None
+    assert lineage["copied"] == {"prev": records[1].prev, "threads": [thread]}
+    assert lineage["hash"] == records[3].hash and store.verify(child).ok
+    # the child's own records continue the inherited chain
+    own = store.append(child, "custom.x", {"i": "child"})
+    assert (own.ord, own.prev, own.thread) == (5, records[3].hash, child)
+
+
+def test_a_fork_at_ord_1_inherits_nothing(store: EmbeddedStore) -> None:
+    thread = source_thread(store)
+    child = store.fork(thread, 1)
+    lineage = store.state(child).lineage
+    assert lineage is not None and "copied" not in lineage
+    assert store.append(child, "custom.x", {}).ord == 2 and store.verify(child).ok
+
+
+@pytest.mark.parametrize("at", [3, 6, 8])
+def test_a_fork_of_a_fork(home: str, at: int) -> None:
+    with open_store(home) as store:
+        thread = source_thread(store)
+        child = store.fork(thread, 5)
+        for i in range(3):
+            store.append(child, "custom.x", {"i": f"child {i}"})
+        grandchild = store.fork(child, at, changes={"model": "other"})
+    with open_store(home) as store:  # reopened: the index catches up from the files
+        records = store.read(grandchild)
+        writers = [r.thread for r in records]
+        expected = [grandchild] + [thread] * min(at - 1, 4) + [child] * max(0, at - 5)
+        assert writers == [*expected, grandchild]  # the last is the child's settings
+        lineage = store.state(grandchild).lineage
+        assert lineage is not None and lineage["thread"] == child
+        assert sorted(lineage["copied"]["threads"]) == sorted(
+            {thread} | ({child} if at > 5 else set())
+        )
+        assert store.state(grandchild).config == {"model": "other"}
+        assert store.verify(grandchild).ok and store.verify(child).ok
+        store.append(grandchild, "custom.x", {"i": "grandchild"})
+        info = store.thread_info(grandchild)
+        assert (info.last_ord, info.forked_from) == (at + 2, child)
+        # inherited records did not touch the ancestors' rows in the index
+        assert store.thread_info(thread).last_ord == 6
+        assert store.thread_info(child).last_ord == 8
+
+
+def test_damage_in_the_source_fails_the_fork_and_leaves_nothing(store: EmbeddedStore) -> None:
+    thread = source_thread(store)
+    store.release(thread)
+    path = Path(store.path_of(thread))
+    path.write_bytes(path.read_bytes().replace(b'"i":2', b'"i":7'))
+    with pytest.raises(IntegrityError) as info:
+        store.fork(thread)
+    assert info.value.ord == 4
+    assert store.thread_ids() == [thread]
+    assert not list(path.parent.glob(".*.tmp"))
+
+
+def test_damage_in_the_inherited_prefix_is_found_in_the_child(store: EmbeddedStore) -> None:
+    thread = source_thread(store)
+    child = store.fork(thread)
+    path = Path(store.path_of(child))
+    path.write_bytes(path.read_bytes().replace(b'"i":1', b'"i":9'))
+    report = store.verify(child)
+    assert not report.ok and report.error is not None and report.error.ord == 3
+
+
+def test_a_header_that_does_not_match_its_prefix_is_refused(store: EmbeddedStore) -> None:
+    thread = source_thread(store)
+    child = store.fork(thread)
+    rewrite_first_line(store, child, lambda d: d["lineage"].update(hash="0" * 64))
+    report = store.verify(child)
+    assert not report.ok and "lineage hash" in str(report.error)
+
+
+def test_records_of_a_thread_the_lineage_does_not_name_are_refused(
+    store: EmbeddedStore,
+) -> None:
+    thread = source_thread(store)
+    child = store.fork(thread)
+    other = "01a22a49-510c-7584-9d29-5f2f1ad5387b"
+    rewrite_first_line(store, child, lambda d: d["lineage"]["copied"].update(threads=[other]))
+    report = store.verify(child)
+    assert not report.ok and report.error is not None and report.error.ord == 2
+    assert "belongs to thread" in str(report.error)
+
+
+def test_a_snapshot_anchored_on_an_inherited_record_is_used(home: str) -> None:
+    with open_store(home) as store:
+        thread = source_thread(store)
+        child = store.fork(thread)
+        last = store.read(child)[-1]
+        assert last.thread == thread
+        store.acquire(child)
+        assert store.save_snapshot(child, b"{}", ord=last.ord, hash=last.hash, version="t")
+        assert store.load_snapshot(child, "t") == (6, b"{}")
+    with open_store(home) as store:
+        assert store.load_snapshot(child, "t") == (6, b"{}")
