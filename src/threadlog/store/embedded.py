@@ -170,6 +170,7 @@ class EmbeddedStore:
         self._listeners: list[Callable[[str, list[Record]], None]] = []
         self._repairs: dict[str, list[dict[str, Any]]] = {}
         self._catch_up_threads: set[str] = set()
+        self._drain_lock = threading.Lock()  # held while a drain runs, so flush waits for it
         self._stop = threading.Event()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._async_waiters: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
@@ -767,15 +768,17 @@ class EmbeddedStore:
                 log.exception("index update failed; it will catch up on the next open")
 
     def _drain_backlog(self) -> None:
-        with self._backlog_lock:
-            batches, self._backlog = self._backlog, []
-            fresh, self._catch_up_threads = self._catch_up_threads, set()
-        for thread_id in fresh:  # written whole (forks): index them from their files
-            scanned = scan_file(self.path_of(thread_id), thread_id)
-            if scanned.records:
-                batches.append((thread_id, self.path_of(thread_id), scanned.records, scanned.end))
-        if batches:
-            self.index.apply(batches)
+        with self._drain_lock:
+            with self._backlog_lock:
+                batches, self._backlog = self._backlog, []
+                fresh, self._catch_up_threads = self._catch_up_threads, set()
+            for thread_id in fresh:  # written whole (forks): index them from their files
+                path = self.path_of(thread_id)
+                scanned = scan_file(path, thread_id)
+                if scanned.records:
+                    batches.append((thread_id, path, scanned.records, scanned.end))
+            if batches:
+                self.index.apply(batches)
 
     # -- reading ---------------------------------------------------------------------------
 
