@@ -1,7 +1,8 @@
 """Property: whatever the operations and crashes, no acknowledged record is ever lost.
 
 Hypothesis draws a sequence of operations on an `EmbeddedStore`: create a thread, append
-critical or buffered records, flush, release a thread, close and reopen, and crash. A crash
+critical or buffered records, flush, fork a thread at an ordinal (forks of forks too), release
+a thread, close and reopen, and crash. A crash
 is simulated by copying the store's files, as they are on disk at that moment, into a new home
 while the store is still open, and opening a new store on the copy (the abandoned store is
 closed afterwards; it writes only to its own home). Two kinds of crash:
@@ -226,6 +227,21 @@ class Harness:
         self.store.flush()
         self.model.ack_all()
 
+    def fork(self, which: int, point: int) -> None:
+        """Fork a thread at some ordinal: the child inherits that prefix, hashes and all."""
+        if not self.threads:
+            return
+        thread_id = self.threads[which % len(self.threads)]
+        self.flush()
+        source = self.store.read(thread_id)
+        at = 1 + point % len(source)
+        child = self.store.fork(thread_id, at)
+        records = self.store.read(child)
+        assert [r.hash for r in records[1:]] == [r.hash for r in source[1:at]]
+        self.threads.append(child)
+        self.model.known[child] = [r.hash for r in records]
+        self.model.pending[child] = []
+
     def release(self, which: int) -> None:
         if not self.threads:
             return
@@ -290,7 +306,7 @@ class Harness:
             store.close()
 
 
-_KINDS = ["append"] * 5 + ["create", "flush", "release", "reopen", "crash", "crash"]
+_KINDS = ["append"] * 5 + ["create", "flush", "fork", "release", "reopen", "crash", "crash"]
 
 
 def _operation(kind: str) -> st.SearchStrategy[tuple[Any, ...]]:
@@ -298,6 +314,8 @@ def _operation(kind: str) -> st.SearchStrategy[tuple[Any, ...]]:
         return st.tuples(st.just(kind), st.integers(0, 7), st.booleans(), st.integers(0, 1500))
     if kind == "release":
         return st.tuples(st.just(kind), st.integers(0, 7))
+    if kind == "fork":
+        return st.tuples(st.just(kind), st.integers(0, 7), st.integers(0, 60))
     if kind == "crash":
         return st.tuples(st.just(kind), st.sampled_from(["kill", "power"]), st.integers(0, 2**32))
     return st.just((kind,))

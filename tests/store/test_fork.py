@@ -147,3 +147,11 @@ def test_a_snapshot_anchored_on_an_inherited_record_is_used(home: str) -> None:
         assert store.load_snapshot(child, "t") == (6, b"{}")
     with open_store(home) as store:
         assert store.load_snapshot(child, "t") == (6, b"{}")
+
+
+def test_appends_to_a_new_fork_reach_the_index_after_its_prefix(store: EmbeddedStore) -> None:
+    thread = source_thread(store)
+    child = store.fork(thread, 3)
+    store.append(child, "custom.x", {"i": "buffered"}, durable=False)
+    store.flush()  # the fork's scan must be applied before the append that follows it
+    assert store.thread_info(child).last_ord == 4

@@ -770,13 +770,16 @@ class EmbeddedStore:
     def _drain_backlog(self) -> None:
         with self._drain_lock:
             with self._backlog_lock:
-                batches, self._backlog = self._backlog, []
+                appended, self._backlog = self._backlog, []
                 fresh, self._catch_up_threads = self._catch_up_threads, set()
+            batches = []
             for thread_id in fresh:  # written whole (forks): index them from their files
                 path = self.path_of(thread_id)
                 scanned = scan_file(path, thread_id)
                 if scanned.records:
                     batches.append((thread_id, path, scanned.records, scanned.end))
+            # after them, what was appended since (the index skips what a scan already saw)
+            batches += appended
             if batches:
                 self.index.apply(batches)
 
