@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import orjson
@@ -155,3 +156,16 @@ def test_appends_to_a_new_fork_reach_the_index_after_its_prefix(store: EmbeddedS
     store.append(child, "custom.x", {"i": "buffered"}, durable=False)
     store.flush()  # the fork's scan must be applied before the append that follows it
     assert store.thread_info(child).last_ord == 4
+
+
+def test_a_fork_shares_artifacts_by_hash(home: str) -> None:
+    big = "z" * 300_000
+    with open_store(home) as store:
+        thread = store.create_thread("alice")
+        store.append(thread, "custom.blob", {"text": big})
+        artifacts = sorted(p for p in Path(home, "artifacts").rglob("*") if p.is_file())
+        child = store.fork(thread)
+        assert os.path.getsize(store.path_of(child)) < 10_000  # the record holds a reference
+        assert sorted(p for p in Path(home, "artifacts").rglob("*") if p.is_file()) == artifacts
+        assert len(artifacts) == 1
+        assert store.resolve(store.read(child)[1].data)["text"] == big
