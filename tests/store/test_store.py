@@ -456,3 +456,22 @@ def test_temp_files_of_dead_writers_are_removed_on_open(home: str) -> None:
         assert store.artifacts.get(ref.sha256) == b"blob"
     assert not os.path.exists(orphan)  # its writer is dead
     assert os.path.exists(live)  # a live writer's is left alone
+
+
+def test_a_limited_read_reads_only_the_head_yet_never_hides_damage(store: EmbeddedStore) -> None:
+    thread = store.create_thread("a")
+    for i in range(5):
+        store.append(thread, "custom.x", {"i": i})
+    store.release(thread)
+    path = store.path_of(thread)
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data.replace(b'"i":3', b'"i":9') + b'{"torn')
+    assert [r.ord for r in store.read(thread, limit=2)] == [1, 2]  # damage lies beyond
+    with pytest.raises(threadlog.IntegrityError) as info:
+        store.read(thread, limit=6)
+    assert info.value.ord == 5
+    with open(path, "wb") as f:
+        f.write(data + b'{"torn')
+    assert [r.ord for r in store.read(thread, limit=10)] == [1, 2, 3, 4, 5, 6]

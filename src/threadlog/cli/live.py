@@ -285,10 +285,11 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
 @click.option("--title", help="The new thread's title.")
 @handle_errors
 def fork(home: str | None, as_json: bool, thread: str, at: str | None, title: str | None) -> None:
-    """Fork a thread: a new thread with a copy of its records up to --at, lineage recorded.
+    """Fork a thread: a new thread that inherits its records up to --at, lineage recorded.
 
-    The copy and the new thread's settings are written as one file, atomically: after a
-    crash the fork exists whole or not at all. Artifacts are shared, not copied.
+    The inherited records are copied byte for byte (same ids and hashes) and verified; they
+    and the new thread's settings are written as one file, atomically: after a crash the fork
+    exists whole or not at all. Artifacts are shared, not copied.
 
     \b
     Example:
@@ -305,9 +306,8 @@ def fork(home: str | None, as_json: bool, thread: str, at: str | None, title: st
                     raise UsageError(f"no entry {at!r} in thread {thread}")
                 ord_ = matches[0]
         child = store.fork(thread, ord_, title=title)
-        info = store.state(child)
+        lineage = store.read(child, limit=1)[0].data["lineage"]  # its thread.created
     if as_json:
-        sys.stdout.write(orjson.dumps({"thread": child, "lineage": info.lineage}).decode() + "\n")
+        sys.stdout.write(orjson.dumps({"thread": child, "lineage": lineage}).decode() + "\n")
     else:
-        assert info.lineage is not None
-        click.echo(f"forked {thread} at ord {info.lineage['ord']} into {child}")
+        click.echo(f"forked {thread} at ord {lineage['ord']} into {child}")

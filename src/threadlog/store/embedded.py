@@ -799,8 +799,14 @@ class EmbeddedStore:
         """Durable records of a thread with ``ord > after``, verified, in order.
 
         A torn tail (an interrupted write) is not returned; damage raises `IntegrityError`.
+        With ``limit``, from the start of the log, only the lines needed are read and verified
+        (damage further on is not looked for).
         """
         path = self.path_of(thread_id)
+        if limit is not None and after == 0:
+            head = self._read_head(path, thread_id, limit)
+            if head is not None:
+                return head
         if after > 0:
             snap = self.index.get_snapshot(thread_id)
             if snap is not None and snap[0] <= after:
@@ -818,6 +824,34 @@ class EmbeddedStore:
             raise ThreadNotFound(thread_id)
         records = scanned.records[after:] if after > 0 else scanned.records
         return records[:limit] if limit is not None else records
+
+    def _read_head(self, path: str, thread_id: str, count: int) -> list[Record] | None:
+        """The first ``count`` records, from the first ``count`` lines alone; None when those
+        lines are not all valid (the full scan then tells a torn tail from damage)."""
+        lines = []
+        try:
+            with open(path, "rb") as f:
+                for _ in range(count):
+                    line = f.readline(self.max_record_bytes + 2)
+                    if not line.endswith(b"\n"):
+                        break
+                    lines.append(line)
+        except FileNotFoundError:
+            raise ThreadNotFound(thread_id) from None
+        scanned = scan(b"".join(lines), thread_id)
+        if scanned.error is not None or scanned.torn is not None or not scanned.records:
+            return None
+        if len(scanned.records) < count and not self._complete(path, scanned.end):
+            return None
+        return scanned.records
+
+    @staticmethod
+    def _complete(path: str, end: int) -> bool:
+        """Whether a rollout ends exactly at ``end`` (no further bytes, torn or not)."""
+        try:
+            return os.path.getsize(path) == end
+        except FileNotFoundError:
+            return False
 
     def iter_records(self, thread_id: str, after: int = 0) -> Iterator[Record]:
         yield from self.read(thread_id, after)
