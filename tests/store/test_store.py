@@ -475,3 +475,21 @@ def test_a_limited_read_reads_only_the_head_yet_never_hides_damage(store: Embedd
     with open(path, "wb") as f:
         f.write(data + b'{"torn')
     assert [r.ord for r in store.read(thread, limit=10)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_the_scan_that_opened_a_thread_serves_the_next_read_once(home: str) -> None:
+    with open_store(home) as store:
+        thread = store.create_thread("a")
+        for i in range(4):
+            store.append(thread, "custom.x", {"i": i})
+    with open_store(home) as store:
+        store.acquire(thread)  # scans and verifies the whole log
+        first = store.read(thread, 1, limit=2)
+        assert [r.ord for r in first] == [2, 3]
+        assert [r.ord for r in store.read(thread)] == [1, 2, 3, 4, 5]  # from the file again
+        store.append(thread, "custom.x", {"i": 4})
+        store.release(thread)
+        store.acquire(thread)
+        store.append(thread, "custom.x", {"i": 5}, durable=False)  # drops the opening scan
+        store.flush()
+        assert [r.ord for r in store.read(thread)] == [1, 2, 3, 4, 5, 6, 7]

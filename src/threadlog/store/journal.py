@@ -120,6 +120,9 @@ class RolloutLog:
         self.closed = False
         self.uses = 0
         """Appends so far (the store evicts the least used idle logs)."""
+        self.fresh: Scan | None = scanned if anchor is None else None
+        """The whole-file scan the log was opened with, kept for the one read that usually
+        follows (a session replaying the thread) and dropped at the first append."""
 
     def submit(
         self,
@@ -145,6 +148,7 @@ class RolloutLog:
             if self.closed:
                 raise LogClosed(f"thread {self.thread_id}: the log is closed")
             self.uses += 1
+            self.fresh = None
             # The record's data must equal what a later read returns. A flat object of plain
             # scalars already does (and is kept: no allocation on the hot path); anything else
             # is replaced by the decoded bytes (orjson writes UUIDs and enums as their values).
@@ -195,6 +199,14 @@ class RolloutLog:
             self._ids[id] = ord_
             self.last_ord, self.last_hash, self.last_id, self.last_seq = ord_, digest, id, seq
             return record, seq
+
+    def take_fresh(self) -> list[Record] | None:
+        """The records of the opening scan, once, if nothing was appended since."""
+        with self._lock:
+            scanned, self.fresh = self.fresh, None
+            if scanned is None or self.size != scanned.end or self._unwritten:
+                return None
+            return scanned.records
 
     def _complete_prefix(self) -> None:
         """Load the offsets and ids of the records before ``_first_ord``. Lock held."""
