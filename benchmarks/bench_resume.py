@@ -7,7 +7,9 @@ saves a snapshot of the reduced state), then measures:
   anchor record, reduce only the tail, append ``thread.resumed``;
 * the same without a snapshot (the whole log read, verified and reduced), for comparison;
 * ``EmbeddedStore.fork`` of the whole thread (the records inherited byte for byte and verified
-  on the way, written atomically), and a fork of that fork. After each fork the store indexes
+  on the way, written atomically), and a fork of that fork after one record of its own (so
+  its prefix was written by two threads: the first part verified against the lineage hash of
+  the fork, the rest as the fork's own). After each fork the store indexes
   the new thread in a background thread (a full verified read, about a second of CPU for
   100,000 events); the benchmark waits for that (``store.flush()``, untimed) so that each fork
   is measured on a quiet store, as a user forking one thread would see it.
@@ -65,6 +67,7 @@ def main() -> None:
                 start = time.perf_counter()
                 child = store.fork(thread)
                 forks.append(time.perf_counter() - start)
+                store.append(child, "custom.bench", PAYLOAD)  # untimed: a record of its own
                 store.flush()  # untimed: the store indexes the new thread in the background
                 start = time.perf_counter()
                 store.fork(child)

@@ -40,19 +40,20 @@ def test_a_valid_chain_verifies_and_returns_its_last_hash() -> None:
 
 
 @pytest.mark.parametrize(
-    ("damage", "reason"),
+    ("damage", "reason", "index"),
     [
-        (lambda d: d.replace(b'"i":3', b'"i":4'), "hash does not match"),
-        (lambda d: d.replace(b'"ord":3', b'"ord":9'), "hash does not match"),
-        (lambda d: d[:-1], "no terminating newline"),
+        (lambda d: d.replace(b'"i":3', b'"i":4'), "hash does not match", 1),
+        (lambda d: d.replace(b'"ord":3', b'"ord":9'), "hash does not match", 1),
+        (lambda d: d[:-1], "no terminating newline", 3),
+        # the line of ord 3 closed by "] instead of "}: the hash does not cover those bytes
+        (lambda d: d.replace(b'"}\n{"data":{"i":4', b'"]\n{"data":{"i":4'), "hash does not", 1),
     ],
 )
-def test_damage_is_refused_with_its_position(damage: object, reason: str) -> None:
+def test_damage_is_refused_with_its_position(damage: object, reason: str, index: int) -> None:
     data, starts, hashes = chain(5)
     damaged = damage(data)  # type: ignore[operator]
     with pytest.raises(BadRecord, match=reason) as info:
         verify_lines(damaged, starts[1], len(damaged), prev=hashes[0])
-    index = 3 if reason.startswith("no terminating") else 1
     assert info.value.index == index  # type: ignore[attr-defined]
     assert info.value.offset == starts[1 + index]  # type: ignore[attr-defined]
 
@@ -63,3 +64,16 @@ def test_a_broken_chain_and_debris_are_refused() -> None:
         verify_lines(data, starts[2], len(data), prev=hashes[0])
     with pytest.raises(BadRecord, match="too short"):
         verify_lines(b"{}\n", 0, 3, prev=None)
+
+
+def test_the_writer_is_checked_when_given() -> None:
+    data, starts, hashes = chain(3)
+    assert verify_lines(data, starts[1], len(data), prev=hashes[0], thread=SOURCE) == hashes[2]
+    with pytest.raises(BadRecord, match="does not belong to thread") as info:
+        verify_lines(data, starts[1], len(data), prev=hashes[0], thread=OTHER)
+    assert info.value.index == 0  # type: ignore[attr-defined]
+
+
+def test_an_empty_range_returns_prev_as_given() -> None:
+    assert verify_lines(b"", 0, 0, prev="é") == "é"
+    assert verify_lines(b"", 0, 0, prev=None) is None

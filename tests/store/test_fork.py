@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import orjson
 import pytest
 
-from threadlog import EmbeddedStore, IntegrityError, open_store
+from threadlog import EmbeddedStore, IntegrityError, StorageError, UsageError, open_store
 from threadlog.model import codec
 from threadlog.model.envelope import encode_record, parse_line
+from threadlog.store._fileops import FileOps
 
 
 def lines_of(store: EmbeddedStore, thread: str) -> list[bytes]:
@@ -169,3 +173,125 @@ def test_a_fork_shares_artifacts_by_hash(home: str) -> None:
         assert sorted(p for p in Path(home, "artifacts").rglob("*") if p.is_file()) == artifacts
         assert len(artifacts) == 1
         assert store.resolve(store.read(child)[1].data)["text"] == big
+
+
+def temp_files(home: str) -> list[Path]:
+    return list(Path(home, "threads").glob("*/*/.*.tmp"))
+
+
+def test_ctrl_c_during_a_fork_waits_for_its_writer_and_leaves_nothing(home: str) -> None:
+    """The fork's writer thread may still be writing when the fork is interrupted: its file
+    must not be closed under it (the number would be reused by the next file opened)."""
+    gate, entered = threading.Event(), threading.Event()
+
+    class Slow(FileOps):
+        armed = False
+
+        def write(self, fd: int, data: bytes | memoryview) -> int:
+            if self.armed and threading.current_thread() is not threading.main_thread():
+                entered.set()
+                gate.wait()
+            return super().write(fd, data)
+
+    def interrupt() -> None:
+        entered.wait()
+        time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.3)
+        gate.set()
+
+    fops = Slow()
+    with EmbeddedStore(home, fops=fops) as store:
+        thread = source_thread(store, 30)
+        threading.Thread(target=interrupt, daemon=True).start()
+        fops.armed = True
+        with pytest.raises(KeyboardInterrupt):
+            store.fork(thread)
+        fops.armed = False
+        assert gate.is_set()  # the fork gave up only once its writer was done
+        assert store.thread_ids() == [thread] and not temp_files(home)
+
+
+def test_an_error_closing_the_fork_fails_it_cleanly(home: str) -> None:
+    class EioOnClose(FileOps):
+        armed = False
+
+        def close(self, fd: int) -> None:
+            super().close(fd)
+            if self.armed:
+                self.armed = False
+                raise OSError(5, "close: EIO")
+
+    fops = EioOnClose()
+    with EmbeddedStore(home, fops=fops) as store:
+        thread = source_thread(store)
+        fops.armed = True
+        with pytest.raises(StorageError):
+            store.fork(thread)
+        assert store.thread_ids() == [thread] and not temp_files(home)
+
+
+def test_a_fork_whose_directory_cannot_be_synced_leaves_no_child(home: str) -> None:
+    class EioOnDirSync(FileOps):
+        armed = False
+
+        def fsync_dir(self, path: str) -> None:
+            if self.armed:
+                raise OSError(5, "fsync: EIO")
+            super().fsync_dir(path)
+
+    fops = EioOnDirSync()
+    with EmbeddedStore(home, fops=fops) as store:
+        thread = source_thread(store)
+        fops.armed = True
+        with pytest.raises(StorageError):
+            store.fork(thread)
+        fops.armed = False
+        assert store.thread_ids() == [thread]
+
+
+def test_only_a_fork_declares_inherited_records(store: EmbeddedStore) -> None:
+    thread = source_thread(store)
+    child = store.fork(thread)
+    lineage = store.state(child).lineage
+    with pytest.raises(UsageError, match="fork only"):
+        store.create_thread("alice", lineage=lineage)
+    assert sorted(store.thread_ids()) == sorted([thread, child])
+
+
+def test_a_fork_cut_inside_its_inherited_records_is_damaged(store: EmbeddedStore) -> None:
+    thread = source_thread(store)
+    child = store.fork(thread)
+    path = Path(store.path_of(child))
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:4]))  # a cut at a line boundary, ord 5 of 6 missing
+    report = store.verify(child)
+    assert not report.ok and "inside its inherited records" in str(report.error)
+    path.write_bytes(b"".join(lines[:5]) + lines[5][:20])  # looks like a torn tail
+    with pytest.raises(IntegrityError, match="inside its inherited records"):
+        store.append(child, "custom.x", {})  # never "repaired" and written over
+    with pytest.raises(IntegrityError):
+        store.fork(child)
+
+
+def test_a_source_whose_header_does_not_match_its_prefix_cannot_be_forked(
+    store: EmbeddedStore,
+) -> None:
+    thread = source_thread(store)
+    child = store.fork(thread)
+    store.append(child, "custom.x", {"i": "own"})
+    store.release(child)
+    rewrite_first_line(store, child, lambda d: d["lineage"].update(hash="0" * 64))
+    for at in (None, 4):
+        with pytest.raises(IntegrityError, match="lineage hash"):
+            store.fork(child, at)
+
+
+def test_a_fork_ignores_a_torn_tail_holding_a_newline(store: EmbeddedStore) -> None:
+    thread = source_thread(store)
+    store.release(thread)
+    path = Path(store.path_of(thread))
+    path.write_bytes(path.read_bytes() + b"\x00" * 40 + b"\n" + b"\x00" * 10)
+    child = store.fork(thread)
+    assert store.state(child).lineage["ord"] == 6  # type: ignore[index]
+    assert store.verify(child).ok

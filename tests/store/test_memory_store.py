@@ -78,6 +78,13 @@ def check_chain(records: list[Record]) -> None:
 # -- create, append, read --------------------------------------------------------------------
 
 
+def test_only_a_fork_declares_inherited_records(any_store: Store) -> None:
+    lineage = {"thread": "p", "ord": 3, "hash": "b" * 64, "copied": {"prev": "a" * 64}}
+    with pytest.raises(UsageError, match="fork only"):
+        any_store.create_thread("alice", lineage=lineage)
+    assert any_store.thread_ids() == []
+
+
 def test_create_append_read(any_store: Store) -> None:
     store = any_store
     thread = store.create_thread("alice", title="T", model="m1", cwd="/w")

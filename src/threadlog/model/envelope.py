@@ -2,8 +2,9 @@
 
 A record is ``{"v", "id", "thread", "ord", "parent", "ts", "type", "data", "prev", "hash"}``.
 ``hash`` is the SHA-256 (hex) of the canonical JSON of the record *without* ``hash``; ``prev`` is
-the previous record's hash (``null`` for ord 1). Changing any byte of any record breaks its own
-hash or, through ``prev``, the next one, so tampering and torn writes are detectable.
+the previous record's hash (``null`` for ord 1; a fork's ord 2 follows the hash its lineage
+names, `threadlog.model.lineage`). Changing any byte of any record breaks its own hash or,
+through ``prev``, the next one, so tampering and torn writes are detectable.
 
 On disk (a JSONL rollout line) the record is its canonical bytes with ``"hash"`` appended as the
 last key::
@@ -62,7 +63,8 @@ class Record(NamedTuple):
     id: str
     """Stable event id: UUIDv7, or derived from a key for events that must de-duplicate."""
     thread: str
-    """The thread this record belongs to."""
+    """The thread that wrote this record: this log's own, or in a fork's inherited prefix
+    (ords 2..``lineage.ord``) an ancestor's (see `threadlog.model.lineage`)."""
     ord: int
     """Gap-free per-thread ordinal, starting at 1 with ``thread.created``."""
     parent: str | None
@@ -74,7 +76,8 @@ class Record(NamedTuple):
     data: Any
     """The payload (plain JSON). Backends never interpret it."""
     prev: str | None
-    """Hash of the previous record of this thread (None for ord 1)."""
+    """Hash of the previous record in this log (None for ord 1; in a fork, ord 2 follows
+    ``lineage.copied.prev``)."""
     hash: str
     """SHA-256 of this record's canonical JSON without ``hash``."""
 
@@ -218,14 +221,17 @@ def record_from_obj(obj: Any) -> Record:
     return Record(v, id_, thread, ord_, parent, ts, type_, obj["data"], prev, hash_)
 
 
-def verify_lines(data: bytes, start: int, end: int, *, prev: str | None) -> str | None:
+def verify_lines(
+    data: bytes, start: int, end: int, *, prev: str | None, thread: str | None = None
+) -> str | None:
     """Verify the rollout lines in ``data[start:end]`` on their bytes, without decoding them.
 
-    Checks what damage on disk can break: each line is complete, its hash matches its bytes
-    and its ``prev`` is the previous line's hash (the first line's is ``prev``). In canonical
-    order ``prev`` comes after ``data``, so it is found from the end of the line. Returns the
-    last line's hash (``prev`` if there are none). A fork runs this over the records it
-    copies, at a fraction of `parse_line`'s cost, which checks everything else on every read.
+    Checks what damage on disk can break: each line is complete and framed, its hash matches
+    its bytes, its ``prev`` is the previous line's hash (the first line's is ``prev``) and,
+    given ``thread``, that thread wrote it. In canonical order ``prev`` and ``thread`` come
+    after ``data``, so they are found from the end of the line. Returns the last line's hash
+    (``prev`` if there are none). A fork runs this over the records it copies, at a fraction
+    of `parse_line`'s cost; `parse_line` checks everything else on every read.
 
     Raises:
         BadRecord: with ``.index`` (the line's position in the range) and ``.offset``.
@@ -234,8 +240,9 @@ def verify_lines(data: bytes, start: int, end: int, *, prev: str | None) -> str 
     view = memoryview(data)
     find, rfind, startswith = data.find, data.rfind, data.startswith
     expect = b"null" if prev is None else b'"' + prev.encode() + b'"'
+    writer = None if thread is None else b',"thread":"' + thread.encode() + b'"'
     suffix = _SUFFIX_LEN - 1  # from the hash field to the newline
-    pos, index = start, 0
+    pos, index, last = start, 0, prev
     while pos < end:
         nl = find(b"\n", pos, end)
         if nl < 0:
@@ -246,14 +253,20 @@ def verify_lines(data: bytes, start: int, end: int, *, prev: str | None) -> str 
         check = sha256(view[pos:body_end])
         check.update(b"}")
         digest = check.hexdigest().encode()
-        if not (startswith(digest, body_end + 9) and startswith(_HASH_HEAD, body_end)):
+        if not (
+            startswith(digest, body_end + 9)
+            and startswith(_HASH_HEAD, body_end)
+            and startswith(b'"}', nl - 2)
+        ):
             raise _bad("hash does not match the record's bytes", index, pos)
-        p = rfind(b',"prev":', pos, body_end)
-        if p < 0 or not startswith(expect, p + 8):
+        p = rfind(b',"prev":', pos, body_end) + 8
+        if p < 8 or not startswith(expect, p):
             raise _bad("prev does not match the previous record's hash (chain broken)", index, pos)
+        if writer is not None and not startswith(writer, p + len(expect)):
+            raise _bad(f"the record does not belong to thread {thread}", index, pos)
         expect = b'"' + digest + b'"'
         pos, index = nl + 1, index + 1
-    return None if expect == b"null" else expect[1:-1].decode("ascii")
+    return last if index == 0 else expect[1:-1].decode("ascii")
 
 
 def _bad(reason: str, index: int, offset: int) -> BadRecord:

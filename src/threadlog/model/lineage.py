@@ -24,11 +24,14 @@ what its parent wrote.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Copied", "copied_prefix", "inherits"]
+__all__ = ["Copied", "check_new_lineage", "copied_prefix", "inherits"]
+
+_HASH = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +61,30 @@ def copied_prefix(lineage: Any) -> Copied | None:
         or type(until) is not int
         or until < 2
         or not isinstance(last, str)
+        or not _HASH.fullmatch(last)
         or not isinstance(copied.get("prev"), str)
+        or not _HASH.fullmatch(copied["prev"])
         or not isinstance(copied.get("threads"), list)
         or not copied["threads"]
         or not all(isinstance(t, str) and t for t in copied["threads"])
     ):
         raise ValueError(
-            "lineage.copied must be {prev: hash, threads: [ids]}, with lineage ord >= 2 and hash"
+            "lineage.copied must be {prev: hash, threads: [ids]}, with lineage ord >= 2 and a hash"
         )
     return Copied(until, copied["prev"], frozenset(copied["threads"]), last)
+
+
+def check_new_lineage(lineage: Any) -> None:
+    """Refuse a ``copied`` declaration in the lineage of a thread that is not a fork's copy.
+
+    Only a fork, which writes the inherited records with it, may declare them; anywhere else
+    it would make the new thread unreadable.
+
+    Raises:
+        ValueError: the lineage declares ``copied``.
+    """
+    if isinstance(lineage, Mapping) and "copied" in lineage:
+        raise ValueError("lineage.copied is written by fork only (it declares inherited records)")
 
 
 def inherits(lineage: Any, thread: str, ord: int) -> bool:

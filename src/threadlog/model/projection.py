@@ -47,6 +47,9 @@ class RowChange:
 
     table: str
     key: str
+    """The row's id. For the ``thread`` table it is the record's ``thread`` field, which in a
+    fork's inherited prefix names an ancestor: the index applies thread changes to the log it
+    is reading, never to ``key``."""
     fields: dict[str, Any]
 
 

@@ -9,17 +9,28 @@ from threadlog.errors import InvalidEventType, UsageError
 from threadlog.model.envelope import Record, valid_type_name
 from threadlog.model.events import Event, from_data, to_data
 from threadlog.model.ids import is_uuid
+from threadlog.model.lineage import check_new_lineage
 
 if TYPE_CHECKING:
     from types import EllipsisType
 
     from threadlog.model.state import ThreadState
 
-__all__ = ["Listener", "Store", "normalize_append"]
+__all__ = ["Listener", "Store", "check_new_thread", "normalize_append"]
 
 Listener = Callable[[str, list[Record]], None]
 
 _VALID_TYPES: set[str] = set()
+
+
+def check_new_thread(principal: object, lineage: object) -> None:
+    """Check `create_thread`'s arguments. Raises `UsageError`; nothing has been written then."""
+    if not isinstance(principal, str) or not principal:
+        raise UsageError("principal must be a non-empty string")
+    try:
+        check_new_lineage(lineage)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def normalize_append(

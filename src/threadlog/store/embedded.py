@@ -48,14 +48,14 @@ from threadlog.model.envelope import (
 )
 from threadlog.model.events import Event, ThreadCreated, from_data, to_data
 from threadlog.model.ids import is_uuid, uuid7_millis
-from threadlog.model.lineage import copied_prefix
+from threadlog.model.lineage import Copied, copied_prefix
 from threadlog.model.memory import MemoryFact
 from threadlog.model.policy import durability_of
 from threadlog.model.reducer import replay
 from threadlog.model.refs import ArtifactRef, is_artifact_ref
 from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps, remove_orphan_temp
 from threadlog.store.artifacts import ArtifactStore
-from threadlog.store.base import normalize_append
+from threadlog.store.base import check_new_thread, normalize_append
 from threadlog.store.index import Index, IndexedThread
 from threadlog.store.journal import Journal, LogClosed, RolloutLog
 from threadlog.store.leases import Lease
@@ -271,8 +271,7 @@ class EmbeddedStore:
     ) -> str:
         """Create a thread (its ``thread.created`` record is durable on return); its id."""
         self._check_open()
-        if not isinstance(principal, str) or not principal:
-            raise UsageError("principal must be a non-empty string")
+        check_new_thread(principal, lineage)
         event = ThreadCreated(
             format=FORMAT_VERSION,
             principal=principal,
@@ -830,8 +829,8 @@ class EmbeddedStore:
         return records[:limit] if limit is not None else records
 
     def _read_head(self, path: str, thread_id: str, count: int) -> list[Record] | None:
-        """The first ``count`` records, from the first ``count`` lines alone; None when those
-        lines are not all valid (the full scan then tells a torn tail from damage)."""
+        """The first ``count`` records, from the first ``count`` lines alone; None when there
+        are fewer or they are not all valid (the full scan then tells a torn tail from damage)."""
         lines = []
         try:
             with open(path, "rb") as f:
@@ -842,20 +841,12 @@ class EmbeddedStore:
                     lines.append(line)
         except FileNotFoundError:
             raise ThreadNotFound(thread_id) from None
-        scanned = scan(b"".join(lines), thread_id)
-        if scanned.error is not None or scanned.torn is not None or not scanned.records:
+        scanned = scan(b"".join(lines), thread_id, whole=False)
+        if scanned.error is not None or scanned.torn is not None:
             return None
-        if len(scanned.records) < count and not self._complete(path, scanned.end):
-            return None
+        if len(scanned.records) < count:
+            return None  # a short log: the full scan checks how it ends
         return scanned.records
-
-    @staticmethod
-    def _complete(path: str, end: int) -> bool:
-        """Whether a rollout ends exactly at ``end`` (no further bytes, torn or not)."""
-        try:
-            return os.path.getsize(path) == end
-        except FileNotFoundError:
-            return False
 
     def iter_records(self, thread_id: str, after: int = 0) -> Iterator[Record]:
         yield from self.read(thread_id, after)
@@ -1077,32 +1068,13 @@ class EmbeddedStore:
                 data = f.read()
         except FileNotFoundError:
             raise ThreadNotFound(thread_id) from None
-        complete = data.count(b"\n")  # lines; what follows the last newline is a torn tail
-        if complete < 1:
+        if b"\n" not in data:
             raise ThreadNotFound(thread_id)
-        at = complete if at is None else at
-        if not 1 <= at <= complete:
-            raise UsageError(f"thread {thread_id} has no ord {at} (it has {complete} records)")
         second = data.index(b"\n") + 1
-        try:
-            first = parse_line(data[:second])
-        except BadRecord as exc:
-            raise IntegrityError(thread_id, 1, str(exc), offset=0) from None
-        created = from_data(first.type, first.data)
-        if not isinstance(created, ThreadCreated) or first.thread != thread_id:
-            raise IntegrityError(
-                thread_id, 1, "ord 1 is not this thread's thread.created", offset=0
-            )
-        try:
-            inherited = copied_prefix(created.lineage)
-        except ValueError as exc:
-            raise IntegrityError(thread_id, 1, str(exc), offset=0) from None
-        end = data.rfind(b"\n") + 1 if at == complete else _after_line(data, at, second, 1)
-        start_of_at = data.rfind(b"\n", 0, end - 1) + 1
-        try:
-            last = parse_line(data[start_of_at:end]) if at > 1 else first
-        except BadRecord as exc:
-            raise IntegrityError(thread_id, at, str(exc), offset=start_of_at) from None
+        first, created, inherited = _fork_source(thread_id, data[:second])
+        at, end, last = _fork_point(thread_id, data, at, first, second)
+        # The child inherits ords 2..at; the source may have inherited some of them itself.
+        own = 2 if inherited is None else inherited.until + 1  # the first ord it wrote
         lineage: dict[str, Any] = {
             "thread": thread_id,
             "ord": at,
@@ -1110,15 +1082,14 @@ class EmbeddedStore:
             "hash": last.hash,
             "kind": kind,
         }
-        now = wall_ns()
-        child = new_id(now)
-        # the child inherits ords 2..at; the source may have inherited some of them itself
-        chain = first.hash if inherited is None else inherited.prev  # what ord 2 follows
         if at > 1:
             threads = set() if inherited is None else set(inherited.threads)
-            if inherited is None or at > inherited.until:
+            if at >= own:
                 threads.add(thread_id)
+            chain = first.hash if inherited is None else inherited.prev  # what ord 2 follows
             lineage["copied"] = {"prev": chain, "threads": sorted(threads)}
+        now = wall_ns()
+        child = new_id(now)
         head = ThreadCreated(
             format=FORMAT_VERSION,
             principal=principal or created.principal,
@@ -1152,42 +1123,35 @@ class EmbeddedStore:
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f".{child}.{os.getpid()}.tmp")
         fops = self._fops
+        fd, writer, renamed = -1, None, False
         try:
             fops.makedirs(directory)
             fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except OSError as exc:
-            raise StorageError(f"cannot write fork {child} of {thread_id}: {exc}") from exc
-        prefix = memoryview(data)[second:end]
-
-        # the kernel copies the prefix into the new file while this thread verifies it
-        def copy() -> None:
-            fops.write_all(fd, header)
-            fops.write_all(fd, prefix)
-
-        writer = _Background(copy)
-        try:
+            # a second thread copies the prefix into the new file while this one verifies it
+            writer = _Background(_write_both, fops, fd, header, memoryview(data)[second:end])
             try:
-                verify_lines(data, second, end, prev=chain)
-            except BadRecord as exc:
-                offset: int = getattr(exc, "offset", second)
-                ord_ = data.count(b"\n", 0, offset) + 1
-                raise IntegrityError(thread_id, ord_, str(exc), offset=offset) from None
+                if at > 1:
+                    _verify_source(thread_id, data, inherited, first.hash, second, end)
             finally:
                 written = writer.wait()
             if written is not None:
                 raise written
             fops.write_all(fd, settings)
             fops.fsync(fd)
-            fops.close(fd)
-            fd = -1
+            closing, fd = fd, -1
+            fops.close(closing)
             _faults.point("fork.copied")
             fops.rename(tmp, path)
+            renamed = True
             fops.fsync_dir(directory)
         except BaseException as exc:
+            if writer is not None:
+                writer.finish()  # never close the file under a write in progress
             if fd >= 0:
-                fops.close(fd)
+                with contextlib.suppress(OSError):
+                    fops.close(fd)
             with contextlib.suppress(OSError):
-                os.unlink(tmp)
+                fops.unlink(path if renamed else tmp)  # a fork that fails leaves nothing
             if isinstance(exc, OSError):
                 raise StorageError(f"cannot write fork {child} of {thread_id}: {exc}") from exc
             raise
@@ -1200,6 +1164,93 @@ class EmbeddedStore:
             raise UsageError("the store is closed")
 
 
+def _fork_source(thread_id: str, line: bytes) -> tuple[Record, ThreadCreated, Copied | None]:
+    """A fork source's ord 1, checked and decoded, and the prefix it inherited, if any."""
+    try:
+        first = parse_line(line)
+    except BadRecord as exc:
+        raise IntegrityError(thread_id, 1, str(exc), offset=0) from None
+    created = from_data(first.type, first.data) if first.type == "thread.created" else None
+    if not isinstance(created, ThreadCreated) or first.thread != thread_id or first.ord != 1:
+        raise IntegrityError(thread_id, 1, "ord 1 is not this thread's thread.created", offset=0)
+    try:
+        return first, created, copied_prefix(created.lineage)
+    except ValueError as exc:
+        raise IntegrityError(thread_id, 1, str(exc), offset=0) from None
+
+
+def _fork_point(
+    thread_id: str, data: bytes, at: int | None, first: Record, second: int
+) -> tuple[int, int, Record]:
+    """The fork point: its ord, the offset just past its line, and its record."""
+    complete = data.count(b"\n")  # complete lines; what follows the last newline is torn
+    if at is None:
+        end = data.rfind(b"\n") + 1
+        start = data.rfind(b"\n", 0, end - 1) + 1
+        try:
+            return complete, end, parse_line(data[start:end]) if complete > 1 else first
+        except BadRecord:
+            # debris that readers take for a torn write (it may hold a newline) is not part
+            # of the thread: fork what they read
+            scanned = scan(data, thread_id)
+            if scanned.error is not None:
+                raise scanned.error from None
+            return len(scanned.records), scanned.end, scanned.records[-1]
+    if not 1 <= at <= complete:
+        raise UsageError(f"thread {thread_id} has no ord {at} (it has {complete} records)")
+    end = _after_line(data, at, second, 1)
+    start = data.rfind(b"\n", 0, end - 1) + 1
+    try:
+        return at, end, parse_line(data[start:end]) if at > 1 else first
+    except BadRecord as exc:
+        raise IntegrityError(thread_id, at, str(exc), offset=start) from None
+
+
+def _verify_source(
+    thread_id: str,
+    data: bytes,
+    inherited: Copied | None,
+    first_hash: str,
+    second: int,
+    end: int,
+) -> None:
+    """Verify a fork source's lines from ord 2 to offset ``end`` as a read would: the ones it
+    inherited itself (all of them, so that they end on the hash its lineage names), then its
+    own, each of which it must have written."""
+    pos, prev = second, first_hash
+    try:
+        if inherited is not None:
+            lines = data.count(b"\n")
+            if lines < inherited.until:
+                raise IntegrityError(
+                    thread_id,
+                    lines + 1,
+                    f"the fork's file ends inside its inherited records "
+                    f"(lineage ord {inherited.until})",
+                    offset=len(data),
+                )
+            pos = _after_line(data, inherited.until, second, 1)
+            if verify_lines(data, second, pos, prev=inherited.prev) != inherited.last:
+                raise IntegrityError(
+                    thread_id,
+                    inherited.until,
+                    "the last inherited record is not the one the fork names (lineage hash)",
+                    offset=data.rfind(b"\n", 0, pos - 1) + 1,
+                )
+            prev = inherited.last
+        if end > pos:
+            verify_lines(data, pos, end, prev=prev, thread=thread_id)
+    except BadRecord as exc:
+        offset: int = getattr(exc, "offset", second)
+        ord_ = data.count(b"\n", 0, offset) + 1
+        raise IntegrityError(thread_id, ord_, str(exc), offset=offset) from None
+
+
+def _write_both(fops: FileOps, fd: int, head: bytes, body: memoryview) -> None:
+    fops.write_all(fd, head)
+    fops.write_all(fd, body)
+
+
 def _after_line(data: bytes, n: int, pos: int, done: int) -> int:
     """The offset just past line ``n`` (1-based), counting on from ``pos``, which is just
     past line ``done``."""
@@ -1210,22 +1261,34 @@ def _after_line(data: bytes, n: int, pos: int, done: int) -> int:
 
 
 class _Background:
-    """Runs ``work`` on a thread; `wait` joins it and returns what it raised, if anything."""
+    """Runs ``work(*args)`` on a thread; `wait` waits for it and returns what it raised, if
+    anything; `finish` waits for it however often the wait is interrupted.
 
-    def __init__(self, work: Callable[[], None]) -> None:
+    Completion is an event the worker sets, not ``Thread.join``: a join interrupted by Ctrl-C
+    can leave ``is_alive()`` False while the thread still runs (CPython 3.11).
+    """
+
+    def __init__(self, work: Callable[..., None], *args: Any) -> None:
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(work,), daemon=True)
-        self._thread.start()
+        self._done = threading.Event()
+        threading.Thread(target=self._run, args=(work, args), daemon=True).start()
 
-    def _run(self, work: Callable[[], None]) -> None:
+    def _run(self, work: Callable[..., None], args: tuple[Any, ...]) -> None:
         try:
-            work()
+            work(*args)
         except BaseException as exc:  # handed to the waiting thread
             self._error = exc
+        finally:
+            self._done.set()
 
     def wait(self) -> BaseException | None:
-        self._thread.join()
+        self._done.wait()
         return self._error
+
+    def finish(self) -> None:
+        while not self._done.is_set():
+            with contextlib.suppress(BaseException):  # e.g. a second Ctrl-C: wait on
+                self._done.wait()
 
 
 _PLAIN_CUSTOM: set[str] = set()

@@ -17,7 +17,7 @@ from threadlog.model.envelope import FORMAT_VERSION, Record, encode_record
 from threadlog.model.events import Event, ThreadCreated, to_data
 from threadlog.model.ids import is_uuid
 from threadlog.model.reducer import replay
-from threadlog.store.base import Listener, normalize_append
+from threadlog.store.base import Listener, check_new_thread, normalize_append
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -63,8 +63,7 @@ class MemoryStore:
     ) -> str:
         if self._closed:
             raise UsageError("the store is closed")
-        if not isinstance(principal, str) or not principal:
-            raise UsageError("principal must be a non-empty string")
+        check_new_thread(principal, lineage)
         now = wall_ns()
         thread_id = new_id(now)
         with self._lock:

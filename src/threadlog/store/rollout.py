@@ -79,13 +79,16 @@ def scan(
     prev_hash: str | None = None,
     keep_records: bool = True,
     copied: Copied | None = None,
+    whole: bool = True,
 ) -> Scan:
     """Validate rollout bytes; see the module docstring for torn tail vs corruption.
 
     ``base_offset``/``start_ord``/``prev_hash`` continue a scan from the middle of a file
     whose prefix is already known to be valid; ``copied`` is then the prefix the thread
     inherited as a fork, if any (a scan from ord 1 reads it from ``thread.created``; see
-    `threadlog.model.lineage`).
+    `threadlog.model.lineage`). A fork's file is written whole, so one that ends (or is torn)
+    inside its inherited prefix is damaged — unless ``whole`` is False: ``data`` is then only
+    the first lines of the file.
     """
     result = Scan(end=base_offset)
     expected = start_ord
@@ -97,7 +100,7 @@ def scan(
         nl = data.find(b"\n", pos)
         if nl < 0:
             result.torn = TornTail(base_offset + pos, size - pos, "final line has no newline")
-            return result
+            break
         line = data[pos : nl + 1]
         problem: str | None = None
         record: Record | None = None
@@ -107,8 +110,10 @@ def scan(
             problem = str(exc)
         if record is not None:
             inherited = copied if copied is not None and 2 <= expected <= copied.until else None
-            if record.thread != thread_id and (
-                inherited is None or record.thread not in inherited.threads
+            if (
+                record.thread != thread_id
+                if inherited is None
+                else record.thread == thread_id or record.thread not in inherited.threads
             ):
                 problem = f"record belongs to thread {record.thread}"
             elif record.ord != expected:
@@ -126,7 +131,7 @@ def scan(
                     problem = str(exc)
         if problem is not None:
             _classify(result, data, pos, line, problem, thread_id, expected, base_offset)
-            return result
+            break
         assert record is not None
         seen.add(record.id)
         if keep_records:
@@ -136,6 +141,14 @@ def scan(
         expected += 1
         pos = nl + 1
         result.end = base_offset + pos
+    if copied is not None and whole and expected <= copied.until and result.error is None:
+        result.torn = None  # a crash cannot cut a fork's file: it was renamed into place whole
+        result.error = IntegrityError(
+            thread_id,
+            expected,
+            f"the fork's file ends inside its inherited records (lineage ord {copied.until})",
+            offset=base_offset + pos,
+        )
     return result
 
 
