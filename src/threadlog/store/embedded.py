@@ -1188,7 +1188,12 @@ def _fork_point(
         end = data.rfind(b"\n") + 1
         start = data.rfind(b"\n", 0, end - 1) + 1
         try:
-            return complete, end, parse_line(data[start:end]) if complete > 1 else first
+            last = parse_line(data[start:end]) if complete > 1 else first
+            if last.ord != complete:
+                raise IntegrityError(
+                    thread_id, complete, f"line {complete} holds ord {last.ord}", offset=start
+                )
+            return complete, end, last
         except BadRecord:
             # debris that readers take for a torn write (it may hold a newline) is not part
             # of the thread: fork what they read
@@ -1201,9 +1206,12 @@ def _fork_point(
     end = _after_line(data, at, second, 1)
     start = data.rfind(b"\n", 0, end - 1) + 1
     try:
-        return at, end, parse_line(data[start:end]) if at > 1 else first
+        last = parse_line(data[start:end]) if at > 1 else first
     except BadRecord as exc:
         raise IntegrityError(thread_id, at, str(exc), offset=start) from None
+    if last.ord != at:
+        raise IntegrityError(thread_id, at, f"line {at} holds ord {last.ord}", offset=start)
+    return at, end, last
 
 
 def _verify_source(
