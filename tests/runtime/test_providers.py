@@ -893,3 +893,14 @@ def test_sse_end_of_stream() -> None:
     assert feed_all(['data: a\ndata: {"trunc']) == []
     assert feed_all(['data: a\n\ndata: {"trunc']) == [SSEEvent("message", "a")]
     assert feed_all([]) == []
+
+
+def test_openai_token_limit_field() -> None:
+    request = ModelRequest("m", [CONVERSATION[1]], max_tokens=100)
+    plain = OpenAIChat("m", api_key="k").body(request)
+    assert plain["max_tokens"] == 100 and "max_completion_tokens" not in plain
+    reasoning = OpenAIChat("o4-mini", api_key="k", token_limit="max_completion_tokens")
+    body = reasoning.body(request)
+    assert body["max_completion_tokens"] == 100 and "max_tokens" not in body
+    with pytest.raises(ValueError, match="token_limit"):
+        OpenAIChat("m", token_limit="tokens")  # type: ignore[arg-type]

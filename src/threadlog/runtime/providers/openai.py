@@ -25,7 +25,7 @@ import json
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from threadlog.runtime.models import Completed, ModelEvent, ModelRequest, ProviderError
 from threadlog.runtime.providers._sse import error_excerpt, stream_deltas
@@ -49,7 +49,7 @@ class OpenAIChat:
     ``request.thinking``, when set, is sent as ``reasoning_effort`` (``"low"``, ``"medium"``,
     ``"high"`` for OpenAI's reasoning models); servers that do not know it may ignore or reject
     it. ``extra_body`` is merged into every request body last, so it can add or override
-    anything (``temperature``, ``max_completion_tokens``, a vLLM sampling option…).
+    anything (``temperature``, a vLLM sampling option…).
 
     Args:
         model: the model name sent to the server.
@@ -60,6 +60,13 @@ class OpenAIChat:
         client: an ``httpx.AsyncClient`` to reuse (the caller closes it); by default each
             call opens and closes its own.
         extra_body: fields added to every request body.
+        token_limit: the body field that carries ``request.max_tokens``: ``"max_tokens"``
+            (most compatible servers) or ``"max_completion_tokens"`` (OpenAI's reasoning
+            models, which refuse ``max_tokens``).
+
+    Example::
+
+        model = OpenAIChat("o4-mini", token_limit="max_completion_tokens")
     """
 
     provider = "openai"
@@ -73,13 +80,19 @@ class OpenAIChat:
         timeout: float = 120,
         client: httpx.AsyncClient | None = None,
         extra_body: dict[str, Any] | None = None,
+        token_limit: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
     ) -> None:
+        if token_limit not in ("max_tokens", "max_completion_tokens"):
+            raise ValueError(
+                f"token_limit must be 'max_tokens' or 'max_completion_tokens', not {token_limit!r}"
+            )
         self.name = model
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._timeout = timeout
         self._client = client
         self._extra_body = dict(extra_body or {})
+        self._token_limit = token_limit
 
     def __repr__(self) -> str:
         return f"OpenAIChat({self.name!r}, base_url={self.base_url!r})"
@@ -91,7 +104,7 @@ class OpenAIChat:
             "messages": to_openai_messages(request.messages, request.instructions),
             "stream": True,
             "stream_options": {"include_usage": True},
-            "max_tokens": request.max_tokens,
+            self._token_limit: request.max_tokens,
         }
         if request.tools:
             body["tools"] = [
