@@ -240,3 +240,43 @@ def test_resume_and_compaction_write_no_memory(home: str, tmp_path: Path) -> Non
         assert "thread.resumed" in types and "compaction" in types
         assert "memory.written" not in types
         assert store.memories() == []
+
+
+def test_a_fork_of_a_fork_continues_its_inherited_conversation(home: str) -> None:
+    model = echo_model()
+
+    async def main() -> tuple[str, str]:
+        async with Runtime(home, model=model) as runtime:
+            session = await runtime.create("u")
+            for text in ("one", "two"):
+                await session.submit(text)
+                await session.wait_idle(10)
+            child = await runtime.fork(session.thread_id)
+            await child.submit("three")
+            await child.wait_idle(10)
+            grandchild = await runtime.fork(child.thread_id, title="again")
+            await grandchild.submit("four")
+            await grandchild.wait_idle(10)
+            return child.thread_id, grandchild.thread_id
+
+    child, grandchild = run(main())
+    assert contents(model.requests[-1].messages) == [
+        "user:one",
+        "assistant:re: one",
+        "user:two",
+        "assistant:re: two",
+        "user:three",
+        "assistant:re: three",
+        "user:four",
+    ]
+    with open_store(home) as store:
+        assert store.verify(grandchild).ok
+        assert {r.thread for r in store.read(grandchild)[1:]} == {
+            store.state(child).lineage["thread"],  # type: ignore[index]
+            child,
+            grandchild,
+        }
+    out = CliRunner().invoke(cli, ["show", grandchild, "--tree", "--home", home]).output
+    for text in ("one", "re: two", "three", "four"):
+        assert text in out, out
+    assert f"forked from {child}" in out.replace("\n", "")

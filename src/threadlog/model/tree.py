@@ -46,12 +46,20 @@ class Tree:
 
     @classmethod
     def of(cls, records: Iterable[Record]) -> Tree:
+        """The tree of a log's records. A parent that is not in the log is read as its root
+        (ord 1): a fork's inherited entries continue the source's ``thread.created``."""
         parent: dict[str, str | None] = {}
         children: dict[str | None, list[str]] = {}
         by_id: dict[str, Record] = {}
+        root: str | None = None
         for record in records:
-            parent[record.id] = record.parent
-            children.setdefault(record.parent, []).append(record.id)
+            up = record.parent
+            if up is not None and up not in by_id:
+                up = root  # parents come first, so this one is in another log
+            if root is None:
+                root = record.id
+            parent[record.id] = up
+            children.setdefault(up, []).append(record.id)
             by_id[record.id] = record
         return cls(parent, children, by_id)
 
