@@ -77,10 +77,14 @@ NOT_DETECTED: dict[str, str] = {
     # converge instead of repeating itself after every power cut, and cost one sync per
     # repair), but the sweep cannot show that any of them is needed for INV-1..6.
     "store/embedded.py EmbeddedStore._open_for_writing: self._fops.fsync(fd)": (
-        "the fsync after cutting a torn tail: if the cut is lost, the torn bytes come back and "
-        "are cut again at the next open; records appended after the cut are made durable by "
-        "their own fdatasync (which also persists the truncation) or by the journal, and the "
-        "checkpoint's fsync persists both before the journal goes"
+        "the fsync when a thread is opened for writing (it also persists a torn-tail cut): the "
+        "sweep's stores always read a thread before writing it, and the read syncs too; "
+        "test_a_writer_that_never_read_does_not_build_on_unsynced_records fails without it"
+    ),
+    "store/embedded.py EmbeddedStore._sync_file: fops.fdatasync(fd)": (
+        "the sync after a read (durable before visible): the sweep never reads a record that a "
+        "killed writer left unsynced, then cuts the power; "
+        "test_a_record_read_after_its_writer_was_killed_survives_a_power_cut fails without it"
     ),
     "store/embedded.py EmbeddedStore._remove_unborn: self._fops.fsync_dir(os.path.dirname(path))": (
         "the directory sync after deleting an unborn thread's empty rollout: if the unlink is "
@@ -597,11 +601,6 @@ def test_d4_every_fsync_is_needed(tmp_path: Path) -> None:
 # -- findings: crash states the store does not survive (strict xfail: a fix turns them green) ---
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store bug: a record left unsynced by a killed process is built on by the next one, "
-    "whose journal commit does not make it durable; a power cut then loses acknowledged records",
-)
 def test_kill_then_power_loss_keeps_what_was_acknowledged_after_the_kill(tmp_path: Path) -> None:
     """Kill -9 between a single-thread commit's rollout write and its fdatasync; the next store
     reads the unsynced record (ord 3) and acknowledges ord 4 on top of it through the journal;
@@ -636,6 +635,52 @@ def test_kill_then_power_loss_keeps_what_was_acknowledged_after_the_kill(tmp_pat
         second.close()
     with EmbeddedStore(str(tmp_path / "c" / "home"), commit_interval=COMMIT_INTERVAL) as third:
         assert [r.hash for r in third.read(thread_id)] == acknowledged
+
+
+def _killed_mid_commit(tmp_path: Path) -> tuple[CrashSimFS, str, str, list[str]]:
+    """A store killed between a single-thread commit's rollout write and its fdatasync: ord 3
+    is in the page cache only. Returns the file system after the kill, the two threads and the
+    hashes acknowledged before the kill."""
+    (tmp_path / "a").mkdir()
+    fs = CrashSimFS(str(tmp_path / "a"))
+    first = EmbeddedStore(str(tmp_path / "a" / "home"), commit_interval=COMMIT_INTERVAL, fops=fs)
+    try:
+        thread_id, other = first.create_thread("p"), first.create_thread("p")
+        first.append(thread_id, "custom.x", {"i": 1}, durable=True)
+        acknowledged = [r.hash for r in first.read(thread_id)]
+        path = first.path_of(thread_id)
+        fs.crash_at(lambda call, p: call == "fdatasync" and p == path)
+        with pytest.raises(ThreadlogError):
+            first.append(thread_id, "custom.x", {"i": 2}, durable=True)
+    finally:
+        first.close()
+    return fs.after_kill(str(tmp_path / "b")), thread_id, other, acknowledged
+
+
+def test_a_record_read_after_its_writer_was_killed_survives_a_power_cut(tmp_path: Path) -> None:
+    killed, thread_id, _, _ = _killed_mid_commit(tmp_path)
+    with EmbeddedStore(
+        str(tmp_path / "b" / "home"), commit_interval=COMMIT_INTERVAL, fops=killed
+    ) as second:
+        seen = [r.hash for r in second.read(thread_id)]  # returned, so durable
+        assert len(seen) == 3
+        killed.after_power_loss(str(tmp_path / "c"), killed.disk.durable_state())
+    with EmbeddedStore(str(tmp_path / "c" / "home"), commit_interval=COMMIT_INTERVAL) as third:
+        assert [r.hash for r in third.read(thread_id)] == seen
+
+
+def test_a_writer_that_never_read_does_not_build_on_unsynced_records(tmp_path: Path) -> None:
+    killed, thread_id, other, _ = _killed_mid_commit(tmp_path)
+    with EmbeddedStore(
+        str(tmp_path / "b" / "home"), commit_interval=COMMIT_INTERVAL, fops=killed
+    ) as second:
+        record = second.append(thread_id, "custom.x", {"i": 3}, durable=False)
+        second.append(other, "custom.x", {"i": 3}, durable=False)
+        second.flush()  # one journal commit for two threads: ord 4 acknowledged
+        assert record.ord == 4
+        killed.after_power_loss(str(tmp_path / "c"), killed.disk.durable_state())
+    with EmbeddedStore(str(tmp_path / "c" / "home"), commit_interval=COMMIT_INTERVAL) as third:
+        assert [r.ord for r in third.read(thread_id)][-1] == 4
 
 
 @pytest.mark.xfail(

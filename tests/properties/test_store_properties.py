@@ -371,8 +371,8 @@ def test_recovery_makes_rollouts_durable_before_deleting_the_journal(tmp_path: P
             live.append(thread_id, "custom.prop", {"i": i}, durable=False)
         live.append(other, "custom.prop", {}, durable=False)
         live.flush()
-        acknowledged = [r.hash for r in live.read(thread_id)]
         durable = crash_copy(tmp_path / "a", tmp_path / "b", first, "kill", random.Random(0))
+        acknowledged = [r.hash for r in live.read(thread_id)]  # (after the copy: reads sync)
     finally:
         live.close()
     rollout = str(tmp_path / "b" / Path(live.path_of(thread_id)).relative_to(tmp_path / "a"))

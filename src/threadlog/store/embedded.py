@@ -598,10 +598,17 @@ class EmbeddedStore:
                 )
                 try:
                     self._fops.ftruncate(fd, scanned.end)
-                    self._fops.fsync(fd)
                 except OSError:
                     self._fops.close(fd)
                     raise
+            # What the scan saw is made durable before anything is chained onto it: a killed
+            # writer may have left records in the page cache only (written, not yet synced),
+            # and a record acknowledged on top of them must not be lost with them.
+            try:
+                self._fops.fsync(fd)
+            except OSError:
+                self._fops.close(fd)
+                raise
             rollout = RolloutLog(
                 thread_id=thread_id,
                 path=path,
@@ -804,8 +811,32 @@ class EmbeddedStore:
         path = self.path_of(thread_id)
         rollout = self._logs.get(thread_id)
         fresh = rollout.take_fresh() if rollout is not None else None
-        if fresh:  # just verified by opening the thread, and only this store writes it
+        if fresh:  # just verified by opening the thread (and synced), only this store writes it
             return fresh[after:] if limit is None else fresh[after : after + limit]
+        records = self._read_file(path, thread_id, after, limit)
+        # Durable before visible: a writer (another process, or this store's committer) may
+        # have written records it has not synced yet; sync the file now that it is read, so
+        # that nothing returned here can be lost by a power cut.
+        self._sync_file(path)
+        return records
+
+    def _sync_file(self, path: str) -> None:
+        """fdatasync a file through a read-only descriptor (about 40 µs when nothing is dirty)."""
+        fops = self._fops
+        try:
+            fd = fops.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StorageError(f"cannot sync {path}: {exc}") from exc
+        try:
+            fops.fdatasync(fd)
+        except OSError as exc:
+            raise StorageError(f"cannot sync {path}: {exc}") from exc
+        finally:
+            fops.close(fd)
+
+    def _read_file(self, path: str, thread_id: str, after: int, limit: int | None) -> list[Record]:
         if limit is not None and after == 0:
             head = self._read_head(path, thread_id, limit)
             if head is not None:
