@@ -598,15 +598,12 @@ def test_d4_every_fsync_is_needed(tmp_path: Path) -> None:
     assert not stale, f"allow-listed but now detected (remove them from NOT_DETECTED): {stale}"
 
 
-# -- findings: crash states the store does not survive (strict xfail: a fix turns them green) ---
+# -- kill -9 then power loss: what a killed writer left unsynced ------------------------------
 
 
-def test_kill_then_power_loss_keeps_what_was_acknowledged_after_the_kill(tmp_path: Path) -> None:
-    """Kill -9 between a single-thread commit's rollout write and its fdatasync; the next store
-    reads the unsynced record (ord 3) and acknowledges ord 4 on top of it through the journal;
-    power is cut before a checkpoint. The rollout durably ends at ord 2 and the journal resumes
-    at ord 4: recovery refuses to replay it, so the acknowledged ord 4 is gone, `verify` says the
-    thread is fine at ord 2, and the thread refuses writes (IntegrityError)."""
+def _killed_mid_commit(tmp_path: Path) -> tuple[CrashSimFS, str, str]:
+    """A store killed between a single-thread commit's rollout write and its fdatasync: ord 3
+    is in the page cache only. Returns the file system after the kill and two threads."""
     (tmp_path / "a").mkdir()
     fs = CrashSimFS(str(tmp_path / "a"))
     first = EmbeddedStore(str(tmp_path / "a" / "home"), commit_interval=COMMIT_INTERVAL, fops=fs)
@@ -619,46 +616,30 @@ def test_kill_then_power_loss_keeps_what_was_acknowledged_after_the_kill(tmp_pat
             first.append(thread_id, "custom.x", {"i": 2}, durable=True)
     finally:
         first.close()
-    killed = fs.after_kill(str(tmp_path / "b"))  # the page cache survives
-    second = EmbeddedStore(
+    return fs.after_kill(str(tmp_path / "b")), thread_id, other
+
+
+def test_kill_then_power_loss_keeps_what_was_acknowledged_after_the_kill(tmp_path: Path) -> None:
+    """The next store reads the unsynced record (ord 3) and acknowledges ord 4 on top of it
+    through the journal; the power is cut before a checkpoint. Before the fix, the rollout
+    durably ended at ord 2 and the journal resumed at ord 4: the acknowledged ord 4 was gone."""
+    killed, thread_id, other = _killed_mid_commit(tmp_path)
+    with EmbeddedStore(
         str(tmp_path / "b" / "home"), commit_interval=COMMIT_INTERVAL, fops=killed
-    )
-    try:
-        assert [r.ord for r in second.read(thread_id)] == [1, 2, 3]  # ord 3: page cache only
+    ) as second:
+        assert [r.ord for r in second.read(thread_id)] == [1, 2, 3]
         second.append(thread_id, "custom.x", {"i": 3}, durable=False)
         second.append(other, "custom.x", {"i": 3}, durable=False)
         second.flush()  # one journal commit for two threads: acknowledged
         acknowledged = [r.hash for r in second.read(thread_id)]
         assert len(acknowledged) == 4
         killed.after_power_loss(str(tmp_path / "c"), killed.disk.durable_state())
-    finally:
-        second.close()
     with EmbeddedStore(str(tmp_path / "c" / "home"), commit_interval=COMMIT_INTERVAL) as third:
         assert [r.hash for r in third.read(thread_id)] == acknowledged
 
 
-def _killed_mid_commit(tmp_path: Path) -> tuple[CrashSimFS, str, str, list[str]]:
-    """A store killed between a single-thread commit's rollout write and its fdatasync: ord 3
-    is in the page cache only. Returns the file system after the kill, the two threads and the
-    hashes acknowledged before the kill."""
-    (tmp_path / "a").mkdir()
-    fs = CrashSimFS(str(tmp_path / "a"))
-    first = EmbeddedStore(str(tmp_path / "a" / "home"), commit_interval=COMMIT_INTERVAL, fops=fs)
-    try:
-        thread_id, other = first.create_thread("p"), first.create_thread("p")
-        first.append(thread_id, "custom.x", {"i": 1}, durable=True)
-        acknowledged = [r.hash for r in first.read(thread_id)]
-        path = first.path_of(thread_id)
-        fs.crash_at(lambda call, p: call == "fdatasync" and p == path)
-        with pytest.raises(ThreadlogError):
-            first.append(thread_id, "custom.x", {"i": 2}, durable=True)
-    finally:
-        first.close()
-    return fs.after_kill(str(tmp_path / "b")), thread_id, other, acknowledged
-
-
 def test_a_record_read_after_its_writer_was_killed_survives_a_power_cut(tmp_path: Path) -> None:
-    killed, thread_id, _, _ = _killed_mid_commit(tmp_path)
+    killed, thread_id, _ = _killed_mid_commit(tmp_path)
     with EmbeddedStore(
         str(tmp_path / "b" / "home"), commit_interval=COMMIT_INTERVAL, fops=killed
     ) as second:
@@ -670,7 +651,7 @@ def test_a_record_read_after_its_writer_was_killed_survives_a_power_cut(tmp_path
 
 
 def test_a_writer_that_never_read_does_not_build_on_unsynced_records(tmp_path: Path) -> None:
-    killed, thread_id, other, _ = _killed_mid_commit(tmp_path)
+    killed, thread_id, other = _killed_mid_commit(tmp_path)
     with EmbeddedStore(
         str(tmp_path / "b" / "home"), commit_interval=COMMIT_INTERVAL, fops=killed
     ) as second:
