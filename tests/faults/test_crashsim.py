@@ -480,8 +480,9 @@ def sweep(
 ) -> Sweep:
     """Check the harshest and ``k`` random crash states at every crash point.
 
-    The harshest states (only what was synced) of every point go first: a missing sync shows
-    there soonest, which keeps the mutation test short.
+    The deterministic states of every point go first (only what was synced, then everything
+    but each file's last write, torn): a missing sync shows there soonest, which keeps the
+    mutation test short.
     """
     result = Sweep()
     rng = random.Random(SEED)
@@ -497,8 +498,8 @@ def sweep(
                     where += f" (before {fs.trace[point]})"
                 if randoms:
                     states = [disk.random_state(rng, f"random #{i}", pages=pages) for i in range(k)]
-                else:
-                    states = [disk.durable_state()]
+                else:  # only what was synced; and all but each file's last write, torn
+                    states = [disk.durable_state(), disk.torn_state()]
                 for state in states:
                     n += 1
                     image = scratch / f"image{n}"

@@ -295,3 +295,26 @@ def test_a_fork_ignores_a_torn_tail_holding_a_newline(store: EmbeddedStore) -> N
     child = store.fork(thread)
     assert store.state(child).lineage["ord"] == 6  # type: ignore[index]
     assert store.verify(child).ok
+
+
+def test_a_forks_index_rows_are_those_a_rebuild_gives(store: EmbeddedStore) -> None:
+    thread = store.create_thread("alice", title="source")
+    store.append(thread, "turn.started", {"turn_id": "t1", "input": "go"})
+    call = {"turn_id": "t1", "call_id": "c1", "tool": "read_file", "args": {}}
+    store.append(thread, "tool_call.proposed", {**call, "side_effect": "read_only"})
+    store.append(thread, "tool_call.approved", {"call_id": "c1", "by": "policy"})
+    for i in range(20):
+        store.append(thread, "custom.x", {"i": i})
+    fact = {"memory_id": "m1", "fact": "f", "scope": "thread", "source_event": "e"}
+    store.append(thread, "memory.written", {**fact, "written_at": "2026-11-30T00:00:00Z"})
+    store.append(thread, "turn.ended", {"turn_id": "t1", "outcome": "completed"})
+    store.append(thread, "custom.x", {"last": True})
+    child = store.fork(thread, 6, changes={"model": "other"})  # inside the turn
+    whole = store.fork(thread)
+    grandchild = store.fork(child)
+    store.append(grandchild, "custom.x", {"own": True})
+    store.flush()
+    incremental = store.index.dump()
+    assert {row[0] for row in incremental["threads"]} == {thread, child, whole, grandchild}
+    store.rebuild()
+    assert store.index.dump() == incremental

@@ -17,7 +17,7 @@ from threadlog.model.upcast import upcast
 if TYPE_CHECKING:
     from threadlog.model.envelope import Record
 
-__all__ = ["RowChange", "project"]
+__all__ = ["PROJECTED", "RowChange", "project"]
 
 _TOOL_STATUS = {
     "tool_call.approved": "approved",
@@ -27,7 +27,7 @@ _TOOL_STATUS = {
     "tool_call.unknown": "unknown",
 }
 _RESOLVED_STATUS = {"done": "done", "retry": "approved", "abort": "aborted"}
-_PROJECTED = frozenset(
+PROJECTED = frozenset(
     {
         "thread.created",
         "turn.started",
@@ -39,6 +39,8 @@ _PROJECTED = frozenset(
         *_TOOL_STATUS,
     }
 )
+"""The record types that change index rows (at the current format); `project` returns
+nothing for the others."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,7 @@ def _text(value: Any, limit: int = 200) -> str | None:
 
 def project(record: Record) -> list[RowChange]:
     """The row changes implied by one record (besides the thread's ord/hash bookkeeping)."""
-    if record.type not in _PROJECTED and record.v == FORMAT_VERSION:
+    if record.type not in PROJECTED and record.v == FORMAT_VERSION:
         return []  # the common case, kept cheap: the index applies every record
     if record.v != FORMAT_VERSION:
         try:
