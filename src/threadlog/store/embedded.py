@@ -226,11 +226,13 @@ class EmbeddedStore:
             self._journal.close()
         finally:
             with self._logs_lock:
-                for thread_id, rollout in list(self._logs.items()):
+                for rollout in self._logs.values():
                     rollout.closed = True
                     self._fops.close(rollout.fd)
-                    self._leases.pop(thread_id).release()
                 self._logs.clear()
+                for lease in self._leases.values():  # with those kept by a failed release
+                    lease.release()
+                self._leases.clear()
             try:
                 self._drain_backlog()
             except StorageError as exc:
@@ -251,15 +253,22 @@ class EmbeddedStore:
         with self._logs_lock:
             rollout = self._logs.pop(thread_id, None)
             lease = self._leases.pop(thread_id, None)
-        try:
-            if rollout is not None:
-                with rollout._lock:  # no new submissions
-                    rollout.closed = True
+        if rollout is not None:
+            with rollout._lock:  # no new submissions
+                rollout.closed = True
+            try:
                 self._journal.sync_rollout(rollout)
-                self._fops.close(rollout.fd)
-        finally:
-            if lease is not None:
-                lease.release()
+            except BaseException:
+                # Keep the lease until close: this store's journal (poisoned, left in place)
+                # may hold records of the thread that only the next open may replay; another
+                # writer must not write the thread before that.
+                if lease is not None:
+                    with self._logs_lock:
+                        self._leases[thread_id] = lease
+                raise
+            self._fops.close(rollout.fd)
+        if lease is not None:
+            lease.release()
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -429,7 +438,13 @@ class EmbeddedStore:
                 )
                 break
             except LogClosed:
-                self._check_open()  # evicted under us: reopen and try again
+                # released or evicted under us: reopen and try again, once the eviction (which
+                # holds the logs lock) is over; if closing it failed, the journal is poisoned:
+                # fail instead of spinning on the closed log
+                self._check_open()
+                self._journal.check()
+                with self._logs_lock:
+                    pass
         if durable is None:
             durable = durability_of(type_name) == "critical"
         return (seq if durable else 0), record
@@ -723,6 +738,7 @@ class EmbeddedStore:
         """
         dead = find_dead_journals(self._journal_dir)
         repaired: list[str] = []
+        held: set[str] = set()
         try:
             threads: dict[str, list[tuple[Record, bytes]]] = {}
             for journal in dead:
@@ -733,6 +749,7 @@ class EmbeddedStore:
                 try:
                     lease = Lease(self._locks_dir, thread_id)
                 except LeaseHeld:
+                    held.add(thread_id)  # its writer replays it when it opens the thread
                     continue
                 try:
                     before = os.path.getsize(path) if os.path.exists(path) else -1
@@ -748,7 +765,11 @@ class EmbeddedStore:
                 finally:
                     lease.release()
             for journal in dead:
-                if all(self._has_records(t, e) for t, e in journal.entries.items()):
+                # Not while another store writes one of its threads: it may not have synced
+                # the records its open found in the page cache yet.
+                if held.isdisjoint(journal.entries) and all(
+                    self._has_records(t, e) for t, e in journal.entries.items()
+                ):
                     journal.try_delete(self._fops)
         finally:
             for journal in dead:

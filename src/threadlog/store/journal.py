@@ -298,6 +298,11 @@ class Journal:
     def has_pending(self) -> bool:
         return bool(self._pending)
 
+    def check(self) -> None:
+        """Raise the error that stopped the journal, if one did."""
+        if self._poisoned is not None:
+            raise self._poisoned
+
     def enqueue(self, rollout: RolloutLog, line: bytes, record: Record) -> int:
         """Queue a line (the caller holds ``rollout``'s lock); returns its sequence number."""
         with self._mutex:  # the condition's own lock, without the Python-level wrapper
@@ -414,9 +419,11 @@ class Journal:
     def _checkpoint(self, *, reopen: bool) -> None:
         """fsync every rollout written since the last checkpoint, then retire the journal."""
         fops = self._fops
+        # Closed ones too: a log being released or evicted is marked closed before its own
+        # sync, and its file stays open until that sync has returned (and dropped it from
+        # ``_dirty``); the journal must not go while it is the only durable copy.
         for rollout in self._dirty.values():
-            if not rollout.closed:
-                fops.fsync(rollout.fd)
+            fops.fsync(rollout.fd)
         self._dirty.clear()
         old_fd, old_path = self._fd, self.path
         self._fd, self.path, self._size = None, None, 0
@@ -436,7 +443,18 @@ class Journal:
             if self._poisoned is not None:
                 raise self._poisoned
             self._flush_locked()
-            self._fops.fsync(rollout.fd)
+            try:
+                self._fops.fsync(rollout.fd)
+            except OSError as exc:
+                # fail-stop (A4): the pages may now be marked clean without being on disk;
+                # the journal, left in place, is what the next open replays
+                self._poisoned = StorageError(
+                    f"syncing thread {rollout.thread_id} failed and the store stopped "
+                    f"acknowledging writes ({exc}); close and reopen the store to continue"
+                )
+                log.error("journal %s: %s", self.path, exc)
+                self._cond.notify_all()
+                raise self._poisoned from exc
             self._dirty.pop(rollout.thread_id, None)
 
     def close(self) -> None:

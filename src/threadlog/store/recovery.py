@@ -40,9 +40,33 @@ class DeadJournal:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
-        fops.unlink(self.path)
+        if os.fstat(self.fd).st_nlink == 0:
+            return False  # its live store retired it between our open and our lock
+        try:
+            fops.unlink(self.path)
+        except FileNotFoundError:
+            return False
         fops.fsync_dir(os.path.dirname(self.path))
         return True
+
+
+def _last_ord(path: str, thread_id: str) -> int:
+    """The ordinal of the last line of a rollout that is a valid record of the thread (0 if
+    none is)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    end = data.rfind(b"\n") + 1
+    while end > 0:
+        start = data.rfind(b"\n", 0, end - 1) + 1
+        try:
+            record = parse_line(data[start:end])
+        except BadRecord:
+            end = start
+            continue
+        if record.thread == thread_id:
+            return record.ord
+        end = start
+    return 0
 
 
 def find_dead_journals(directory: str) -> list[DeadJournal]:
@@ -133,6 +157,13 @@ def recover_rollout(
             raise IntegrityError(thread_id, expected, "the journal's records do not chain")
         prev_hash, expected = record.hash, expected + 1
     damaged = scanned.error is not None or scanned.torn is not None
+    if scanned.error is not None and (
+        last + 1 not in by_ord or _last_ord(path, thread_id) > ords[-1]
+    ):
+        # Damage with valid records after it, which the journal cannot restore: truncating
+        # would delete acknowledged records (A5). Only lost pages inside what the journal
+        # covers (an unsynced tail) are restored from it.
+        raise scanned.error
     if not missing and not damaged:
         # Everything is there, but possibly only in the page cache (the dead store never
         # reached its checkpoint): make it durable before the journal may be deleted (B2).
