@@ -165,6 +165,9 @@ class EmbeddedStore:
         self._logs: dict[str, RolloutLog] = {}
         self._leases: dict[str, Lease] = {}
         self._logs_lock = threading.Lock()
+        self._logs_changed = threading.Condition(self._logs_lock)
+        self._releasing: set[str] = set()
+        """Threads whose release is under way: they are reopened only once it is over."""
         self._backlog: list[tuple[str, str, list[Record], int]] = []
         self._backlog_lock = threading.Lock()
         self._closed = False
@@ -253,22 +256,30 @@ class EmbeddedStore:
         with self._logs_lock:
             rollout = self._logs.pop(thread_id, None)
             lease = self._leases.pop(thread_id, None)
-        if rollout is not None:
-            with rollout._lock:  # no new submissions
-                rollout.closed = True
-            try:
-                self._journal.sync_rollout(rollout)
-            except BaseException:
-                # Keep the lease until close: this store's journal (poisoned, left in place)
-                # may hold records of the thread that only the next open may replay; another
-                # writer must not write the thread before that.
-                if lease is not None:
-                    with self._logs_lock:
-                        self._leases[thread_id] = lease
-                raise
-            self._fops.close(rollout.fd)
-        if lease is not None:
-            lease.release()
+            if lease is not None:
+                self._releasing.add(thread_id)
+        try:
+            if rollout is not None:
+                with rollout._lock:  # no new submissions
+                    rollout.closed = True
+                try:
+                    self._journal.sync_rollout(rollout)
+                except BaseException:
+                    # Keep the lease until close: this store's journal (poisoned, left in
+                    # place) may hold records of the thread that only the next open may
+                    # replay; another writer must not write the thread before that.
+                    if lease is not None:
+                        with self._logs_lock:
+                            self._leases[thread_id] = lease
+                        lease = None
+                    raise
+                self._fops.close(rollout.fd)
+            if lease is not None:
+                lease.release()
+        finally:
+            with self._logs_lock:
+                self._releasing.discard(thread_id)
+                self._logs_changed.notify_all()
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -516,7 +527,11 @@ class EmbeddedStore:
         if rollout is not None:
             return rollout
         with self._logs_lock:
+            while thread_id in self._releasing:  # this store is still giving it up
+                self._logs_changed.wait()
             rollout = self._logs.get(thread_id)
+            if rollout is None and thread_id in self._leases:
+                self._journal.check()  # a failed release kept the lease: the journal says why
             if rollout is None:
                 if len(self._logs) >= self.max_open_threads:
                     self._evict_locked()
