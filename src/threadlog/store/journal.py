@@ -404,7 +404,7 @@ class Journal:
         fops = self._fops
         fops.makedirs(self.directory)
         name = f"{os.getpid()}-{secrets.token_hex(8)}"
-        tmp = os.path.join(self.directory, f".{name}.tmp")
+        tmp = os.path.join(self.directory, f".{name}.{os.getpid()}.tmp")  # (swept if orphaned)
         final = os.path.join(self.directory, f"{name}.wal")
         fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         try:
@@ -465,6 +465,7 @@ class Journal:
         with self._cond:
             if self.closed:
                 return
+            self.closed = True  # from now on nothing is queued (an append racing close fails)
             while self._flushing:
                 self._cond.wait()
             try:
@@ -472,7 +473,6 @@ class Journal:
                     self._flush_locked()
                     self._checkpoint(reopen=False)
             finally:
-                self.closed = True
                 if self._fd is not None:
                     self._fops.close(self._fd)
                     self._fd = None
