@@ -37,6 +37,7 @@ re-reads the files and replays the journal. fsync is never retried.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -377,8 +378,16 @@ class Journal:
         if len(groups) == 1:
             ((rollout, lines, records),) = groups.values()
             chunk = b"".join(lines)
-            fops.write_all(rollout.fd, chunk)
-            fops.fdatasync(rollout.fd)
+            try:
+                fops.write_all(rollout.fd, chunk)
+                fops.fdatasync(rollout.fd)
+            except BaseException:
+                # Nothing of the batch was acknowledged. Cut it off the file: after a failed
+                # fdatasync the kernel may call those pages clean without their being on disk
+                # ("fsyncgate"), and a reader must not see them as records.
+                with contextlib.suppress(OSError):
+                    fops.ftruncate(rollout.fd, rollout.size)
+                raise
             rollout.written(records, len(chunk))
             self._dirty.pop(rollout.thread_id, None)
             self._on_durable(rollout, records, rollout.size)
