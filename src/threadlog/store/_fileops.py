@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["DEFAULT_FILEOPS", "FileOps", "remove_orphan_temp"]
+__all__ = ["DEFAULT_FILEOPS", "FileOps", "remove_orphan_temp", "remove_orphan_temps"]
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
 
@@ -99,3 +99,16 @@ def remove_orphan_temp(path: str) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def remove_orphan_temps(directory: str) -> int:
+    """`remove_orphan_temp` every temporary file in ``directory``; how many were removed."""
+    removed = 0
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.endswith(".tmp") and remove_orphan_temp(entry.path):
+                    removed += 1
+    except FileNotFoundError:
+        pass
+    return removed

@@ -16,7 +16,7 @@ import secrets
 
 from threadlog.errors import IntegrityError, StorageError, UsageError
 from threadlog.model.refs import ArtifactRef, is_artifact_ref
-from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps, remove_orphan_temp
+from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps, remove_orphan_temps
 
 __all__ = ["ArtifactRef", "ArtifactStore", "is_artifact_ref"]
 
@@ -106,7 +106,5 @@ class ArtifactStore:
         for sub in os.scandir(base):
             if not sub.is_dir(follow_symlinks=False):
                 continue
-            for entry in os.scandir(sub.path):
-                if entry.name.endswith(".tmp") and remove_orphan_temp(entry.path):
-                    removed += 1
+            removed += remove_orphan_temps(sub.path)
         return removed

@@ -54,7 +54,12 @@ from threadlog.model.policy import durability_of
 from threadlog.model.projection import PROJECTED
 from threadlog.model.reducer import replay
 from threadlog.model.refs import ArtifactRef, is_artifact_ref
-from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps, remove_orphan_temp
+from threadlog.store._fileops import (
+    DEFAULT_FILEOPS,
+    FileOps,
+    remove_orphan_temp,
+    remove_orphan_temps,
+)
 from threadlog.store.artifacts import ArtifactStore
 from threadlog.store.base import check_new_thread, normalize_append
 from threadlog.store.index import Index, IndexedThread
@@ -182,7 +187,7 @@ class EmbeddedStore:
         self._journal = Journal(self._journal_dir, fops, self._on_durable)
         self.recover()
         self.artifacts.sweep_temp_files()
-        _sweep_temp_files(self._journal_dir)  # journals a crash left half created
+        remove_orphan_temps(self._journal_dir)  # journals a crash left half created
         if catch_up:
             self.catch_up()
         self._background = threading.Thread(
@@ -1366,17 +1371,6 @@ class _Forked:
 _HASH_TAIL = len(b',"hash":"') + 64 + len(b'"}')
 """Bytes from the hash field to a line's newline."""
 _PROJECTED_BYTES = frozenset(name.encode() for name in PROJECTED)
-
-
-def _sweep_temp_files(directory: str) -> None:
-    """Remove the temporary files dead processes left in ``directory`` (RELIABILITY B3)."""
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.name.startswith(".") and entry.name.endswith(".tmp"):
-                    remove_orphan_temp(entry.path)
-    except FileNotFoundError:
-        pass
 
 
 def _after_line(data: bytes, n: int, pos: int, done: int) -> int:
