@@ -44,7 +44,7 @@ import os
 import secrets
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
@@ -299,6 +299,16 @@ class Journal:
     def has_pending(self) -> bool:
         return bool(self._pending)
 
+    def _poison(self, what: str, failure: BaseException) -> NoReturn:
+        """Fail-stop (A4): no write is acknowledged after this one failed. Condition held."""
+        self._poisoned = StorageError(
+            f"{what} and the store stopped acknowledging writes ({failure}); "
+            "close and reopen the store to continue"
+        )
+        log.error("journal %s: %s", self.path, failure)
+        self._cond.notify_all()
+        raise self._poisoned from failure
+
     def check(self) -> None:
         """Raise the error that stopped the journal, if one did."""
         if self._poisoned is not None:
@@ -307,8 +317,7 @@ class Journal:
     def enqueue(self, rollout: RolloutLog, line: bytes, record: Record) -> int:
         """Queue a line (the caller holds ``rollout``'s lock); returns its sequence number."""
         with self._mutex:  # the condition's own lock, without the Python-level wrapper
-            if self._poisoned is not None:
-                raise self._poisoned
+            self.check()
             if self.closed:
                 raise StorageError("the store's journal is closed")
             self._pending.append((rollout, line, record))
@@ -319,8 +328,7 @@ class Journal:
         """Block until ``seq`` is durable, leading a group commit when none is running."""
         with self._cond:
             while self.durable_seq < seq:
-                if self._poisoned is not None:
-                    raise self._poisoned
+                self.check()
                 if self._flushing:
                     self._cond.wait()
                 else:
@@ -347,13 +355,7 @@ class Journal:
             self._cond.acquire()
             self._flushing = False
         if failure is not None:
-            self._poisoned = StorageError(
-                f"append failed and the store stopped acknowledging writes ({failure}); "
-                "close and reopen the store to continue"
-            )
-            log.error("journal %s: %s", self.path, failure)
-            self._cond.notify_all()
-            raise self._poisoned from failure
+            self._poison("append failed", failure)
         self.durable_seq = upto
         self._cond.notify_all()
 
@@ -449,21 +451,14 @@ class Journal:
         with self._cond:
             while self._flushing:
                 self._cond.wait()
-            if self._poisoned is not None:
-                raise self._poisoned
+            self.check()
             self._flush_locked()
             try:
                 self._fops.fsync(rollout.fd)
             except OSError as exc:
-                # fail-stop (A4): the pages may now be marked clean without being on disk;
-                # the journal, left in place, is what the next open replays
-                self._poisoned = StorageError(
-                    f"syncing thread {rollout.thread_id} failed and the store stopped "
-                    f"acknowledging writes ({exc}); close and reopen the store to continue"
-                )
-                log.error("journal %s: %s", self.path, exc)
-                self._cond.notify_all()
-                raise self._poisoned from exc
+                # the pages may now be marked clean without being on disk; the journal, left
+                # in place, is what the next open replays
+                self._poison(f"syncing thread {rollout.thread_id} failed", exc)
             self._dirty.pop(rollout.thread_id, None)
 
     def close(self) -> None:
