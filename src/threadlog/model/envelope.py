@@ -26,6 +26,7 @@ import orjson
 
 __all__ = [
     "FORMAT_VERSION",
+    "HASH_TAIL",
     "BadRecord",
     "Record",
     "encode_record",
@@ -45,6 +46,8 @@ _KEYS: Final = frozenset(
 )
 _HASH_HEAD: Final = b',"hash":"'
 _SUFFIX_LEN: Final = len(_HASH_HEAD) + 64 + len(b'"}\n')
+HASH_TAIL: Final = _SUFFIX_LEN - 1
+"""Bytes from a line's ``,"hash":"`` field to its newline: the hashed body ends there."""
 
 
 class BadRecord(ValueError):
@@ -258,13 +261,12 @@ def verify_lines(
     find, rfind, startswith = data.find, data.rfind, data.startswith
     expect = b"null" if prev is None else b'"' + prev.encode() + b'"'
     writer = None if thread is None else b',"thread":"' + thread.encode() + b'"'
-    suffix = _SUFFIX_LEN - 1  # from the hash field to the newline
     pos, index, last = start, 0, prev
     while pos < end:
         nl = find(b"\n", pos, end)
         if nl < 0:
             raise _bad("line has no terminating newline (torn write)", index, pos)
-        body_end = nl - suffix
+        body_end = nl - HASH_TAIL
         if body_end <= pos:
             raise _bad("line is too short to be a record", index, pos)
         check = sha256(view[pos:body_end])

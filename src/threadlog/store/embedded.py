@@ -40,6 +40,7 @@ from threadlog.errors import (
 from threadlog.model import codec
 from threadlog.model.envelope import (
     FORMAT_VERSION,
+    HASH_TAIL,
     BadRecord,
     Record,
     encode_record,
@@ -1142,8 +1143,9 @@ class EmbeddedStore:
         if b"\n" not in data:
             raise ThreadNotFound(thread_id)
         second = data.index(b"\n") + 1
+        complete = data.count(b"\n")  # complete lines; what follows the last newline is torn
         first, created, inherited = _fork_source(thread_id, data[:second])
-        at, end, last = _fork_point(thread_id, data, at, first, second)
+        at, end, last = _fork_point(thread_id, data, complete, at, first, second)
         # The child inherits ords 2..at; the source may have inherited some of them itself.
         own = 2 if inherited is None else inherited.until + 1  # the first ord it wrote
         lineage: dict[str, Any] = {
@@ -1202,7 +1204,7 @@ class EmbeddedStore:
             writer = _Background(_write_both, fops, fd, header, memoryview(data)[second:end])
             try:
                 if at > 1:
-                    _verify_source(thread_id, data, inherited, first.hash, second, end)
+                    _verify_source(thread_id, data, complete, inherited, first.hash, second, end)
             finally:
                 written = writer.wait()
             if written is not None:
@@ -1251,10 +1253,10 @@ def _fork_source(thread_id: str, line: bytes) -> tuple[Record, ThreadCreated, Co
 
 
 def _fork_point(
-    thread_id: str, data: bytes, at: int | None, first: Record, second: int
+    thread_id: str, data: bytes, complete: int, at: int | None, first: Record, second: int
 ) -> tuple[int, int, Record]:
-    """The fork point: its ord, the offset just past its line, and its record."""
-    complete = data.count(b"\n")  # complete lines; what follows the last newline is torn
+    """The fork point (in ``data``, of ``complete`` lines): its ord, the offset just past its
+    line, and its record."""
     if at is None:
         end = data.rfind(b"\n") + 1
         start = data.rfind(b"\n", 0, end - 1) + 1
@@ -1288,6 +1290,7 @@ def _fork_point(
 def _verify_source(
     thread_id: str,
     data: bytes,
+    complete: int,
     inherited: Copied | None,
     first_hash: str,
     second: int,
@@ -1299,11 +1302,10 @@ def _verify_source(
     pos, prev = second, first_hash
     try:
         if inherited is not None:
-            lines = data.count(b"\n")
-            if lines < inherited.until:
+            if complete < inherited.until:
                 raise IntegrityError(
                     thread_id,
-                    lines + 1,
+                    complete + 1,
                     f"the fork's file ends inside its inherited records "
                     f"(lineage ord {inherited.until})",
                     offset=len(data),
@@ -1352,7 +1354,7 @@ class _Forked:
         find, rfind, startswith = data.find, data.rfind, data.startswith
         while pos < end:
             nl = find(b"\n", pos, end)
-            body_end = nl - _HASH_TAIL
+            body_end = nl - HASH_TAIL
             t = rfind(b',"type":"', pos, body_end) + 9
             projected = (
                 data[t : find(b'"', t, body_end)] in _PROJECTED_BYTES
@@ -1368,8 +1370,6 @@ class _Forked:
         return self.thread_id, self.path, records, size
 
 
-_HASH_TAIL = len(b',"hash":"') + 64 + len(b'"}')
-"""Bytes from the hash field to a line's newline."""
 _PROJECTED_BYTES = frozenset(name.encode() for name in PROJECTED)
 
 
