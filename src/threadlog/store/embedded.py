@@ -67,7 +67,7 @@ from threadlog.store.index import Index, IndexedThread
 from threadlog.store.journal import Journal, LogClosed, RolloutLog
 from threadlog.store.leases import Lease
 from threadlog.store.recovery import find_dead_journals, recover_rollout
-from threadlog.store.rollout import Scan, TornTail, scan, scan_file
+from threadlog.store.rollout import Scan, TornTail, inherited_prefix, scan, scan_file
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -584,8 +584,8 @@ class EmbeddedStore:
         try:
             anchor = parse_line(head[cut + 1 :])
             created = parse_line(first)
-            copied = copied_prefix(created.data.get("lineage"))
-        except (BadRecord, ValueError, AttributeError):
+            copied = inherited_prefix(created)
+        except (BadRecord, ValueError):
             return None
         if anchor.ord != ord_ or anchor.hash != digest or created.thread != thread_id:
             return None

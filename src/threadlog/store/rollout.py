@@ -31,7 +31,7 @@ from threadlog.errors import (
 from threadlog.model.envelope import BadRecord, Record, parse_line
 from threadlog.model.lineage import Copied, copied_prefix
 
-__all__ = ["Scan", "TornTail", "scan", "scan_file"]
+__all__ = ["Scan", "TornTail", "inherited_prefix", "scan", "scan_file"]
 
 log = logging.getLogger("threadlog.store")
 
@@ -126,7 +126,7 @@ def scan(
                 problem = "the last inherited record is not the one the fork names (lineage hash)"
             elif expected == 1 and record.type == "thread.created":
                 try:
-                    copied = copied_prefix(_lineage(record.data))
+                    copied = inherited_prefix(record)
                 except ValueError as exc:
                     problem = str(exc)
         if problem is not None:
@@ -152,8 +152,14 @@ def scan(
     return result
 
 
-def _lineage(data: Any) -> Any:
-    return data.get("lineage") if isinstance(data, dict) else None
+def inherited_prefix(created: Record) -> Copied | None:
+    """The prefix a thread's ``thread.created`` record says it inherited as a fork, if any.
+
+    Raises:
+        ValueError: the lineage declares one, malformed.
+    """
+    data = created.data
+    return copied_prefix(data.get("lineage") if isinstance(data, dict) else None)
 
 
 def _classify(
