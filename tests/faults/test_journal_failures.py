@@ -12,8 +12,6 @@ import logging
 import os
 import random
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -296,17 +294,11 @@ def test_concurrent_appends_evictions_rotations_and_releases_survive_a_power_cut
     assert not lost, lost[:5]
 
 
-def test_a_half_created_journal_of_a_dead_process_is_swept(tmp_path: Path) -> None:
+def test_a_half_created_journal_of_a_dead_process_is_swept(tmp_path: Path, dead_pid: str) -> None:
     home = tmp_path / "home"
     with EmbeddedStore(str(home)):
         pass
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    orphan = home / "journal" / f".{dead}-00ff.{dead}.tmp"
+    orphan = home / "journal" / f".{dead_pid}-00ff.{dead_pid}.tmp"
     orphan.parent.mkdir(exist_ok=True)
     orphan.write_bytes(b"")
     mine = home / "journal" / f".{os.getpid()}-00ff.{os.getpid()}.tmp"

@@ -441,17 +441,11 @@ def test_no_sqlite_error_escapes_untranslated(home: str) -> None:
             store.index.apply([])
 
 
-def test_temp_files_of_dead_writers_are_removed_on_open(home: str) -> None:
+def test_temp_files_of_dead_writers_are_removed_on_open(home: str, dead_pid: str) -> None:
     with open_store(home) as store:
         ref = store.artifacts.put(b"blob")
         directory = os.path.dirname(store.artifacts.path(ref.sha256))
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    orphan = os.path.join(directory, f".abcdef.0123.{dead}.tmp")
+    orphan = os.path.join(directory, f".abcdef.0123.{dead_pid}.tmp")
     live = os.path.join(directory, f".abcdef.4567.{os.getpid()}.tmp")
     for path in (orphan, live):
         with open(path, "wb") as f:
