@@ -171,22 +171,44 @@ def test_zeros_after_the_last_line_are_repaired(homes: Homes, tpl: Template, siz
 @pytest.mark.parametrize(
     "debris",
     [
-        pytest.param(random.Random(seed).randbytes(size), id=f"random-{size}-{seed}")
+        pytest.param(
+            random.Random(seed).randbytes(size).replace(b"\n", b"x"), id=f"random-{size}-{seed}"
+        )
         for seed, size in [(1, 1), (2, 17), (3, 1000), (4, 4096), (5, 8192)]
     ]
     + [
         pytest.param(b"\0" * 100 + b"\n", id="zero-line"),
-        pytest.param(b"\n\n\n", id="empty-lines"),
         pytest.param(b'{"data":{"i":1},"id":"', id="json-prefix"),
-        pytest.param(b"garbage\ngarbage\n" * 40, id="text-lines"),
-        pytest.param(b"\xff\xfe\x00" * 500 + b"\n" + b"\0" * 100, id="binary-line-and-zeros"),
+        pytest.param(b'{"data":' + b"\0" * 4000 + b'"x"}\n' + b"\0" * 100, id="lost-page-line"),
+        pytest.param(b"\0" * 4096 + b"\n" + b"\0" * 10 + b"\n{", id="zero-lines-fragment"),
     ],
 )
-def test_garbage_after_the_last_line_is_repaired(
+def test_debris_a_crash_can_leave_is_repaired(
     homes: Homes, tpl: Template, debris: bytes
 ) -> None:
+    """A torn tail is an unterminated fragment or zero-filled lines (RELIABILITY A5)."""
     home, path = homes.make(tpl.data + debris)
     _check_repaired(home, path, tpl, RECORDS, torn=True)
+
+
+@pytest.mark.parametrize(
+    "debris",
+    [
+        pytest.param(random.Random(seed).randbytes(size) + b"\n", id=f"random-{size}-{seed}")
+        for seed, size in [(3, 1000), (4, 4096)]
+    ]
+    + [
+        pytest.param(b"\n\n\n", id="empty-lines"),
+        pytest.param(b"garbage\ngarbage\n" * 40, id="text-lines"),
+        pytest.param(b"\xff\xfe\x00" * 500 + b"\n" + b"\0" * 100, id="binary-line-and-zeros"),
+        pytest.param(b"\0" * 100 + b"\nnot zeros\n", id="zeros-then-text"),
+    ],
+)
+def test_complete_garbage_lines_are_refused(homes: Homes, tpl: Template, debris: bytes) -> None:
+    """A complete line that is neither a record nor zero-filled is not what a crash leaves:
+    damage, never cut (issue 9: only an unterminated fragment or NUL debris is torn)."""
+    home, path = homes.make(tpl.data + debris)
+    _check_refused(home, path, tpl, RECORDS + 1)
 
 
 def test_a_partial_copy_of_the_last_line_is_repaired(homes: Homes, tpl: Template) -> None:

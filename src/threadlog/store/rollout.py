@@ -6,14 +6,21 @@ Theory of operation
 ``\\n``), canonical JSON, hash, ``ord == previous + 1``, ``prev == previous hash``, the thread
 id, unique event ids. It stops at the first bad line and classifies it:
 
-* **torn tail** — the bad bytes run to the end of the file and look like an interrupted write
-  (a line without its newline, zeros, garbage), with no valid record after them. A crash can
-  leave this; the part was never acknowledged. Opening the thread for writing truncates it and
-  fsyncs (logged with the byte count). Readers simply stop before it.
-* **corruption** — anything else: a complete record whose hash or chain is wrong, or a valid
-  record *after* an invalid one. A crash cannot produce this, and truncating would delete
-  acknowledged records, so it is reported as `IntegrityError` with the first bad ordinal and
-  byte offset, and the thread refuses writes. Nothing is ever dropped silently.
+* **torn tail** — what an interrupted write or a power cut can leave, and nothing else: an
+  *unterminated final fragment* (bytes after the last newline: every record ends with ``\\n``,
+  written last), or complete lines that are *zero-filled debris* (a line of NUL bytes only, or
+  one holding a run of at least `ZERO_RUN` NULs: pages a power cut lost read back as zeros),
+  running to the end of the file with no valid record after them. None of it was acknowledged
+  (an append returns only after the fsync that covers its whole line). Opening the thread for
+  writing truncates it and fsyncs (logged with the byte count), unless the index or a journal
+  knew of more records than survive, which makes it damage. Readers simply stop before it.
+* **corruption** — anything else: a complete line that fails its hash, canonical form or
+  chain (one flipped bit is enough), a fragment that is a whole valid record whose newline was
+  overwritten, garbage lines, or a valid record *after* an invalid one. A crash cannot produce
+  these, and truncating would delete acknowledged records, so it is reported as
+  `IntegrityError` with the first bad ordinal and byte offset, and the thread refuses writes.
+  Nothing is ever dropped silently; only an explicit salvage (a fork of the valid prefix)
+  moves on from it.
 
 Appending (and the group commit that makes appends durable) lives in
 `threadlog.store.journal`.
@@ -59,15 +66,26 @@ class Scan:
     """Set when the log is damaged; ``records`` then holds the valid prefix."""
 
 
-def _looks_like_record(line: bytes) -> bool:
-    """A complete line that parses as an envelope-shaped object (so not crash debris)."""
-    try:
-        import orjson
+ZERO_RUN = 16
+"""NUL bytes in a row that make a complete line power-cut debris rather than damage: a lost
+page reads back as zeros from the first byte it lost to its end, while a flipped bit makes at
+most one NUL (canonical JSON escapes them), so no single-bit error reaches this."""
 
-        obj = orjson.loads(line)
-    except Exception:
+
+def _zero_debris(line: bytes) -> bool:
+    """A complete line that a power cut can leave: NULs only, or a long run of them."""
+    body = line[:-1]
+    return (body != b"" and not body.strip(b"\0")) or b"\0" * ZERO_RUN in body
+
+
+def _damaged_terminator(fragment: bytes) -> bool:
+    """A final fragment that is a whole record whose newline was overwritten (not torn: a
+    write is cut *before* its last byte, never turned into another one)."""
+    try:
+        parse_line(fragment[:-1] + b"\n")
+    except BadRecord:
         return False
-    return isinstance(obj, dict) and "ord" in obj and "hash" in obj and "thread" in obj
+    return True
 
 
 def scan(
@@ -99,7 +117,16 @@ def scan(
     while pos < size:
         nl = data.find(b"\n", pos)
         if nl < 0:
-            result.torn = TornTail(base_offset + pos, size - pos, "final line has no newline")
+            _classify(
+                result,
+                data,
+                pos,
+                data[pos:],
+                "final line has no newline",
+                thread_id,
+                expected,
+                base_offset,
+            )
             break
         line = data[pos : nl + 1]
         problem: str | None = None
@@ -172,24 +199,38 @@ def _classify(
     expected: int,
     base_offset: int,
 ) -> None:
+    """The first bad line is at ``pos``: a torn tail only if everything from it to the end of
+    the data is what an interrupted write leaves (see the module docstring); else damage."""
     offset = base_offset + pos
-    if _looks_like_record(line):
-        result.error = IntegrityError(thread_id, expected, problem, offset=offset)
-        return
-    # Debris. It is a torn tail only if no valid record follows it.
-    rest = data[pos + len(line) :]
-    start = 0
-    while start < len(rest):
-        nl = rest.find(b"\n", start)
-        if nl < 0:
-            break
-        try:
-            parse_line(rest[start : nl + 1])
-        except BadRecord:
-            start = nl + 1
-            continue
+    if line.endswith(b"\n"):
+        # complete lines may be torn only as zero-filled debris, with nothing valid after them
+        cursor = pos
+        while True:
+            nl = data.find(b"\n", cursor)
+            if nl < 0:
+                break
+            piece = data[cursor : nl + 1]
+            if not _zero_debris(piece):
+                reason = problem
+                if cursor > pos:
+                    try:
+                        parse_line(piece)
+                    except BadRecord:
+                        reason = f"{problem}, and more bad lines follow"
+                    else:
+                        reason = f"{problem}, and valid records follow it"
+                result.error = IntegrityError(thread_id, expected, reason, offset=offset)
+                return
+            cursor = nl + 1
+        fragment = data[cursor:]
+    else:
+        fragment = data[pos:]
+    if fragment and _damaged_terminator(fragment):
         result.error = IntegrityError(
-            thread_id, expected, f"{problem}, and valid records follow it", offset=offset
+            thread_id,
+            expected,
+            f"{problem}: the final line is a whole record whose newline was overwritten",
+            offset=offset,
         )
         return
     result.torn = TornTail(offset, len(data) - pos, problem)

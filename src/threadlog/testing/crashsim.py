@@ -52,8 +52,10 @@ Simplifications
 * Renames across directories become an unlink in one directory and a link in the other, each
   persisted independently; hard links, ``O_TRUNC`` of an existing file's durable data beyond
   the truncation, and directory renames are not used by the store and only modelled simply.
-* Garbage is random bytes from a seeded generator; it may contain newlines (as real garbage
-  may), but it never forms a valid record.
+* Garbage is random bytes from a seeded generator, without newlines: a complete line that
+  is not a record (and not zero-filled) is damage by design, never a torn tail (a flipped bit
+  must not pass for a crash, `threadlog.store.rollout`). Stale-block garbage needs ext4
+  ``data=writeback``; the file systems threadlog supports leave a prefix, or zeros.
 * Metadata other than names and content (modes, times, sizes of holes) is not modelled.
 
 Everything random comes from a `random.Random` the caller passes, so a trace and a seed give the
@@ -478,7 +480,7 @@ class Disk:
             if tear == "zeros":
                 piece += bytes(rest)
             elif tear == "garbage":
-                piece += rng.randbytes(rest)
+                piece += rng.randbytes(rest).replace(b"\n", b"?")
             _apply_file_op(buf, Write(ino, following.offset, piece))
         elif tear == "pages":
             old = node.durable
