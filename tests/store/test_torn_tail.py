@@ -183,9 +183,7 @@ def test_zeros_after_the_last_line_are_repaired(homes: Homes, tpl: Template, siz
         pytest.param(b"\0" * 4096 + b"\n" + b"\0" * 10 + b"\n{", id="zero-lines-fragment"),
     ],
 )
-def test_debris_a_crash_can_leave_is_repaired(
-    homes: Homes, tpl: Template, debris: bytes
-) -> None:
+def test_debris_a_crash_can_leave_is_repaired(homes: Homes, tpl: Template, debris: bytes) -> None:
     """A torn tail is an unterminated fragment or zero-filled lines (RELIABILITY A5)."""
     home, path = homes.make(tpl.data + debris)
     _check_repaired(home, path, tpl, RECORDS, torn=True)

@@ -1005,27 +1005,55 @@ class EmbeddedStore:
         )
 
     def thread_ids(self) -> list[str]:
-        """Every thread with a rollout file, from the file system (not the index)."""
-        return [tid for tid, path in self._rollout_files() if _has_a_record(path)]
+        """Every thread with a rollout file, from the file system (not the index): those with
+        a complete line, and those whose only bytes are damaged (a whole record whose newline
+        was overwritten is still a thread, and `verify` must say so)."""
+        return [tid for tid, path in self._rollout_files() if _has_a_record(path, tid)]
 
     def _remove_unborn(self, thread_id: str, path: str) -> None:
-        """A rollout without one complete record is a thread whose creation crashed before its
-        first record was acknowledged: no thread at all. Remove it (after the journals of
-        crashed stores were replayed), unless its creator is still at work."""
+        """A rollout without one acknowledged record is a thread whose creation crashed before
+        its first record was durable: no thread at all. An empty file is removed; one holding
+        bytes (a torn first write) is moved to ``quarantine/``, never deleted (issue 9: nothing
+        ever deletes a rollout's bytes). Not while its creator may still be at work: under
+        its lease, and only once the file is a few seconds old."""
         try:
+            if time.time() - os.stat(path).st_mtime < _UNBORN_AGE:
+                return
             lease = Lease(self._locks_dir, thread_id)
-        except LeaseHeld:
+        except (LeaseHeld, FileNotFoundError):
             return
         try:
             scanned = scan_file(path, thread_id)
-            if not scanned.records and scanned.error is None:
+            if scanned.records or scanned.error is not None:
+                return
+            directory = os.path.dirname(path)
+            if os.path.getsize(path) == 0:
                 self._fops.unlink(path)
-                self._fops.fsync_dir(os.path.dirname(path))
+                self._fops.fsync_dir(directory)
                 log.info("removed the empty rollout of an unborn thread %s", thread_id)
+            else:
+                aside = self._quarantine(path, "unborn")
+                log.warning(
+                    "thread %s was never born (its first write was torn); its bytes are in %s",
+                    thread_id,
+                    aside,
+                )
         except FileNotFoundError:
             pass
         finally:
             lease.release()
+
+    def _quarantine(self, path: str, why: str) -> str:
+        """Move a file out of the threads tree into ``quarantine/`` (0700), durably; its new
+        path. Used only for files that hold no acknowledged record."""
+        directory = os.path.join(self.home, "quarantine")
+        self._fops.makedirs(directory)
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        aside = os.path.join(directory, f"{os.path.basename(path)}.{why}-{stamp}")
+        self._fops.rename(path, aside)
+        self._fops.fsync_dir(directory)
+        self._fops.fsync_dir(os.path.dirname(path))
+        return aside
 
     def _rollout_files(self) -> Iterator[tuple[str, str]]:
         try:
@@ -1417,13 +1445,21 @@ _PLAIN_CUSTOM: set[str] = set()
 """``custom.`` type names already checked: their appends skip the generic checks."""
 
 
-def _has_a_record(path: str) -> bool:
-    """Whether a rollout holds at least one complete line (cheap: its first bytes)."""
+_UNBORN_AGE = 5.0
+"""Seconds a rollout without a record is left alone: its creator may be writing it."""
+
+
+def _has_a_record(path: str, thread_id: str) -> bool:
+    """Whether a rollout holds at least one complete line (cheap: its first bytes), or bytes
+    that are damage rather than a torn first write."""
     try:
         with open(path, "rb") as f:
-            return b"\n" in f.read(1 << 20)
+            head = f.read(1 << 20)
     except FileNotFoundError:
         return False
+    if b"\n" in head:
+        return True
+    return bool(head) and scan(head, thread_id).error is not None
 
 
 def _raise_fd_limit() -> None:
