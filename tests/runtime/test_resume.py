@@ -76,7 +76,9 @@ def crashed_log(home: str, workspace: Path, tool: Tool, *, until: str) -> str:
         records = store.read(thread)
     cut = next(r.ord for r in records if r.type == until)
     crashed = home + "-crashed"
-    shutil.copytree(home, crashed)
+    # the rollouts only: the index of the finished run knows records a process killed at the
+    # cut had not written yet (a real kill leaves an index that knows at most the cut)
+    shutil.copytree(home, crashed, ignore=shutil.ignore_patterns("index.sqlite3*"))
     path = next(Path(crashed, "threads").glob(f"*/*/{thread}.jsonl"))
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(lines[:cut]))

@@ -247,8 +247,8 @@ def verify(home: str | None, as_json: bool, thread: str | None, no_events: bool)
       threadlog verify THREAD --json
     """
     with open_store(home) as store:
-        ids = [thread] if thread else store.thread_ids()
-        if thread and not store.exists(thread):
+        ids = [thread] if thread else store.thread_ids() + store.missing_threads()
+        if thread and not store.exists(thread) and thread not in store.missing_threads():
             raise UsageError(f"no thread {thread!r} in this store")
         reports = [store.verify(t, check_events=not no_events) for t in ids]
     failed = [r for r in reports if not r.ok]

@@ -603,6 +603,10 @@ class EmbeddedStore:
     def _open_for_writing(self, thread_id: str) -> RolloutLog:
         path = self.path_of(thread_id)
         if not os.path.isfile(path):
+            if thread_id in self.missing_threads():
+                raise IntegrityError(
+                    thread_id, 1, "the rollout file is missing, yet records were acknowledged"
+                )
             raise ThreadNotFound(thread_id)
         lease = Lease(self._locks_dir, thread_id)
         try:
@@ -614,6 +618,9 @@ class EmbeddedStore:
                 scanned = self._recover_thread(thread_id, path)
             if scanned.error is not None:
                 raise scanned.error
+            lost = self._lost_acknowledged(thread_id, scanned, anchor)
+            if lost is not None:
+                raise lost  # never cut (or write after) what was acknowledged and is gone
             if not scanned.records and anchor is None:
                 raise ThreadNotFound(thread_id)
             fd = self._fops.open(path, os.O_RDWR | os.O_APPEND)
@@ -895,6 +902,9 @@ class EmbeddedStore:
             raise ThreadNotFound(thread_id) from None
         if scanned.error is not None:
             raise scanned.error
+        lost = self._lost_acknowledged(thread_id, scanned)
+        if lost is not None:
+            raise lost
         if not scanned.records:
             raise ThreadNotFound(thread_id)
         records = scanned.records[after:] if after > 0 else scanned.records
@@ -980,6 +990,46 @@ class EmbeddedStore:
             raise ThreadNotFound(thread_id)
         return info
 
+    def _lost_acknowledged(
+        self, thread_id: str, scanned: Scan, anchor: Record | None = None
+    ) -> IntegrityError | None:
+        """Damage no scan can see: the log holds fewer records than the index knows were
+        acknowledged (a cut at a line boundary, a file restored from an old copy), or another
+        record at the last acknowledged ordinal. None when it holds them all (or the index,
+        only a projection, cannot say)."""
+        try:
+            known = self.index.acknowledged(thread_id).get(thread_id)
+        except StorageError as exc:
+            log.warning(
+                "thread %s: the index cannot say what was acknowledged (%s)", thread_id, exc
+            )
+            return None
+        if known is None:
+            return None
+        ord_, hash_, _ = known
+        records = scanned.records
+        last = records[-1] if records else anchor
+        have = last.ord if last is not None else 0
+        if have < ord_:
+            return IntegrityError(
+                thread_id,
+                have + 1,
+                f"{ord_ - have} acknowledged record(s) missing: the log ends at ord {have} but "
+                f"ord {ord_} was acknowledged (the index knew it); restore the file from a "
+                "backup, or salvage what is left with `threadlog fork`",
+                offset=scanned.end,
+            )
+        at = ord_ - records[0].ord if records else -1
+        if 0 <= at < len(records) and records[at].hash != hash_:
+            return IntegrityError(
+                thread_id,
+                ord_,
+                "this is not the record that was acknowledged at this ordinal (the index knew "
+                "another hash): the file was replaced",
+                offset=scanned.offsets[at],
+            )
+        return None
+
     def verify(self, thread_id: str, *, check_events: bool = True) -> VerifyReport:
         """Check a thread's framing, hashes, chain and ordinals (and, by default, that every
         event is legal for the reducer). Reports; never repairs."""
@@ -987,8 +1037,12 @@ class EmbeddedStore:
         try:
             scanned = scan_file(path, thread_id)
         except FileNotFoundError:
-            raise ThreadNotFound(thread_id) from None
+            if thread_id not in self.missing_threads():
+                raise ThreadNotFound(thread_id) from None
+            scanned = Scan()
         error: IntegrityError | InvalidTransition | None = scanned.error
+        if error is None:
+            error = self._lost_acknowledged(thread_id, scanned)
         if error is None and not scanned.records:
             raise ThreadNotFound(thread_id)  # never born: its first record was never acknowledged
         if error is None and check_events:
@@ -1003,6 +1057,15 @@ class EmbeddedStore:
         return VerifyReport(
             thread_id, error is None, len(scanned.records), last, scanned.torn, error
         )
+
+    def missing_threads(self) -> list[str]:
+        """Threads with acknowledged records whose rollout file is gone (deleted or moved):
+        `verify` reports them as damaged, since nothing of threadlog deletes a rollout."""
+        try:
+            known = self.index.acknowledged()
+        except StorageError:
+            return []
+        return sorted(t for t in known if not os.path.exists(self.path_of(t)))
 
     def thread_ids(self) -> list[str]:
         """Every thread with a rollout file, from the file system (not the index): those with
@@ -1088,9 +1151,6 @@ class EmbeddedStore:
                 size = os.stat(path).st_size
             except FileNotFoundError:
                 continue
-            if size == 0:
-                self._remove_unborn(thread_id, path)
-                continue
             known = positions.get(thread_id)
             if known is not None and known[0] == size:
                 continue
@@ -1112,6 +1172,8 @@ class EmbeddedStore:
                 scanned = scan_file(path, thread_id)
                 if known is not None:
                     self.index.reset_thread(thread_id)
+            if scanned.error is None:
+                scanned.error = self._lost_acknowledged(thread_id, scanned)
             if scanned.error is None and not scanned.records:
                 self._remove_unborn(thread_id, path)
                 continue
@@ -1123,10 +1185,10 @@ class EmbeddedStore:
                 applied += len(scanned.records)
                 pending += len(scanned.records)
             if pending >= 50_000:
-                self.index.apply(batches)
+                self.index.apply(batches, acknowledged=False)
                 batches, pending = [], 0
         if batches:
-            self.index.apply(batches)
+            self.index.apply(batches, acknowledged=False)
         gone = [tid for tid in positions if tid not in seen]
         if gone:
             self.index.forget(gone)

@@ -48,6 +48,12 @@ CREATE TABLE IF NOT EXISTS threads (
     damage      TEXT
 );
 CREATE INDEX IF NOT EXISTS threads_by_activity ON threads (last_ts);
+CREATE TABLE IF NOT EXISTS acknowledged (
+    thread_id TEXT PRIMARY KEY,
+    last_ord  INTEGER NOT NULL,
+    last_hash TEXT,
+    bytes     INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS turns (
     thread_id   TEXT NOT NULL,
     turn_id     TEXT NOT NULL,
@@ -211,6 +217,26 @@ class Index:
             return {t: (b, o, h) for t, b, o, h in rows}
 
     @_translated
+    def acknowledged(self, thread_id: str | None = None) -> dict[str, tuple[int, str | None, int]]:
+        """``thread_id → (last_ord, last_hash, bytes)``: the furthest each thread was ever
+        indexed, which only durable records reach. Unlike the projections, `clear`,
+        `reset_thread` and `forget` keep it, so a rollout that lost records it once held
+        (truncated, deleted, restored from an old copy) is caught, not re-indexed as if it
+        had always been shorter (issue 9)."""
+        with self._lock:
+            if thread_id is None:
+                rows = self._db.execute(
+                    "SELECT thread_id, last_ord, last_hash, bytes FROM acknowledged"
+                )
+            else:
+                rows = self._db.execute(
+                    "SELECT thread_id, last_ord, last_hash, bytes FROM acknowledged "
+                    "WHERE thread_id = ?",
+                    (thread_id,),
+                )
+            return {t: (o, h, b) for t, o, h, b in rows}
+
+    @_translated
     def turns(self, thread_id: str) -> list[dict[str, Any]]:
         with self._lock:
             cur = self._db.execute(
@@ -244,16 +270,24 @@ class Index:
     # -- writes ----------------------------------------------------------------------------
 
     @_translated
-    def apply(self, batches: Iterable[tuple[str, str, Sequence[Record], int]]) -> None:
+    def apply(
+        self,
+        batches: Iterable[tuple[str, str, Sequence[Record], int]],
+        *,
+        acknowledged: bool = True,
+    ) -> None:
         """Apply ``(thread_id, path, records, end_offset)`` batches in one transaction.
 
         Records at or below a thread's applied ordinal are skipped, so re-applying is harmless.
+        ``acknowledged``: the records are known durable (a writer's commits, a fork written
+        whole), so they raise the threads' `acknowledged` marks; records a catch-up found in
+        a file (perhaps in the page cache only, left by a killed writer) do not.
         """
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 for thread_id, path, records, end in batches:
-                    self._apply_one(thread_id, path, records, end)
+                    self._apply_one(thread_id, path, records, end, acknowledged)
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
@@ -343,7 +377,9 @@ class Index:
                 self._db.execute(f"DELETE FROM {table}")
             self._db.execute("COMMIT")
 
-    def _apply_one(self, thread_id: str, path: str, records: Sequence[Record], end: int) -> None:
+    def _apply_one(
+        self, thread_id: str, path: str, records: Sequence[Record], end: int, acknowledged: bool
+    ) -> None:
         db = self._db
         row = db.execute(
             "SELECT last_ord FROM threads WHERE thread_id = ?", (thread_id,)
@@ -353,6 +389,8 @@ class Index:
             applied = 0
         else:
             applied = row[0]
+        if acknowledged and records:
+            self._acknowledge(thread_id, records[-1], end)
         fresh = [r for r in records if r.ord > applied]
         if not fresh:
             return
@@ -392,6 +430,15 @@ class Index:
             "UPDATE threads SET last_ord = ?, last_hash = ?, last_ts = ?, bytes = ?, "
             "turns = turns + ?, tool_calls = tool_calls + ?, path = ? WHERE thread_id = ?",
             (last.ord, last.hash, last.ts, end, new_turns, new_calls, path, thread_id),
+        )
+
+    def _acknowledge(self, thread_id: str, last: Record, end: int) -> None:
+        self._db.execute(
+            "INSERT INTO acknowledged (thread_id, last_ord, last_hash, bytes) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (thread_id) DO UPDATE SET last_ord = excluded.last_ord, "
+            "last_hash = excluded.last_hash, bytes = excluded.bytes "
+            "WHERE excluded.last_ord > acknowledged.last_ord",
+            (thread_id, last.ord, last.hash, end),
         )
 
     def _set_thread(self, thread_id: str, fields: dict[str, Any]) -> None:

@@ -1,0 +1,146 @@
+"""Acknowledged records are never cut, and their loss is never silent (issue 9, points 1-3).
+
+Scan alone cannot tell a log cut at a line boundary from one that was always that short, so
+the index keeps, for each thread, the furthest ordinal a writer ever acknowledged (kept across
+`rebuild`). Each test damages a home the way an operator or an attacker could.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from threadlog import EmbeddedStore, IntegrityError
+from threadlog.cli import cli
+
+
+def _thread(home: Path, records: int = 6) -> tuple[str, Path]:
+    with EmbeddedStore(home) as store:
+        thread = store.create_thread("tester")
+        for i in range(records - 1):
+            store.append(thread, "custom.note", {"i": i}, durable=True)
+        return thread, Path(store.path_of(thread))
+
+
+def _lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True)
+
+
+def test_a_cut_at_a_line_boundary_fails_verify_and_says_how_many(tmp_path: Path) -> None:
+    thread, path = _thread(tmp_path)
+    path.write_bytes(b"".join(_lines(path)[:-2]))  # a clean log, two records short
+    content = path.read_bytes()
+    with EmbeddedStore(tmp_path) as store:
+        report = store.verify(thread)
+        assert not report.ok
+        assert report.first_bad_ord == 5
+        assert "2 acknowledged record(s) missing" in str(report.error)
+        with pytest.raises(IntegrityError, match="missing"):
+            store.read(thread)
+        with pytest.raises(IntegrityError, match="missing"):
+            store.append(thread, "custom.note", {"reuses": "ord 5"})
+        assert store.thread_info(thread).damage is not None
+    result = CliRunner().invoke(cli, ["verify", thread, "--json", "--home", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    assert "2 acknowledged record(s) missing" in json.loads(result.output)["error"]
+    assert path.read_bytes() == content
+
+
+def test_rebuild_does_not_forget_what_was_acknowledged(tmp_path: Path) -> None:
+    thread, path = _thread(tmp_path)
+    path.write_bytes(b"".join(_lines(path)[:-1]))
+    with EmbeddedStore(tmp_path) as store:
+        store.rebuild()
+        assert not store.verify(thread).ok
+    with EmbeddedStore(tmp_path) as store:  # and after another open's catch-up
+        assert not store.verify(thread).ok
+
+
+def test_a_torn_tail_below_what_was_acknowledged_is_not_cut(tmp_path: Path) -> None:
+    """Half of the last acknowledged line gone: it looks torn, but the index knew it."""
+    thread, path = _thread(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 40])
+    content = path.read_bytes()
+    with EmbeddedStore(tmp_path) as store:
+        assert not store.verify(thread).ok
+        with pytest.raises(IntegrityError, match="acknowledged"):
+            store.append(thread, "custom.note", {"would": "reuse ord 6"})
+    assert path.read_bytes() == content
+
+
+def test_a_replaced_last_record_is_caught(tmp_path: Path) -> None:
+    """Another thread's valid log copied over this one (same length): the hash at the last
+    acknowledged ordinal is not the one acknowledged."""
+    thread, path = _thread(tmp_path)
+    with EmbeddedStore(tmp_path) as store:
+        report = store.verify(thread)
+        assert report.ok
+        # rewrite history: same ords, other content, a valid chain
+        impostor = store.create_thread("tester")
+        for i in range(5):
+            store.append(impostor, "custom.note", {"i": -i}, durable=True)
+        forged = (
+            Path(store.path_of(impostor)).read_bytes().replace(impostor.encode(), thread.encode())
+        )
+    path.write_bytes(forged)
+    with EmbeddedStore(tmp_path) as store:
+        assert not store.verify(thread).ok
+
+
+def test_a_deleted_rollout_is_reported_not_forgotten(tmp_path: Path) -> None:
+    thread, path = _thread(tmp_path)
+    os.unlink(path)
+    with EmbeddedStore(tmp_path) as store:
+        assert store.missing_threads() == [thread]
+        report = store.verify(thread)
+        assert not report.ok and "6 acknowledged record(s) missing" in str(report.error)
+        with pytest.raises(IntegrityError, match="missing"):
+            store.append(thread, "custom.note", {})
+    result = CliRunner().invoke(cli, ["verify", "--home", str(tmp_path)])
+    assert result.exit_code == 1 and thread in result.output
+
+
+def test_a_damaged_single_record_is_a_damaged_thread_not_no_thread(tmp_path: Path) -> None:
+    """Point 2: the only record has one bad byte: never unlinked, reported as damage."""
+    with EmbeddedStore(tmp_path) as store:
+        thread = store.create_thread("tester")
+        path = Path(store.path_of(thread))
+    data = bytearray(path.read_bytes())
+    data[40] ^= 0x04
+    path.write_bytes(bytes(data))
+    os.utime(path, (1, 1))  # old: no creator can be at work on it
+    for _ in range(2):
+        with EmbeddedStore(tmp_path) as store:
+            store.rebuild()
+            report = store.verify(thread)
+            assert not report.ok and report.first_bad_ord == 1
+            assert thread in store.thread_ids()
+    assert path.read_bytes() == bytes(data)
+    result = CliRunner().invoke(cli, ["verify", "--home", str(tmp_path)])
+    assert result.exit_code == 1 and "first bad ord 1" in result.output
+
+
+def test_an_unborn_torn_rollout_is_quarantined_not_deleted(tmp_path: Path) -> None:
+    """A creation cut inside its first line held no acknowledged record; its bytes are still
+    moved aside, not unlinked."""
+    with EmbeddedStore(tmp_path) as store:
+        thread = store.create_thread("tester")
+        path = Path(store.path_of(thread))
+    # an index that never saw the thread, as after a crash inside create_thread
+    for name in os.listdir(tmp_path):
+        if name.startswith("index.sqlite3"):
+            os.unlink(tmp_path / name)
+    fragment = path.read_bytes()[:50]
+    path.write_bytes(fragment)
+    os.utime(path, (1, 1))
+    with EmbeddedStore(tmp_path) as store:
+        assert thread not in store.thread_ids()
+    assert not path.exists()
+    (aside,) = (tmp_path / "quarantine").iterdir()
+    assert aside.name.startswith(f"{thread}.jsonl.unborn-")
+    assert aside.read_bytes() == fragment
