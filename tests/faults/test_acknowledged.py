@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -73,23 +74,22 @@ def test_a_torn_tail_below_what_was_acknowledged_is_not_cut(tmp_path: Path) -> N
     assert path.read_bytes() == content
 
 
-def test_a_replaced_last_record_is_caught(tmp_path: Path) -> None:
-    """Another thread's valid log copied over this one (same length): the hash at the last
-    acknowledged ordinal is not the one acknowledged."""
-    thread, path = _thread(tmp_path)
-    with EmbeddedStore(tmp_path) as store:
-        report = store.verify(thread)
-        assert report.ok
-        # rewrite history: same ords, other content, a valid chain
-        impostor = store.create_thread("tester")
-        for i in range(5):
-            store.append(impostor, "custom.note", {"i": -i}, durable=True)
-        forged = (
-            Path(store.path_of(impostor)).read_bytes().replace(impostor.encode(), thread.encode())
-        )
+def test_a_rollout_restored_from_another_history_is_caught(tmp_path: Path) -> None:
+    """A valid log of the same thread with another record at the last acknowledged ordinal
+    (an old copy, continued elsewhere, put back): every hash checks, only the index knows."""
+    home, other = tmp_path / "home", tmp_path / "other"
+    thread, path = _thread(home)
+    shutil.copytree(home, other)
+    with EmbeddedStore(home) as store:
+        store.append(thread, "custom.note", {"history": "acknowledged here"})
+    with EmbeddedStore(other) as store:
+        store.append(thread, "custom.note", {"history": "written elsewhere"})
+        forged = Path(store.path_of(thread)).read_bytes()
     path.write_bytes(forged)
-    with EmbeddedStore(tmp_path) as store:
-        assert not store.verify(thread).ok
+    with EmbeddedStore(home) as store:
+        report = store.verify(thread)
+        assert not report.ok and report.first_bad_ord == 7
+        assert "not the record that was acknowledged" in str(report.error)
 
 
 def test_a_deleted_rollout_is_reported_not_forgotten(tmp_path: Path) -> None:

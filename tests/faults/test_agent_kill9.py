@@ -82,6 +82,10 @@ def test_checker_reports_a_duplicate_charge_and_a_lost_record(tmp_path: Path) ->
     rollout = next((tmp_path / "home" / "threads").glob("*/*/*.jsonl"))
     lines = rollout.read_bytes().splitlines(keepends=True)
     rollout.write_bytes(b"".join(lines[:-1]))
+    # the index knows the cut record was acknowledged, so the store refuses the log itself
+    assert check_agent_home(home, workspace, 3, 2, acked).verify_failures
+    for index in (tmp_path / "home").glob("index.sqlite3*"):
+        index.unlink()  # without it, the checker's own accounting must find the loss
     broken = check_agent_home(home, workspace, 3, 2, acked)
     assert any(first in d for d in broken.duplicates), broken.violations
     assert any("acknowledged, but the log ends" in loss for loss in broken.losses)

@@ -23,6 +23,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -65,7 +66,7 @@ from threadlog.store.artifacts import ArtifactStore
 from threadlog.store.base import check_new_thread, normalize_append
 from threadlog.store.index import Index, IndexedThread
 from threadlog.store.journal import Journal, LogClosed, RolloutLog
-from threadlog.store.leases import Lease
+from threadlog.store.leases import Lease, read_durable_end
 from threadlog.store.recovery import find_dead_journals, recover_rollout
 from threadlog.store.rollout import Scan, TornTail, inherited_prefix, scan, scan_file
 
@@ -186,6 +187,8 @@ class EmbeddedStore:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._async_waiters: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
         self._journal = Journal(self._journal_dir, fops, self._on_durable)
+        self._closed_why = "the store is closed"
+        _OPEN_STORES.add(self)
         self.recover()
         self.artifacts.sweep_temp_files()
         remove_orphan_temps(self._journal_dir)  # journals a crash left half created
@@ -229,6 +232,7 @@ class EmbeddedStore:
         """Flush everything, bring the index up to date, release every lease. Idempotent."""
         if self._closed:
             return
+        _OPEN_STORES.discard(self)
         self._closed = True
         self._stop.set()
         self._background.join(timeout=10)
@@ -314,12 +318,15 @@ class EmbeddedStore:
         thread_id = new_id(now)
         path = self.path_of(thread_id)
         directory = os.path.dirname(path)
-        lease = Lease(self._locks_dir, thread_id)
         fd: int | None = None
+        lease: Lease | None = None
         submitted = False
         try:
             self._fops.makedirs(directory)
             fd = self._fops.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            # The lease locks the rollout itself. Until then nobody else knows the new id,
+            # and a catch-up leaves a young file without a record alone.
+            lease = Lease(self._locks_dir, thread_id, path)
             # The file's directory entry is durable before any record of it is acknowledged
             # (RELIABILITY A3); a crash before the record leaves an empty file, which is no
             # thread at all.
@@ -332,6 +339,7 @@ class EmbeddedStore:
                 scanned=Scan(),
                 max_record_bytes=self.max_record_bytes,
             )
+            lease.publish(0)
             _, seq = rollout.submit(
                 id=new_id(now),
                 type=event.type,
@@ -355,7 +363,8 @@ class EmbeddedStore:
                     self._fops.close(fd)
                     with contextlib.suppress(OSError):
                         self._fops.unlink(path)
-                lease.release()
+                if lease is not None:
+                    lease.release()
             if isinstance(exc, OSError):
                 raise StorageError(f"cannot create thread {thread_id}: {exc}") from exc
             raise
@@ -428,7 +437,7 @@ class EmbeddedStore:
     ) -> tuple[int, Record]:
         """Queue a record; returns (journal sequence to wait for, or 0, record)."""
         if self._closed:
-            raise UsageError("the store is closed")
+            raise UsageError(self._closed_why)
         if type_.__class__ is str and type_ in _PLAIN_CUSTOM and id is None and parent is ...:
             type_name = type_  # the hot path: a known custom type (no schema to check)
             if data is None:
@@ -559,7 +568,9 @@ class EmbeddedStore:
         for rollout in self._logs.values():
             rollout.uses = 0
 
-    def _anchored_tail(self, thread_id: str, path: str) -> tuple[Record, Scan] | None:
+    def _anchored_tail(
+        self, thread_id: str, path: str, durable: int | None = None
+    ) -> tuple[Record, Scan] | None:
         """The thread's snapshot anchor (verified against the rollout) and the scan of what
         follows it; None when there is no usable snapshot."""
         snap = self.index.get_snapshot(thread_id)
@@ -575,7 +586,7 @@ class EmbeddedStore:
                 first = f.readline(self.max_record_bytes + 1)
                 f.seek(start)
                 head = f.read(end - start)
-                tail = f.read()
+                tail = f.read() if durable is None else f.read(max(0, durable - end))
         except FileNotFoundError:
             return None
         cut = head.rfind(b"\n", 0, len(head) - 1)
@@ -608,7 +619,10 @@ class EmbeddedStore:
                     thread_id, 1, "the rollout file is missing, yet records were acknowledged"
                 )
             raise ThreadNotFound(thread_id)
-        lease = Lease(self._locks_dir, thread_id)
+        try:
+            lease = Lease(self._locks_dir, thread_id, path)
+        except FileNotFoundError:
+            raise ThreadNotFound(thread_id) from None
         try:
             fast = None if self._has_dead_journals() else self._anchored_tail(thread_id, path)
             anchor: Record | None = None
@@ -652,6 +666,7 @@ class EmbeddedStore:
             # and a record acknowledged on top of them must not be lost with them.
             try:
                 self._fops.fsync(fd)
+                lease.publish(scanned.end)
             except OSError:
                 self._fops.close(fd)
                 raise
@@ -686,6 +701,12 @@ class EmbeddedStore:
         self._listeners.remove(listener)
 
     def _on_durable(self, rollout: RolloutLog, records: list[Record], end: int) -> None:
+        lease = self._leases.get(rollout.thread_id)
+        if lease is not None:
+            try:
+                lease.publish(end)  # readers in other processes may now read up to ``end``
+            except OSError as exc:  # they keep stopping at the last end published: safe
+                log.warning("thread %s: cannot publish its durable end: %s", rollout.thread_id, exc)
         _faults.after_durable(records)
         for listener in self._listeners:
             try:
@@ -730,7 +751,10 @@ class EmbeddedStore:
         snap = self.index.get_snapshot(thread_id)
         if snap is None or snap[3] != version:
             return None
-        if self._anchored_tail(thread_id, self.path_of(thread_id)) is None:
+        if (
+            self._anchored_tail(thread_id, self.path_of(thread_id), self.durable_end(thread_id))
+            is None
+        ):
             return None
         return snap[0], snap[4]
 
@@ -776,9 +800,16 @@ class EmbeddedStore:
             for thread_id, entries in threads.items():
                 path = self.path_of(thread_id)
                 try:
-                    lease = Lease(self._locks_dir, thread_id)
+                    lease = Lease(self._locks_dir, thread_id, path)
                 except LeaseHeld:
                     held.add(thread_id)  # its writer replays it when it opens the thread
+                    continue
+                except FileNotFoundError:
+                    log.error(
+                        "recovery: thread %s has records in a journal but no rollout; the "
+                        "journal is kept",
+                        thread_id,
+                    )
                     continue
                 try:
                     before = os.path.getsize(path) if os.path.exists(path) else -1
@@ -861,12 +892,24 @@ class EmbeddedStore:
         fresh = rollout.take_fresh() if rollout is not None else None
         if fresh:  # just verified by opening the thread (and synced), only this store writes it
             return fresh[after:] if limit is None else fresh[after : after + limit]
-        records = self._read_file(path, thread_id, after, limit)
-        # Durable before visible: a writer (another process, or this store's committer) may
-        # have written records it has not synced yet; sync the file now that it is read, so
-        # that nothing returned here can be lost by a power cut.
-        self._sync_file(path)
+        end = self.durable_end(thread_id)
+        records = self._read_file(path, thread_id, after, limit, end)
+        if end is None:
+            # Durable before visible: no live writer says how far the file is durable, and a
+            # killed one may have left records it never synced; sync the file now that it is
+            # read, so that nothing returned here can be lost by a power cut.
+            self._sync_file(path)
         return records
+
+    def durable_end(self, thread_id: str) -> int | None:
+        """The byte offset up to which the thread's rollout is known durable while a live
+        writer holds it (this store, or another process, which publishes it after every
+        commit); None when nobody writes it. Readers stop there: bytes past it may not be on
+        disk yet, and a failed fsync would cut them (issue 9)."""
+        rollout = self._logs.get(thread_id)
+        if rollout is not None:
+            return rollout.size
+        return read_durable_end(self._locks_dir, thread_id)
 
     def _sync_file(self, path: str) -> None:
         """fdatasync a file through a read-only descriptor (about 40 µs when nothing is dirty)."""
@@ -884,20 +927,22 @@ class EmbeddedStore:
         finally:
             fops.close(fd)
 
-    def _read_file(self, path: str, thread_id: str, after: int, limit: int | None) -> list[Record]:
+    def _read_file(
+        self, path: str, thread_id: str, after: int, limit: int | None, end: int | None
+    ) -> list[Record]:
         if limit is not None and after == 0:
-            head = self._read_head(path, thread_id, limit)
+            head = self._read_head(path, thread_id, limit, end)
             if head is not None:
                 return head
         if after > 0:
             snap = self.index.get_snapshot(thread_id)
             if snap is not None and snap[0] <= after:
-                fast = self._anchored_tail(thread_id, path)
+                fast = self._anchored_tail(thread_id, path, end)
                 if fast is not None:  # read only what follows the snapshot's anchor
                     records = [r for r in fast[1].records if r.ord > after]
                     return records[:limit] if limit is not None else records
         try:
-            scanned = scan_file(path, thread_id)
+            scanned = scan_file(path, thread_id, end=end)
         except FileNotFoundError:
             raise ThreadNotFound(thread_id) from None
         if scanned.error is not None:
@@ -910,17 +955,21 @@ class EmbeddedStore:
         records = scanned.records[after:] if after > 0 else scanned.records
         return records[:limit] if limit is not None else records
 
-    def _read_head(self, path: str, thread_id: str, count: int) -> list[Record] | None:
+    def _read_head(
+        self, path: str, thread_id: str, count: int, end: int | None
+    ) -> list[Record] | None:
         """The first ``count`` records, from the first ``count`` lines alone; None when there
         are fewer or they are not all valid (the full scan then tells a torn tail from damage)."""
         lines = []
+        read = 0
         try:
             with open(path, "rb") as f:
                 for _ in range(count):
                     line = f.readline(self.max_record_bytes + 2)
-                    if not line.endswith(b"\n"):
+                    if not line.endswith(b"\n") or (end is not None and read + len(line) > end):
                         break
                     lines.append(line)
+                    read += len(line)
         except FileNotFoundError:
             raise ThreadNotFound(thread_id) from None
         scanned = scan(b"".join(lines), thread_id, whole=False)
@@ -991,7 +1040,7 @@ class EmbeddedStore:
         return info
 
     def _lost_acknowledged(
-        self, thread_id: str, scanned: Scan, anchor: Record | None = None
+        self, thread_id: str, scanned: Scan, anchor: Record | None = None, prefix: int = 0
     ) -> IntegrityError | None:
         """Damage no scan can see: the log holds fewer records than the index knows were
         acknowledged (a cut at a line boundary, a file restored from an old copy), or another
@@ -1009,7 +1058,7 @@ class EmbeddedStore:
         ord_, hash_, _ = known
         records = scanned.records
         last = records[-1] if records else anchor
-        have = last.ord if last is not None else 0
+        have = last.ord if last is not None else prefix  # (``prefix``: ords known before)
         if have < ord_:
             return IntegrityError(
                 thread_id,
@@ -1035,7 +1084,7 @@ class EmbeddedStore:
         event is legal for the reducer). Reports; never repairs."""
         path = self.path_of(thread_id)
         try:
-            scanned = scan_file(path, thread_id)
+            scanned = scan_file(path, thread_id, end=self.durable_end(thread_id))
         except FileNotFoundError:
             if thread_id not in self.missing_threads():
                 raise ThreadNotFound(thread_id) from None
@@ -1082,7 +1131,7 @@ class EmbeddedStore:
         try:
             if time.time() - os.stat(path).st_mtime < _UNBORN_AGE:
                 return
-            lease = Lease(self._locks_dir, thread_id)
+            lease = Lease(self._locks_dir, thread_id, path)
         except (LeaseHeld, FileNotFoundError):
             return
         try:
@@ -1154,11 +1203,16 @@ class EmbeddedStore:
             known = positions.get(thread_id)
             if known is not None and known[0] == size:
                 continue
+            durable = self.durable_end(thread_id)  # a live writer's unsynced records wait
+            if durable is not None and durable < size:
+                size = durable
+                if known is not None and known[0] == size:
+                    continue
             scanned: Scan | None = None
             if known is not None and 0 < known[0] < size:
                 with open(path, "rb") as f:
                     f.seek(known[0])
-                    tail = f.read()
+                    tail = f.read(size - known[0])
                 scanned = scan(
                     tail,
                     thread_id,
@@ -1168,14 +1222,16 @@ class EmbeddedStore:
                 )
                 if scanned.error is not None:
                     scanned = None  # the index was wrong about the prefix: redo the thread
+            prefix = known[1] if scanned is not None and known is not None else 0
             if scanned is None:
-                scanned = scan_file(path, thread_id)
+                scanned = scan_file(path, thread_id, end=durable)
                 if known is not None:
                     self.index.reset_thread(thread_id)
             if scanned.error is None:
-                scanned.error = self._lost_acknowledged(thread_id, scanned)
+                scanned.error = self._lost_acknowledged(thread_id, scanned, prefix=prefix)
             if scanned.error is None and not scanned.records:
-                self._remove_unborn(thread_id, path)
+                if not prefix:
+                    self._remove_unborn(thread_id, path)
                 continue
             if scanned.error is not None:
                 self.index.mark_damaged(thread_id, path, str(scanned.error))
@@ -1226,8 +1282,9 @@ class EmbeddedStore:
         if thread_id in self._logs:
             self._journal.flush()  # what is acknowledged is in the file
         try:
+            durable = self.durable_end(thread_id)  # never copy what may not be on disk yet
             with open(source, "rb") as f:
-                data = f.read()
+                data = f.read() if durable is None else f.read(durable)
         except FileNotFoundError:
             raise ThreadNotFound(thread_id) from None
         if b"\n" not in data:
@@ -1324,7 +1381,24 @@ class EmbeddedStore:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise UsageError("the store is closed")
+            raise UsageError(self._closed_why)
+
+    def _abandon_in_child(self, parent: int) -> None:
+        """In a ``fork()``ed child: drop this process's copies of the parent's locks and
+        files (its leases, its journal, its rollouts) without touching them, and refuse every
+        further call. Otherwise a parent that dies would leave its threads and journal locked
+        for as long as the child lives, and the child could write under the parent's leases."""
+        self._closed = True
+        self._closed_why = (
+            f"this store was opened by process {parent} before fork(); "
+            "open a new EmbeddedStore in the child process"
+        )
+        for lease in list(self._leases.values()):
+            lease.abandon()
+        for rollout in list(self._logs.values()):
+            with contextlib.suppress(OSError):
+                os.close(rollout.fd)
+        self._journal.abandon()
 
 
 def _fork_source(thread_id: str, line: bytes) -> tuple[Record, ThreadCreated, Copied | None]:
@@ -1501,6 +1575,21 @@ class _Background:
         while not self._done.is_set():
             with contextlib.suppress(BaseException):  # e.g. a second Ctrl-C: wait on
                 self._done.wait()
+
+
+_OPEN_STORES: weakref.WeakSet[EmbeddedStore] = weakref.WeakSet()
+"""Stores open in this process, abandoned in a ``fork()``ed child."""
+
+
+def _after_fork_in_child() -> None:
+    parent = os.getppid()
+    for store in list(_OPEN_STORES):
+        store._abandon_in_child(parent)
+    _OPEN_STORES.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 _PLAIN_CUSTOM: set[str] = set()

@@ -461,6 +461,16 @@ class Journal:
                 self._poison(f"syncing thread {rollout.thread_id} failed", exc)
             self._dirty.pop(rollout.thread_id, None)
 
+    def abandon(self) -> None:
+        """In a ``fork()``ed child: close this process's copy of the journal (and its lock)
+        without touching the file, which the parent still holds. No lock is taken: another
+        thread of the parent may have held one at the fork."""
+        self.closed = True
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     def close(self) -> None:
         """Flush, checkpoint every rollout and delete the journal. Idempotent.
 

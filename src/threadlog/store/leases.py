@@ -1,16 +1,32 @@
-"""Per-thread single-writer leases for the embedded store, on `fcntl.flock`.
+"""Per-thread single-writer leases for the embedded store, on `fcntl.flock` of the rollout.
 
-A lease is an exclusive ``flock`` on ``<home>/locks/<thread>.lock``. The kernel drops it when
-the holding process dies, however it dies, so the lease of a dead process is simply taken over
-by the next opener; no expiry clock is involved. The lock file holds a line naming the holder
-(pid, host, since) so that a refused opener can say who has the thread.
+A lease is an exclusive ``flock`` on the thread's **rollout file itself**: the one file that
+cannot be deleted or swapped out from under its holder without losing the thread anyway (a
+lock on a separate lock file is defeated by deleting that file, after which a second writer
+locks a new one and the two interleave). After locking, the lease checks that the path still
+names the inode it locked, so a rollout renamed or replaced during the open is refused. The
+kernel drops the lock when the holding process dies, however it dies, so the lease of a dead
+process is simply taken over by the next opener; no expiry clock is involved.
+
+Beside it, ``<home>/locks/<thread>.lock`` is the holder's **notice**: who holds the thread
+(pid, host, since: a refused opener says who has it) and the rollout's **durable end**, the
+byte offset up to which every record is on disk, published after each commit. Readers in other
+processes stop there (issue 9: a record whose fsync has not completed, and that a failed fsync
+may yet cut, is never returned or copied). The holder keeps a shared-exclusive ``flock`` on the
+notice too, so a reader can tell a live holder's notice from one a dead process left behind.
+The notice is removed on release; deleting it by hand costs readers that cap, never a second
+writer.
 
 ``flock`` locks belong to an open file description, so a second `Lease` in the *same* process
-is refused too. Local file systems only: ``flock`` is not reliable over NFS.
+is refused too, and a child made by ``fork()`` would share them: the store closes its leases'
+descriptors in the child (`threadlog.store.embedded`), so a parent that dies releases its
+threads even while a child lives on. Local file systems only: ``flock`` is not reliable over
+NFS.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
@@ -19,47 +35,146 @@ from datetime import UTC, datetime
 
 from threadlog.errors import LeaseHeld, StorageError
 
-__all__ = ["Lease"]
+__all__ = ["Lease", "read_durable_end"]
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_FIELD = 20
+_DURABLE_LINE = len("durable ") + 2 * _FIELD + 2
+"""``durable <end> <end>\\n``: the end twice, so that a read racing the update is detected."""
+UNKNOWN = -1
+"""A durable end nobody publishes (the lease holder is recovering, not writing)."""
 
 
 class Lease:
-    """An exclusive, process-bound lease on one thread."""
+    """An exclusive, process-bound lease on one thread's rollout at ``path`` (which exists).
 
-    def __init__(self, locks_dir: str, thread_id: str) -> None:
+    Raises:
+        LeaseHeld: another writer (another process, or another lease of this one) holds it.
+        FileNotFoundError: the rollout does not exist.
+        StorageError: the lock or its notice cannot be taken or written.
+    """
+
+    def __init__(self, locks_dir: str, thread_id: str, path: str) -> None:
         self.thread_id = thread_id
-        self.path = os.path.join(locks_dir, f"{thread_id}.lock")
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-        except OSError as exc:
-            raise StorageError(f"cannot open lock file for thread {thread_id}: {exc}") from exc
+        self.notice_path = os.path.join(locks_dir, f"{thread_id}.lock")
+        fd = os.open(path, os.O_RDONLY | _CLOEXEC | _NOFOLLOW)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            try:
-                holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "another writer"
-            finally:
-                os.close(fd)
-            raise LeaseHeld(thread_id, holder) from None
+            os.close(fd)
+            raise LeaseHeld(thread_id, _holder(self.notice_path)) from None
         except OSError as exc:
             os.close(fd)
             raise StorageError(f"cannot lock thread {thread_id}: {exc}") from exc
+        try:
+            held, now = os.fstat(fd), os.stat(path, follow_symlinks=False)
+        except OSError as exc:
+            os.close(fd)
+            raise StorageError(f"cannot lock thread {thread_id}: {exc}") from exc
+        if (held.st_dev, held.st_ino) != (now.st_dev, now.st_ino):
+            os.close(fd)
+            raise StorageError(
+                f"thread {thread_id}: its rollout was replaced while it was being opened; "
+                "try again (and check what else writes in the store's directory)"
+            )
         self._fd: int | None = fd
-        since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
-        info = f"pid {os.getpid()} on {socket.gethostname()} ({argv0}) since {since}\n".encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, info, 0)
+        self._notice: int | None = None
+        try:
+            self._notice = self._write_notice()
+        except OSError as exc:
+            self.release()
+            raise StorageError(
+                f"cannot write the lease notice of thread {thread_id}: {exc}"
+            ) from exc
+
+    def _write_notice(self) -> int:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.notice_path)  # a dead holder's, or a stranger's: never written through
+        fd = os.open(self.notice_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # a reader's probe holds it for microseconds only
+            since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+            holder = f"pid {os.getpid()} on {socket.gethostname()} ({argv0}) since {since}\n"
+            os.pwrite(fd, _durable_line(UNKNOWN) + holder.encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     @property
     def held(self) -> bool:
         return self._fd is not None
 
+    def publish(self, end: int) -> None:
+        """Announce that the rollout is durable up to byte ``end`` (readers stop there)."""
+        fd = self._notice
+        if fd is not None:
+            os.pwrite(fd, _durable_line(end), 0)
+
     def release(self) -> None:
-        """Give the lease up (idempotent). The lock file stays; it is reused."""
+        """Give the lease up (idempotent) and remove its notice."""
+        notice, self._notice = self._notice, None
+        if notice is not None:
+            try:
+                mine, there = os.fstat(notice), os.stat(self.notice_path)
+                if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
+                    os.unlink(self.notice_path)
+            except OSError:
+                pass  # gone already: nothing to remove
+            os.close(notice)
         fd, self._fd = self._fd, None
         if fd is not None:
-            try:
-                os.ftruncate(fd, 0)
-            except OSError:
-                pass  # the lock is released by close below either way
             os.close(fd)
+
+    def abandon(self) -> None:
+        """In a ``fork()``ed child: drop this process's references to the lock without
+        touching the files (the parent still holds the lease)."""
+        for fd in (self._notice, self._fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._notice = self._fd = None
+
+
+def _durable_line(end: int) -> bytes:
+    return f"durable {end:0{_FIELD}d} {end:0{_FIELD}d}\n".encode()
+
+
+def _holder(notice_path: str) -> str:
+    try:
+        with open(notice_path, "rb") as f:
+            text = f.read(1024)[_DURABLE_LINE:].decode("utf-8", "replace").strip()
+    except OSError:
+        text = ""
+    return text or "another writer"
+
+
+def read_durable_end(locks_dir: str, thread_id: str) -> int | None:
+    """The durable end a live lease holder publishes for the thread; None when no live holder
+    publishes one (no notice, a dead holder's notice, a holder still recovering)."""
+    path = os.path.join(locks_dir, f"{thread_id}.lock")
+    try:
+        fd = os.open(path, os.O_RDONLY | _CLOEXEC | _NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # its holder is alive: trust what it publishes
+        else:
+            return None  # nobody holds it: a dead holder's notice
+        for _ in range(5):
+            line = os.pread(fd, _DURABLE_LINE, 0)
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == b"durable" and parts[1] == parts[2]:
+                try:
+                    end = int(parts[1])
+                except ValueError:
+                    return None
+                return end if end >= 0 else None
+        return None
+    finally:
+        os.close(fd)

@@ -236,11 +236,12 @@ def _classify(
     result.torn = TornTail(offset, len(data) - pos, problem)
 
 
-def scan_file(path: str, thread_id: str, **kwargs: Any) -> Scan:
-    """`scan` a rollout file from disk (read in one go)."""
+def scan_file(path: str, thread_id: str, *, end: int | None = None, **kwargs: Any) -> Scan:
+    """`scan` a rollout file from disk (read in one go), up to byte ``end`` if given (the
+    durable end a live writer publishes: what lies past it may not be on disk yet)."""
     with open(path, "rb") as f:
         offset = kwargs.get("base_offset", 0)
         if offset:
             f.seek(offset)
-        data = f.read()
+        data = f.read() if end is None else f.read(max(0, end - offset))
     return scan(data, thread_id, **kwargs)
