@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -343,11 +344,13 @@ def tail(home: str | None, as_json: bool, thread: str, after: int, interval: flo
     Example:
       threadlog tail THREAD --after 40 | jq -c '{ord, type}'
     """
+    from threadlog.store.leases import read_durable_end
     from threadlog.store.rollout import scan
 
     with open_store(home) as store:
         history = store.read(thread)
         path = store.path_of(thread)
+        locks = os.path.join(store.home, "locks")
     out = sys.stdout.buffer
     for record in history[after:]:
         out.write(orjson.dumps(record.to_dict()) + b"\n")
@@ -357,8 +360,11 @@ def tail(home: str | None, as_json: bool, thread: str, after: int, interval: flo
         offset = _offset_after(f.read(), ord_)
         try:
             while True:
+                # stop where the writer says its records are durable: past it, a record may
+                # still be cut by a failed fsync
+                durable = read_durable_end(locks, thread)
                 f.seek(offset)
-                chunk = f.read()
+                chunk = f.read() if durable is None else f.read(max(0, durable - offset))
                 scanned = scan(
                     chunk, thread, base_offset=offset, start_ord=ord_ + 1, prev_hash=prev
                 )
