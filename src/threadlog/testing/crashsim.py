@@ -54,7 +54,8 @@ Simplifications
   the truncation, and directory renames are not used by the store and only modelled simply.
 * Garbage is random bytes from a seeded generator; it may contain newlines (as real garbage
   may), but it never forms a valid record.
-* Metadata other than names and content (modes, times, sizes of holes) is not modelled.
+* Metadata other than names and content (modes, times, sizes of holes) is not modelled;
+  images are materialized with the store's own modes (folders 0700, files 0600).
 
 Everything random comes from a `random.Random` the caller passes, so a trace and a seed give the
 same images every time. ``threadlog.testing`` may do I/O; the pure core (`threadlog.model`) does
@@ -430,7 +431,7 @@ class Disk:
 
     def materialize(self, state: CrashState, dest: str) -> None:
         """Write the image ``state`` describes into the (empty or missing) directory ``dest``."""
-        os.makedirs(dest, exist_ok=True)
+        os.makedirs(dest, 0o700, exist_ok=True)
         seen: set[int] = set()
 
         def walk(ino: int, path: str) -> None:
@@ -443,8 +444,9 @@ class Disk:
                 if isinstance(node, _Dir):
                     os.mkdir(sub, 0o700)
                     walk(child, sub)
-                else:
-                    with open(sub, "wb") as f:
+                else:  # the store's modes (not modelled: see Simplifications)
+                    fd = os.open(sub, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    with open(fd, "wb") as f:
                         f.write(self._content(child, state))
 
         walk(ROOT, dest)
