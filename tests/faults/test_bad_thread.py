@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.security.homes import crashed_home
 from threadlog import open_store
 from threadlog.cli import cli
 from threadlog.cli import commands as _commands  # noqa: F401 - registers commands
 from threadlog.model import codec
 from threadlog.model.envelope import encode_record
-from tests.security.homes import crashed_home
 
 
 def test_a_journal_naming_a_deleted_rollout(
@@ -60,7 +60,8 @@ def test_a_journal_record_of_a_thread_that_is_not_a_thread_id(tmp_path: Path) ->
 def test_a_damaged_journal_folder(tmp_path: Path, damage: str) -> None:
     home = tmp_path / "home"
     with open_store(home) as store:
-        a, b = store.create_thread("a"), store.create_thread("b")
+        a = store.create_thread("a")
+        store.create_thread("b")
     if damage == "a file":
         (home / "journal").write_bytes(b"not a folder")
     else:
