@@ -14,6 +14,7 @@ Errors are split by audience (who has to act on them)::
     │   └── LeaseHeld               another process holds the thread's single-writer lease
     ├── IntegrityError              the log on disk is damaged: carries thread, ord and offset
     ├── StorageError                an I/O failure; the log that saw it is fail-stopped
+    │   └── InsecureHome            a home, folder or file that other users own or may write
     ├── RunError                    a failure while running a turn
     │   └── ProviderError           the model provider failed (threadlog.runtime.models)
     └── InvalidTransition           the reducer refused an event for the current state
@@ -30,6 +31,7 @@ from __future__ import annotations
 __all__ = [
     "ConflictError",
     "DuplicateEventConflict",
+    "InsecureHome",
     "IntegrityError",
     "InvalidData",
     "InvalidEventType",
@@ -144,6 +146,14 @@ class StorageError(ThreadlogError):
     After a failed ``fsync`` the kernel may have dropped the dirty pages and mark them clean,
     so retrying would acknowledge data that is not on disk (PostgreSQL's "fsyncgate"). The
     writer is therefore poisoned; reopening the thread re-reads the file from disk.
+    """
+
+
+class InsecureHome(StorageError):
+    """A home, one of its folders or files is owned by another user or writable by others.
+
+    The store refuses it (as ssh refuses such a key): anyone who can write there can put
+    records into the threads' logs. The message says the ``chmod``/``chown`` that fixes it.
     """
 
 

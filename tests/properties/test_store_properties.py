@@ -108,8 +108,11 @@ class TrackingFileOps(FileOps):
 
 
 def _store_files(home: Path) -> list[Path]:
-    """The files a crash must preserve: rollouts and journals (the index is rebuildable)."""
+    """The files a crash must preserve: rollouts, journals and the home's secret that keys
+    their headers (the index is rebuildable)."""
     files = sorted((home / "threads").glob("*/*/*.jsonl"))
+    if (home / "secret").is_file():
+        files.append(home / "secret")
     if (home / "journal").is_dir():
         files += sorted(p for p in (home / "journal").iterdir() if p.is_file())
     return files

@@ -315,6 +315,7 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Template, Path]:
         snapshot = tmp_path_factory.mktemp("crashed")
         shutil.copytree(home / "threads", snapshot / "threads")
         shutil.copytree(home / "journal", snapshot / "journal")
+        shutil.copy2(home / "secret", snapshot / "secret")  # the journal's header is keyed by it
         assert len(_wal_files(snapshot)) == 1
         tpl = _template(store, thread, home)
     finally:

@@ -55,6 +55,9 @@ def handle_errors(func: F) -> F:
         except ThreadlogError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(EXIT_STORE)
+        except OSError as exc:  # an I/O error that escaped the store's own translation
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_STORE)
 
     return wrapper  # type: ignore[return-value]
 

@@ -240,7 +240,9 @@ def verify(home: str | None, as_json: bool, thread: str | None, no_events: bool)
 
     Exits 1 and names the first bad ordinal of each damaged thread. A torn tail (an
     interrupted final write, never acknowledged) is reported but is not a failure: it is
-    repaired when the thread is next opened for writing.
+    repaired when the thread is next opened for writing. Problems the store found and skipped
+    when it opened (a journal it refused or could not replay) are listed on stderr and are
+    failures too.
 
     \b
     Examples:
@@ -252,12 +254,15 @@ def verify(home: str | None, as_json: bool, thread: str | None, no_events: bool)
         if thread and not store.exists(thread) and thread not in store.missing_threads():
             raise UsageError(f"no thread {thread!r} in this store")
         reports = [store.verify(t, check_events=not no_events) for t in ids]
+        problems = list(store.problems)
     failed = [r for r in reports if not r.ok]
     if as_json:
         _print_json(reports[0].to_dict() if thread else [r.to_dict() for r in reports])
     else:
         _print_verify(reports)
-    if failed:
+    for problem in problems:
+        click.echo(f"problem: {problem['message']}", err=True)
+    if failed or problems:
         sys.exit(EXIT_FAILED)
 
 

@@ -8,6 +8,11 @@ its normal pipeline and then deletes the file.
 
 A message is applied with an event id derived from the message id, so a session that crashes
 between applying a message and deleting it does not apply it twice when it reads it again.
+
+A message is an instruction to a live agent (approve this call, say this), so only the home's
+owner may leave one: the inbox folders must be ours and not writable by others (else
+`InsecureHome`, on posting and on reading), and a message file that is not ours, or that
+others may write, is refused: logged, renamed ``*.refused`` and never applied.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from typing import Any
 import orjson
 
 from threadlog._clock import new_id
-from threadlog.errors import UsageError
+from threadlog.errors import InsecureHome, UsageError
 from threadlog.model.ids import is_uuid
 from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps
+from threadlog.store._perms import check_dir, check_fd
 
 __all__ = ["Message", "inbox_dir", "post", "read_messages", "remove"]
 
@@ -51,6 +57,7 @@ def post(home: str, thread_id: str, body: dict[str, Any], fops: FileOps = DEFAUL
         raise UsageError(f"unknown inbox message kind {body.get('kind')!r}")
     directory = inbox_dir(home, thread_id)
     fops.makedirs(directory)
+    _check_folders(home, directory)
     message_id = new_id()
     tmp = os.path.join(directory, f".{message_id}.{secrets.token_hex(4)}.tmp")
     fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -72,13 +79,24 @@ def read_messages(home: str, thread_id: str) -> list[Message]:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
     except FileNotFoundError:
         return []
+    _check_folders(home, directory)
     messages: list[Message] = []
     for name in names:
         path = os.path.join(directory, name)
+        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
         try:
-            with open(path, "rb") as f:
-                body = orjson.loads(f.read())
+            fd = os.open(path, flags)
+            try:
+                check_fd(fd, path, "the inbox message")
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    body = orjson.loads(f.read())
+            finally:
+                os.close(fd)
         except FileNotFoundError:
+            continue
+        except InsecureHome as exc:
+            log.error("inbox: refusing message %s: %s", path, exc)
+            _set_aside(path)
             continue
         except (OSError, orjson.JSONDecodeError) as exc:
             log.warning("inbox: dropping unreadable message %s: %s", path, exc)
@@ -90,6 +108,22 @@ def read_messages(home: str, thread_id: str) -> list[Message]:
             continue
         messages.append(Message(name[:-5], path, body))
     return messages
+
+
+def _check_folders(home: str, directory: str) -> None:
+    """The inbox folders must be ours and not writable by others (`InsecureHome`)."""
+    check_dir(os.path.join(home, "inbox"), "the inbox folder")
+    check_dir(directory, "the inbox folder")
+
+
+def _set_aside(path: str) -> None:
+    """Rename a refused message so that it is never read again (it is kept as evidence)."""
+    try:
+        os.replace(path, path + ".refused")
+    except OSError as exc:
+        log.error("inbox: cannot set the refused message %s aside: %s", path, exc)
+        return
+    DEFAULT_FILEOPS.fsync_dir(os.path.dirname(path))
 
 
 def remove(path: str) -> None:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from threadlog._clock import new_id, rfc3339, wall_ns
-from threadlog.errors import ConflictError, InvalidTransition, RunError, UsageError
+from threadlog.errors import ConflictError, InvalidTransition, RunError, StorageError, UsageError
 from threadlog.model import codec, snapshot
 from threadlog.model.context import Context
 from threadlog.model.events import from_data
@@ -149,7 +149,12 @@ class Session:
     async def _watch_inbox(self, home: str) -> None:
         """Apply messages other processes leave for this session (see `runtime.inbox`)."""
         while True:
-            for message in await asyncio.to_thread(inbox.read_messages, home, self.thread_id):
+            try:
+                messages = await asyncio.to_thread(inbox.read_messages, home, self.thread_id)
+            except StorageError as exc:  # e.g. an inbox folder others may write: refused
+                log.error("inbox of thread %s not read any more: %s", self.thread_id, exc)
+                return
+            for message in messages:
                 try:
                     await self._apply_message(message)
                 except (UsageError, ConflictError) as exc:

@@ -109,6 +109,6 @@ def remove_orphan_temps(directory: str) -> int:
             for entry in entries:
                 if entry.name.endswith(".tmp") and remove_orphan_temp(entry.path):
                     removed += 1
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         pass
     return removed

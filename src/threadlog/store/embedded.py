@@ -20,7 +20,6 @@ import contextlib
 import functools
 import logging
 import os
-import sqlite3
 import threading
 import time
 import weakref
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from threadlog import _faults
 from threadlog._clock import new_id, rfc3339, wall_ns
 from threadlog.errors import (
+    InsecureHome,
     IntegrityError,
     InvalidTransition,
     LeaseHeld,
@@ -62,12 +62,13 @@ from threadlog.store._fileops import (
     remove_orphan_temp,
     remove_orphan_temps,
 )
+from threadlog.store._perms import check_dir, load_secret
 from threadlog.store.artifacts import ArtifactStore
 from threadlog.store.base import check_new_thread, normalize_append
-from threadlog.store.index import Index, IndexedThread
+from threadlog.store.index import DamagedIndex, Index, IndexedThread
 from threadlog.store.journal import Journal, LogClosed, RolloutLog
 from threadlog.store.leases import Lease, read_durable_end
-from threadlog.store.recovery import find_dead_journals, recover_rollout
+from threadlog.store.recovery import DeadJournal, find_dead_journals, recover_rollout
 from threadlog.store.rollout import Scan, TornTail, inherited_prefix, scan, scan_file
 
 if TYPE_CHECKING:
@@ -162,11 +163,29 @@ class EmbeddedStore:
         self._threads_dir = os.path.join(self.home, "threads")
         self._locks_dir = os.path.join(self.home, "locks")
         self._journal_dir = os.path.join(self.home, "journal")
+        self.problems: list[dict[str, Any]] = []
+        """What the open found wrong and skipped so that the rest works (a journal naming a
+        missing rollout, a damaged journal folder, a refused journal…): each a dict with
+        ``kind``, ``message`` and, when known, ``thread`` and ``path``. Also logged as
+        errors; `threadlog verify` lists them."""
         try:
+            fops.makedirs(self.home)
+            check_dir(self.home, "the store's home")  # before anything is created in it
             for directory in (self._threads_dir, self._locks_dir):
                 fops.makedirs(directory)
+            for name in ("threads", "locks", "artifacts", "inbox", "quarantine"):
+                check_dir(os.path.join(self.home, name), f"the store's {name} folder")
+            try:
+                check_dir(self._journal_dir, "the store's journal folder")
+            except InsecureHome:
+                raise
+            except StorageError as exc:  # not a folder: recovery reports it, reads work
+                log.debug("%s", exc)
+            self._secret, fresh = load_secret(self.home, fops)
         except OSError as exc:
             raise StorageError(f"cannot create the store at {self.home}: {exc}") from exc
+        self._legacy_journals = fresh
+        """The home had no secret: journals without a header are an older version's."""
         self.artifacts = ArtifactStore(os.path.join(self.home, "artifacts"), fops)
         self.index = self._open_index(os.path.join(self.home, "index.sqlite3"))
         self._logs: dict[str, RolloutLog] = {}
@@ -186,34 +205,48 @@ class EmbeddedStore:
         self._stop = threading.Event()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._async_waiters: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-        self._journal = Journal(self._journal_dir, fops, self._on_durable)
+        self._journal = Journal(self._journal_dir, fops, self._on_durable, secret=self._secret)
         self._closed_why = "the store is closed"
+        try:
+            self.recover()
+            self.artifacts.sweep_temp_files()
+            remove_orphan_temps(self._journal_dir)  # journals a crash left half created
+            if catch_up:
+                self.catch_up()
+        except BaseException as exc:
+            self.index.close()
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot open the store at {self.home}: {exc}") from exc
+            raise
         _OPEN_STORES.add(self)
-        self.recover()
-        self.artifacts.sweep_temp_files()
-        remove_orphan_temps(self._journal_dir)  # journals a crash left half created
-        if catch_up:
-            self.catch_up()
         self._background = threading.Thread(
             target=self._run_background, name="threadlog-committer", daemon=True
         )
         self._background.start()
 
     def _open_index(self, path: str) -> Index:
-        """Open the index; a damaged one is set aside and rebuilt (it is only a projection)."""
+        """Open the index; a damaged one (see `DamagedIndex`) is set aside and rebuilt (it is
+        only a projection). A locked or unwritable one is an error that says so."""
         try:
             return Index(path)
-        except StorageError as exc:
-            if not isinstance(exc.__cause__, sqlite3.DatabaseError) or isinstance(
-                exc.__cause__, sqlite3.OperationalError
-            ):
-                raise  # not damage (a locked or unwritable file): say so
-            aside = f"{path}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"
-            log.warning("the index is damaged (%s); moved to %s and rebuilt", exc, aside)
-            for suffix in ("", "-wal", "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.replace(path + suffix, aside + suffix)
-            return Index(path)
+        except DamagedIndex as exc:
+            return self._replace_index(path, exc)
+
+    def _replace_index(self, path: str, exc: DamagedIndex) -> Index:
+        """Move a damaged index (and its -wal/-shm) aside and open a new, empty one."""
+        aside = f"{path}.damaged-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        log.warning("%s; moved it to %s and rebuilding it", exc, aside)
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.replace(path + suffix, aside + suffix)
+            except FileNotFoundError:
+                pass
+            except OSError as err:
+                raise StorageError(
+                    f"{exc}, and it cannot be moved aside ({err}); move {path}{suffix} "
+                    "away and retry"
+                ) from err
+        return Index(path)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -722,8 +755,10 @@ class EmbeddedStore:
         """Whether any journal other than this store's own exists (it may be a dead one)."""
         try:
             names = os.listdir(self._journal_dir)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return False
+        except OSError:
+            return True  # the full recovery says what is wrong
         own = os.path.basename(self._journal.path) if self._journal.path else None
         return any(n.endswith(".wal") and n != own for n in names)
 
@@ -760,7 +795,7 @@ class EmbeddedStore:
 
     def _recover_thread(self, thread_id: str, path: str) -> Scan:
         """Scan a thread's rollout, first replaying its records from dead journals."""
-        dead = find_dead_journals(self._journal_dir)
+        dead = self._dead_journals()
         try:
             entries = [e for journal in dead for e in journal.entries.get(thread_id, ())]
             before = os.path.getsize(path)
@@ -773,6 +808,23 @@ class EmbeddedStore:
         finally:
             for journal in dead:
                 journal.release()
+
+    def _dead_journals(self) -> list[DeadJournal]:
+        return find_dead_journals(
+            self._journal_dir,
+            self._secret,
+            self._fops,
+            legacy=self._legacy_journals,
+            report=self._report,
+        )
+
+    def _report(
+        self, kind: str, message: str, path: str | None = None, thread: str | None = None
+    ) -> None:
+        """Record a problem the open skipped (see `problems`); logged by the caller."""
+        problem = {"kind": kind, "message": message, "path": path, "thread": thread}
+        if problem not in self.problems:
+            self.problems.append(problem)
 
     def _note_repair(self, thread_id: str, repair: dict[str, Any]) -> None:
         self._repairs.setdefault(thread_id, []).append(repair)
@@ -789,15 +841,33 @@ class EmbeddedStore:
         process when it took the lease; a journal is deleted only once every thread in it has
         its records in its rollout. Returns the ids of the threads repaired here.
         """
-        dead = find_dead_journals(self._journal_dir)
+        try:
+            dead = self._dead_journals()
+        except StorageError as exc:
+            # Reads need no journal; no thread is opened for writing before its dead
+            # journals can be read (`_recover_thread` raises this again).
+            log.error("recovery: %s", exc)
+            self._report(
+                "journal_unreadable",
+                f"{exc}; no thread can be written until it can be read",
+                self._journal_dir,
+            )
+            return []
         repaired: list[str] = []
         held: set[str] = set()
+        skipped: set[str] = set()  # threads whose records were not replayed
         try:
             threads: dict[str, list[tuple[Record, bytes]]] = {}
             for journal in dead:
                 for thread_id, entries in journal.entries.items():
                     threads.setdefault(thread_id, []).extend(entries)
             for thread_id, entries in threads.items():
+                problem = self._unrecoverable(thread_id)
+                if problem is not None:
+                    log.error("recovery: %s", problem)
+                    self._report("journal_thread", problem, thread=thread_id)
+                    skipped.add(thread_id)
+                    continue
                 path = self.path_of(thread_id)
                 try:
                     lease = Lease(self._locks_dir, thread_id, path)
@@ -810,9 +880,10 @@ class EmbeddedStore:
                         "journal is kept",
                         thread_id,
                     )
+                    skipped.add(thread_id)
                     continue
                 try:
-                    before = os.path.getsize(path) if os.path.exists(path) else -1
+                    before = os.path.getsize(path)
                     scanned = recover_rollout(path, thread_id, self._fops, entries)
                     if os.path.getsize(path) != before:
                         repaired.append(thread_id)
@@ -822,21 +893,49 @@ class EmbeddedStore:
                         )
                 except IntegrityError as exc:
                     log.error("recovery: %s", exc)
+                    self._report("journal_thread", str(exc), path, thread_id)
+                    skipped.add(thread_id)
                 finally:
                     lease.release()
             for journal in dead:
                 # Not while another store writes one of its threads: it may not have synced
-                # the records its open found in the page cache yet.
-                if held.isdisjoint(journal.entries) and all(
-                    self._has_records(t, e) for t, e in journal.entries.items()
+                # the records its open found in the page cache yet. Never one holding
+                # records that could not be replayed (A5).
+                if (
+                    held.isdisjoint(journal.entries)
+                    and skipped.isdisjoint(journal.entries)
+                    and all(self._has_records(t, e) for t, e in journal.entries.items())
                 ):
                     journal.try_delete(self._fops)
+        except OSError as exc:
+            # e.g. ENOSPC or EIO writing a rollout: fail-stop (A4); the journals are kept
+            raise StorageError(
+                f"cannot replay the journals of {self._journal_dir} into their threads: "
+                f"{exc}; nothing acknowledged is lost (the journals are kept): fix the disk "
+                "(free space?) and open the store again"
+            ) from exc
         finally:
             for journal in dead:
                 journal.release()
         return repaired
 
+    def _unrecoverable(self, thread_id: str) -> str | None:
+        """Why a thread named in a dead journal cannot take its records back, if it cannot."""
+        if not is_uuid(thread_id):
+            return (
+                f"a journal holds records of {thread_id!r:.80}, which is not a thread id; "
+                "they are not replayed and the journal is kept"
+            )
+        path = self.path_of(thread_id)
+        if not os.path.isfile(path):
+            return (
+                f"a journal holds records of thread {thread_id}, whose rollout {path} is "
+                "gone; they are not replayed and the journal is kept"
+            )
+        return None
+
     def _has_records(self, thread_id: str, entries: list[tuple[Record, bytes]]) -> bool:
+        """Whether the thread's rollout holds the last of its records in a journal."""
         last = entries[-1][0]
         try:
             scanned = scan_file(self.path_of(thread_id), thread_id)
@@ -853,6 +952,8 @@ class EmbeddedStore:
                     log.error("background commit failed: %s", exc)
             try:
                 self._drain_backlog()
+            except StorageError as exc:  # e.g. another process holds the index too long
+                log.warning("index update failed (%s); it will catch up on the next open", exc)
             except Exception:
                 log.exception("index update failed; it will catch up on the next open")
 
@@ -1251,9 +1352,15 @@ class EmbeddedStore:
         return applied
 
     def rebuild(self) -> int:
-        """Rebuild the index from the rollouts; returns the records indexed."""
+        """Rebuild the index from the rollouts; returns the records indexed. An index found
+        damaged on the way is set aside and a new one built."""
         self.flush()
-        self.index.clear()
+        with self._drain_lock:
+            try:
+                self.index.clear()
+            except DamagedIndex as exc:
+                self.index.close()
+                self.index = self._replace_index(self.index.path, exc)
         return self.catch_up()
 
     def fork(

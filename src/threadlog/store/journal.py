@@ -20,7 +20,8 @@ lock*, so each thread's records reach the journal (and its rollout) in ordinal o
 *Checkpoints.* When the journal passes ``rotate_bytes``, and when the store closes, the leader
 fsyncs every rollout written since the last checkpoint and only then deletes the old journal
 (RELIABILITY B2); a new journal is created under a temporary name, locked, renamed into place
-and its directory fsynced before it takes records.
+and its directory fsynced before it takes records. It starts with a header keyed by the
+home's secret (`threadlog.store._perms.journal_header`): recovery replays no other journal.
 
 *Recovery.* A journal belongs to a live store while that store holds an exclusive ``flock`` on
 it. A journal nobody holds is *dead*: its store crashed before its checkpoint. Before a thread
@@ -56,6 +57,7 @@ from threadlog.errors import (
     StorageError,
 )
 from threadlog.model.envelope import BadRecord, Record, encode_record, parse_line
+from threadlog.store._perms import journal_header
 
 if TYPE_CHECKING:
     from types import EllipsisType
@@ -273,8 +275,12 @@ class Journal:
         on_durable: DurableCallback,
         *,
         rotate_bytes: int = 64 * 1024 * 1024,
+        secret: bytes = b"",
     ) -> None:
+        """``secret`` is the home's (see `threadlog.store._perms`): each journal starts with a
+        header keyed by it, so that recovery replays only journals this home wrote."""
         self.directory = directory
+        self._secret = secret
         self._fops = fops
         self._on_durable = on_durable
         self._rotate_bytes = rotate_bytes
@@ -420,6 +426,10 @@ class Journal:
         fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # The header is made durable by the first commit's fdatasync, with the first
+            # records: a journal cut before that (no header, or part of it) acknowledged
+            # nothing, and recovery deletes it.
+            fops.write_all(fd, journal_header(self._secret, os.path.basename(final)))
             fops.rename(tmp, final)
             fops.fsync_dir(self.directory)
         except BaseException:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from threadlog.errors import IntegrityError
+from threadlog.errors import InsecureHome, IntegrityError, StorageError
 from threadlog.model.envelope import BadRecord, Record, parse_line
+from threadlog.store._perms import check_fd, journal_header
 from threadlog.store.rollout import Scan, scan, scan_file
 
 if TYPE_CHECKING:
@@ -69,29 +73,96 @@ def _last_ord(path: str, thread_id: str) -> int:
     return 0
 
 
-def find_dead_journals(directory: str) -> list[DeadJournal]:
-    """Journals no live store holds, parsed. The caller must `release` each one."""
+Report = Callable[[str, str, str | None], None]
+"""``report(kind, message, path)``: how recovery tells the store about a problem it skipped."""
+
+
+def find_dead_journals(
+    directory: str,
+    secret: bytes,
+    fops: FileOps,
+    *,
+    legacy: bool = False,
+    report: Report | None = None,
+) -> list[DeadJournal]:
+    """Journals no live store holds, checked and parsed. The caller must `release` each one.
+
+    A journal is replayed only if this home's stores wrote it: a regular file, ours, not
+    writable by others, starting with the header `journal_header` gives for its name under
+    the home's ``secret`` (with ``legacy``, a home just given its first secret, a journal of
+    an older version, without a header, is accepted too). Any other ``*.wal`` is moved to
+    ``<home>/quarantine`` and reported, never replayed nor deleted. One that is empty or
+    holds part of its header only was cut by a crash as it was created, before its first
+    commit, so it holds nothing acknowledged: it is deleted.
+
+    Raises:
+        StorageError: the folder or a journal in it cannot be read (its records may be
+            needed before any thread is written).
+    """
     try:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".wal"))
     except FileNotFoundError:
         return []
+    except NotADirectoryError:
+        _report(
+            report,
+            "journal_folder",
+            f"the journal folder {directory} is not a folder: no journal can be replayed "
+            "or written; move it away and reopen the store",
+            directory,
+        )
+        return []
+    except OSError as exc:
+        raise StorageError(f"cannot read the journal folder {directory}: {exc}") from exc
     dead: list[DeadJournal] = []
     for name in names:
         path = os.path.join(directory, name)
+        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(path, flags)
         except FileNotFoundError:
+            continue
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise StorageError(f"cannot read the journal {path}: {exc}") from exc
+            _quarantine(path, fops, "it is a symbolic link", report)
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)  # a live store's journal
             continue
+        except OSError as exc:
+            os.close(fd)
+            raise StorageError(f"cannot lock the journal {path}: {exc}") from exc
         journal = DeadJournal(path, fd)
         try:
-            with os.fdopen(os.dup(fd), "rb") as f:
-                data = f.read()
-            _parse_journal(journal, data)
+            try:
+                check_fd(fd, path, "the journal")
+            except InsecureHome as exc:
+                _quarantine(path, fops, str(exc), report, journal)
+                continue
+            try:
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    data = f.read()
+            except OSError as exc:
+                raise StorageError(f"cannot read the journal {path}: {exc}") from exc
+            header = journal_header(secret, name)
+            if data.startswith(header):
+                _parse_journal(journal, data, len(header))
+            elif header.startswith(data):
+                log.info(
+                    "deleting the journal %s, cut as it was created (%d bytes)", path, len(data)
+                )
+                journal.try_delete(fops)
+                journal.release()
+                continue
+            elif legacy and _starts_with_a_record(data):
+                log.warning("replaying the journal %s of an older version (no header)", path)
+                _parse_journal(journal, data, 0)
+            else:
+                _quarantine(path, fops, "its header is not this home's", report, journal)
+                continue
         except BaseException:
             journal.release()
             raise
@@ -99,8 +170,66 @@ def find_dead_journals(directory: str) -> list[DeadJournal]:
     return dead
 
 
-def _parse_journal(journal: DeadJournal, data: bytes) -> None:
-    pos = 0
+def _starts_with_a_record(data: bytes) -> bool:
+    nl = data.find(b"\n")
+    try:
+        parse_line(data[: nl + 1] if nl >= 0 else data)
+    except BadRecord:
+        return False
+    return True
+
+
+def _report(report: Report | None, kind: str, message: str, path: str | None) -> None:
+    log.error("%s", message)
+    if report is not None:
+        report(kind, message, path)
+
+
+def _quarantine(
+    path: str,
+    fops: FileOps,
+    reason: str,
+    report: Report | None,
+    journal: DeadJournal | None = None,
+) -> None:
+    """Move a journal this home did not write to ``<home>/quarantine`` (never replay it,
+    never delete it: it is somebody's data, or evidence). Releases ``journal``."""
+    directory = os.path.dirname(path)
+    aside = os.path.join(os.path.dirname(directory), "quarantine")
+    dest = os.path.join(aside, f"{os.path.basename(path)}.{time.strftime('%Y%m%dT%H%M%S')}")
+    try:
+        if journal is not None:
+            try:
+                fcntl.flock(journal.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # another store is moving it
+            if os.fstat(journal.fd).st_nlink == 0:
+                return  # its live store retired it between our open and our lock
+        fops.makedirs(aside)
+        fops.rename(path, dest)
+        fops.fsync_dir(directory)
+        fops.fsync_dir(aside)
+    except OSError as exc:
+        _report(
+            report,
+            "journal_refused",
+            f"the journal {path} is refused ({reason}) and left in place (it cannot be "
+            f"moved aside: {exc}); it is not replayed: move it away",
+            path,
+        )
+        return
+    finally:
+        if journal is not None:
+            journal.release()
+    _report(
+        report,
+        "journal_refused",
+        f"the journal {path} is refused ({reason}); moved to {dest}, not replayed",
+        dest,
+    )
+
+
+def _parse_journal(journal: DeadJournal, data: bytes, pos: int) -> None:
     while pos < len(data):
         nl = data.find(b"\n", pos)
         if nl < 0:

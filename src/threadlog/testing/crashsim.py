@@ -56,7 +56,8 @@ Simplifications
   is not a record (and not zero-filled) is damage by design, never a torn tail (a flipped bit
   must not pass for a crash, `threadlog.store.rollout`). Stale-block garbage needs ext4
   ``data=writeback``; the file systems threadlog supports leave a prefix, or zeros.
-* Metadata other than names and content (modes, times, sizes of holes) is not modelled.
+* Metadata other than names and content (modes, times, sizes of holes) is not modelled;
+  images are materialized with the store's own modes (folders 0700, files 0600).
 
 Everything random comes from a `random.Random` the caller passes, so a trace and a seed give the
 same images every time. ``threadlog.testing`` may do I/O; the pure core (`threadlog.model`) does
@@ -432,7 +433,7 @@ class Disk:
 
     def materialize(self, state: CrashState, dest: str) -> None:
         """Write the image ``state`` describes into the (empty or missing) directory ``dest``."""
-        os.makedirs(dest, exist_ok=True)
+        os.makedirs(dest, 0o700, exist_ok=True)
         seen: set[int] = set()
 
         def walk(ino: int, path: str) -> None:
@@ -445,8 +446,9 @@ class Disk:
                 if isinstance(node, _Dir):
                     os.mkdir(sub, 0o700)
                     walk(child, sub)
-                else:
-                    with open(sub, "wb") as f:
+                else:  # the store's modes (not modelled: see Simplifications)
+                    fd = os.open(sub, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    with open(fd, "wb") as f:
                         f.write(self._content(child, state))
 
         walk(ROOT, dest)
