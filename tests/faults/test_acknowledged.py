@@ -144,3 +144,31 @@ def test_an_unborn_torn_rollout_is_quarantined_not_deleted(tmp_path: Path) -> No
     (aside,) = (tmp_path / "quarantine").iterdir()
     assert aside.name.startswith(f"{thread}.jsonl.unborn-")
     assert aside.read_bytes() == fragment
+
+
+def test_records_only_a_journal_knows_are_reported_missing(tmp_path: Path) -> None:
+    """A crashed store's journal holds ords 5-9 of a thread whose rollout was cut back to
+    ord 3 (line boundary, no index to tell): the journal cannot be chained on, so `verify`
+    fails and says how many records are missing; the journal is kept."""
+    live, home = tmp_path / "live", tmp_path / "home"
+    with EmbeddedStore(live) as store:
+        thread = store.create_thread("a")
+        other = store.create_thread("b")
+        for i in range(3):
+            store.append(thread, "custom.note", {"i": i}, durable=True)  # ords 2-4
+    store = EmbeddedStore(live, commit_interval=3600)
+    for i in range(5):
+        store.append(thread, "custom.note", {"j": i}, durable=False)  # ords 5-9
+    store.append(other, "custom.note", {}, durable=False)
+    store.flush()  # one commit spanning two threads: through the journal
+    shutil.copytree(live, home, ignore=shutil.ignore_patterns("index.sqlite3*"))
+    store.close()
+    (path,) = home.glob(f"threads/*/*/{thread}.jsonl")
+    path.write_bytes(b"".join(_lines(path)[:3]))
+    with EmbeddedStore(home) as reopened:
+        report = reopened.verify(thread)
+        assert not report.ok and report.first_bad_ord == 4
+        assert "1 record(s) missing" in str(report.error)
+        with pytest.raises(IntegrityError):
+            reopened.append(thread, "custom.note", {})
+    assert list((home / "journal").glob("*.wal"))

@@ -1193,6 +1193,12 @@ class EmbeddedStore:
         error: IntegrityError | InvalidTransition | None = scanned.error
         if error is None:
             error = self._lost_acknowledged(thread_id, scanned)
+        if error is None:
+            # a crashed store's journal holds records of the thread that could not be replayed
+            journal = next((p for p in self.problems if p["thread"] == thread_id), None)
+            if journal is not None:
+                last_ord = scanned.records[-1].ord if scanned.records else 0
+                error = IntegrityError(thread_id, last_ord + 1, journal["message"])
         if error is None and not scanned.records:
             raise ThreadNotFound(thread_id)  # never born: its first record was never acknowledged
         if error is None and check_events:

@@ -270,7 +270,9 @@ def recover_rollout(
         raise IntegrityError(
             thread_id,
             last + 1,
-            f"the rollout ends at ord {last} but the journal resumes at ord {ords[0]}",
+            f"{ords[0] - last - 1} record(s) missing: the rollout ends at ord {last} but a "
+            f"crashed store's journal resumes at ord {ords[0]} (it holds ords {ords[0]}-"
+            f"{ords[-1]}, which cannot be chained on)",
             offset=scanned.end,
         )
     for ord_ in ords:
