@@ -54,6 +54,7 @@ from threadlog.errors import (
     OrdinalConflict,
     RecordTooLarge,
     StorageError,
+    UsageError,
 )
 from threadlog.model.envelope import BadRecord, Record, encode_record, parse_line
 
@@ -175,6 +176,8 @@ class RolloutLog:
             if expect_ord is not None and expect_ord != ord_:
                 raise OrdinalConflict(self.thread_id, expect_ord, ord_)
             parent_id = self.last_id if parent is ... else parent
+            if parent_id is not None and parent_id != self.last_id:
+                self._check_parent(parent_id)
             prev = self.last_hash
             line, digest = encode_record(
                 id=id,
@@ -200,6 +203,18 @@ class RolloutLog:
             self._ids[id] = ord_
             self.last_ord, self.last_hash, self.last_id, self.last_seq = ord_, digest, id, seq
             return record, seq
+
+    def _check_parent(self, parent: str) -> None:
+        """Refuse a parent that names no record of this thread (a dangling edge would make
+        the conversation tree lie about where a record continues). Lock held."""
+        if parent not in self._ids and self._first_ord > 1:
+            self._complete_prefix()
+        if parent not in self._ids:
+            raise UsageError(
+                f"thread {self.thread_id} has no record {parent!r:.80} to continue: pass the "
+                "id of one of its records as parent, None for a new root, or leave it out "
+                "for the previous record"
+            )
 
     def take_fresh(self) -> list[Record] | None:
         """The records of the opening scan, once, if nothing was appended since."""
@@ -273,10 +288,15 @@ class Journal:
         on_durable: DurableCallback,
         *,
         rotate_bytes: int = 64 * 1024 * 1024,
+        on_failure: Callable[[StorageError], None] | None = None,
     ) -> None:
+        """``on_failure(error)`` is called once, from the failing thread and without the
+        journal's lock, when the journal stops (fail-stop), so that whoever waits for records
+        that will now never come (subscribers) is told instead of waiting forever."""
         self.directory = directory
         self._fops = fops
         self._on_durable = on_durable
+        self._on_failure = on_failure
         self._rotate_bytes = rotate_bytes
         self._mutex = threading.Lock()
         self._cond = threading.Condition(self._mutex)
@@ -301,13 +321,27 @@ class Journal:
 
     def _poison(self, what: str, failure: BaseException) -> NoReturn:
         """Fail-stop (A4): no write is acknowledged after this one failed. Condition held."""
-        self._poisoned = StorageError(
+        first = self._poisoned is None
+        self._poisoned = error = StorageError(
             f"{what} and the store stopped acknowledging writes ({failure}); "
             "close and reopen the store to continue"
         )
         log.error("journal %s: %s", self.path, failure)
-        self._cond.notify_all()
-        raise self._poisoned from failure
+        self._cond.notify_all()  # every waiter wakes and raises it (`check`)
+        if first and self._on_failure is not None:
+            self._cond.release()  # the callback may call into the store
+            try:
+                self._on_failure(error)
+            except Exception:
+                log.exception("a store failure listener failed")
+            finally:
+                self._cond.acquire()
+        raise error from failure
+
+    @property
+    def error(self) -> StorageError | None:
+        """The error that stopped the journal, if one did."""
+        return self._poisoned
 
     def check(self) -> None:
         """Raise the error that stopped the journal, if one did."""

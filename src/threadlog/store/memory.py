@@ -17,7 +17,15 @@ from threadlog.model.envelope import FORMAT_VERSION, Record, encode_record
 from threadlog.model.events import Event, ThreadCreated, to_data
 from threadlog.model.ids import is_uuid
 from threadlog.model.reducer import replay
-from threadlog.store.base import Listener, check_new_thread, normalize_append
+from threadlog.model.refs import ArtifactRef
+from threadlog.model.refs import resolve as resolve_refs
+from threadlog.store.base import (
+    ErrorListener,
+    Listener,
+    check_new_thread,
+    escape_lookalikes,
+    normalize_append,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,6 +36,10 @@ if TYPE_CHECKING:
 __all__ = ["MemoryStore"]
 
 log = logging.getLogger("threadlog.store")
+
+
+def _no_artifacts(ref: ArtifactRef) -> Any:
+    raise UsageError(f"no artifact {ref.sha256}: the in-memory store keeps no artifacts")
 
 
 def _copy(record: Record, data_json: bytes) -> Record:
@@ -63,7 +75,7 @@ class MemoryStore:
     ) -> str:
         if self._closed:
             raise UsageError("the store is closed")
-        check_new_thread(principal, lineage)
+        check_new_thread(principal, lineage, config)
         now = wall_ns()
         thread_id = new_id(now)
         with self._lock:
@@ -126,7 +138,7 @@ class MemoryStore:
         expect_ord: int | None,
         check: Callable[[Record], object] | None,
     ) -> Record:
-        data_json = codec.canonical(data)
+        data, data_json = escape_lookalikes(type_name, data, codec.canonical(data))
         data = codec.loads(data_json)  # what a later read returns, and no alias of the caller's
         now = wall_ns()
         with self._lock:
@@ -146,6 +158,12 @@ class MemoryStore:
             last = records[-1][0] if records else None
             event_id = id or new_id(now)
             parent_id = (last.id if last else None) if parent is ... else parent
+            if parent_id is not None and parent_id not in ids:
+                raise UsageError(
+                    f"thread {thread_id} has no record {parent_id!r:.80} to continue: pass "
+                    "the id of one of its records as parent, None for a new root, or leave "
+                    "it out for the previous record"
+                )
             prev = last.hash if last else None
             ts = rfc3339(now)
             _, digest = encode_record(
@@ -193,13 +211,21 @@ class MemoryStore:
         return list(self._threads)
 
     def resolve(self, data: Any) -> Any:
-        return data
+        """Record data as it was appended: escaped look-alike references unwrapped. This
+        store makes no references (nothing is offloaded), so there is nothing to load."""
+        return resolve_refs(data, _no_artifacts)
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
     def remove_listener(self, listener: Listener) -> None:
         self._listeners.remove(listener)
+
+    def add_error_listener(self, listener: ErrorListener) -> None:
+        """As `EmbeddedStore.add_error_listener`; this store never fails, so never calls it."""
+
+    def remove_error_listener(self, listener: ErrorListener) -> None:
+        pass
 
     def release(self, thread_id: str) -> None:
         pass
