@@ -302,18 +302,23 @@ def test_a_parent_that_names_no_record_is_refused(any_store: Store) -> None:
 
 def test_a_parent_before_a_snapshot_anchor_is_found(tmp_path: Path) -> None:
     """A thread opened from a snapshot knows only the ids after its anchor at first: a
-    parent before it is looked up in the whole file, not refused."""
+    parent before it is looked up in the file (without scanning the whole prefix), and data
+    that merely spells an id is not taken for that record."""
     home = str(tmp_path / "home")
+    ghost = new_id()
     with EmbeddedStore(home) as store:
         thread = store.create_thread("u")
         early = store.append(thread, "custom.x", {"i": 1}, durable=True)
+        store.append(thread, "custom.x", {"id": ghost, "s": f'"id":"{ghost}"'}, durable=True)
         anchor = store.append(thread, "custom.x", {"i": 2}, durable=True)
         store.append(thread, "custom.x", {"i": 3}, durable=True)
         assert store.save_snapshot(thread, b"{}", ord=anchor.ord, hash=anchor.hash, version="t")
     with EmbeddedStore(home) as store:
         store.acquire(thread)
         assert store._logs[thread]._first_ord > 1  # opened from the anchor
-        with pytest.raises(UsageError, match="no record"):
-            store.append(thread, "custom.x", {"i": 4}, parent=new_id(), durable=True)
+        for missing in (new_id(), ghost):
+            with pytest.raises(UsageError, match="no record"):
+                store.append(thread, "custom.x", {"i": 4}, parent=missing, durable=True)
         record = store.append(thread, "custom.x", {"i": 4}, parent=early.id, durable=True)
-        assert record.parent == early.id and record.ord == 5
+        assert record.parent == early.id and record.ord == 6
+        assert store._logs[thread]._first_ord > 1  # the prefix was not loaded for it

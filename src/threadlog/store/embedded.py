@@ -1478,8 +1478,8 @@ def _check_writable_format(thread_id: str, path: str, records: list[Record]) -> 
     if first is not None and first.type == "thread.created" and isinstance(first.data, dict):
         fmt = first.data.get("format")
         declared = fmt if type(fmt) is int else 0
-    newest = max([r.v for r in records] + ([first.v] if first is not None else []))
-    found = max(declared, newest)
+    newest = max((r.v for r in records), default=0)
+    found = max(declared, newest, first.v if first is not None else 0)
     if found > FORMAT_VERSION:
         raise UsageError(
             f"thread {thread_id} was written in format {found} by a newer threadlog; this one "

@@ -108,6 +108,8 @@ class RolloutLog:
         self.last_id: str | None = last.id if last else None
         self._first_ord = anchor.ord + 1 if anchor else 1
         """The first ord whose offset and id are loaded (the prefix is loaded lazily)."""
+        self._prefix_end = (scanned.offsets[0] if scanned.offsets else scanned.end) if anchor else 0
+        """Where the records before ``_first_ord`` end in the file."""
         self._load_prefix = load_prefix
         self.durable_ord = self.last_ord
         """Highest ord that is durable (in the journal) and written to the rollout file."""
@@ -208,13 +210,36 @@ class RolloutLog:
         """Refuse a parent that names no record of this thread (a dangling edge would make
         the conversation tree lie about where a record continues). Lock held."""
         if parent not in self._ids and self._first_ord > 1:
-            self._complete_prefix()
+            self._find_in_prefix(parent)
         if parent not in self._ids:
             raise UsageError(
                 f"thread {self.thread_id} has no record {parent!r:.80} to continue: pass the "
                 "id of one of its records as parent, None for a new root, or leave it out "
                 "for the previous record"
             )
+
+    def _find_in_prefix(self, id_: str) -> None:
+        """Look a record id up in the part of the file before ``_first_ord`` (a log opened
+        from a snapshot anchor), adding it to the id index if it is there. Lock held.
+
+        A byte search, confirmed by parsing the one line it lands in, instead of the whole
+        scan `_complete_prefix` does: a session resumed from a snapshot names its conversation
+        leaf, often before the anchor, as the parent of its first record.
+        """
+        prefix = os.pread(self.fd, self._prefix_end, 0)
+        needle = b'"id":"' + id_.encode("utf-8", "replace") + b'"'
+        pos = prefix.find(needle)
+        while pos >= 0:
+            start = prefix.rfind(b"\n", 0, pos) + 1
+            end = prefix.find(b"\n", pos) + 1 or len(prefix)
+            try:
+                record = parse_line(prefix[start:end])
+            except BadRecord:
+                record = None
+            if record is not None and record.id == id_ and record.ord < self._first_ord:
+                self._ids[id_] = record.ord
+                return
+            pos = prefix.find(needle, end)
 
     def take_fresh(self) -> list[Record] | None:
         """The records of the opening scan, once, if nothing was appended since."""
