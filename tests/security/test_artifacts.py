@@ -237,3 +237,25 @@ def test_real_references_still_resolve_next_to_escaped_ones(tmp_path: Path) -> N
             assert store.resolve(record.data) == data
         for record, data in zip(store.read(thread, after=1), cases, strict=True):
             assert store.resolve(record.data) == data
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"title": LOOKALIKE}, {"config": LOOKALIKE}, {"config": {"$escaped": 1}}],
+    ids=["title", "config", "escape"],
+)
+def test_a_thread_cannot_be_created_with_lookalike_settings(
+    any_store: Store, settings: dict[str, Any]
+) -> None:
+    """``thread.created`` is written as given (its settings are the thread's config): a
+    look-alike there is refused rather than escaped or misread."""
+    from threadlog import UsageError
+
+    kwargs: dict[str, Any] = {"title": settings.get("title")}
+    config = settings.get("config", {})
+    with pytest.raises(UsageError, match="reserved for artifact references"):
+        if "config" in settings:
+            # the whole config object: the only way is a single reserved key
+            any_store.create_thread("u", **kwargs, **config)
+        else:
+            any_store.create_thread("u", **kwargs)

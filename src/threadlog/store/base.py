@@ -55,6 +55,18 @@ def check_new_thread(principal: object, lineage: object, config: dict[str, Any])
         config["cwd"] = os.path.abspath(os.fspath(cwd))
 
 
+def refuse_lookalikes(type_name: str, data: Any, data_json: bytes) -> None:
+    """Refuse data the store writes for the caller as is (``thread.created``) when it holds a
+    look-alike artifact reference or escape where a reference could stand: escaping would
+    change the thread's settings under the caller, and storing it would let a reader take it
+    for a reference. Raises `UsageError`."""
+    if escape_encoded(data, data_json)[1] is not data_json:
+        raise UsageError(
+            f"{type_name}: config, title and lineage cannot be an object of the form "
+            '{"$artifact": …} or {"$escaped": …} (reserved for artifact references)'
+        )
+
+
 def escape_lookalikes(type_name: str, data: Any, data_json: bytes) -> tuple[Any, bytes]:
     """``(data, canonical JSON)`` with caller data that looks like an artifact reference (or
     an escape) escaped, so that it is never taken for one (`threadlog.model.refs`).

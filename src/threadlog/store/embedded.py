@@ -63,7 +63,12 @@ from threadlog.store._fileops import (
     remove_orphan_temps,
 )
 from threadlog.store.artifacts import ArtifactStore
-from threadlog.store.base import check_new_thread, escape_lookalikes, normalize_append
+from threadlog.store.base import (
+    check_new_thread,
+    escape_lookalikes,
+    normalize_append,
+    refuse_lookalikes,
+)
 from threadlog.store.index import Index, IndexedThread
 from threadlog.store.journal import Journal, LogClosed, RolloutLog
 from threadlog.store.leases import Lease
@@ -320,6 +325,7 @@ class EmbeddedStore:
         )
         _, data = to_data(event)
         data_json = codec.canonical(data)
+        refuse_lookalikes(event.type, data, data_json)
         now = wall_ns()
         thread_id = new_id(now)
         path = self.path_of(thread_id)

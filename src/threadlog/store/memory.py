@@ -25,6 +25,7 @@ from threadlog.store.base import (
     check_new_thread,
     escape_lookalikes,
     normalize_append,
+    refuse_lookalikes,
 )
 
 if TYPE_CHECKING:
@@ -76,15 +77,17 @@ class MemoryStore:
         if self._closed:
             raise UsageError("the store is closed")
         check_new_thread(principal, lineage, config)
+        event = ThreadCreated(
+            format=FORMAT_VERSION, principal=principal, config=config, lineage=lineage, title=title
+        )
+        data = to_data(event)[1]
+        refuse_lookalikes(event.type, data, codec.canonical(data))
         now = wall_ns()
         thread_id = new_id(now)
         with self._lock:
             self._threads[thread_id] = []
             self._ids[thread_id] = {}
-        event = ThreadCreated(
-            format=FORMAT_VERSION, principal=principal, config=config, lineage=lineage, title=title
-        )
-        self._add(thread_id, event.type, to_data(event)[1], None, None, None, None)
+        self._add(thread_id, event.type, data, None, None, None, None)
         return thread_id
 
     def append(
