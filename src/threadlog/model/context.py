@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from threadlog.model.envelope import FORMAT_VERSION
-from threadlog.model.refs import is_artifact_ref
+from threadlog.model.refs import is_artifact_ref, is_escaped, unescape
 from threadlog.model.tree import ENTRY_TYPES
 from threadlog.model.upcast import upcast
 
@@ -42,9 +42,15 @@ RESUME_NOTE = (
 
 
 def tool_result_text(result: Any) -> str:
-    """A tool result as the text a model receives."""
+    """A tool result as the text a model receives.
+
+    A real reference becomes a placeholder naming the blob; a result that merely looked like
+    one was stored escaped (`threadlog.model.refs`) and is shown as the data it is.
+    """
     if isinstance(result, str):
         return result
+    if is_escaped(result):
+        return orjson.dumps(unescape(result)).decode()
     if is_artifact_ref(result):
         ref = result["$artifact"]
         return f"[{ref['size']} bytes stored as artifact {ref['sha256'][:12]}; summary: {ref.get('summary') or ''}]"

@@ -38,7 +38,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from threadlog._clock import new_id, rfc3339, wall_ns
-from threadlog.errors import ConflictError, InvalidTransition, RunError, StorageError, UsageError
+from threadlog.errors import (
+    ConflictError,
+    InvalidTransition,
+    RunError,
+    StorageError,
+    UsageError,
+)
 from threadlog.model import codec, snapshot
 from threadlog.model.context import Context
 from threadlog.model.events import from_data
@@ -139,7 +145,10 @@ class Session:
         self._closing = False
         self._closed = False
         self._broken: BaseException | None = None
+        self._store_error: StorageError | None = None
+        """Set when the store stopped acknowledging writes: no record will come any more."""
         runtime.store.add_listener(self._on_durable)
+        runtime.store.add_error_listener(self._on_store_error)
         home = getattr(runtime.store, "home", None)
         if isinstance(home, str) and os.path.isdir(home):
             self._inbox_task = asyncio.create_task(
@@ -229,6 +238,21 @@ class Session:
         except RuntimeError:
             pass  # the loop is closed: nobody is listening any more
 
+    def _on_store_error(self, error: StorageError) -> None:
+        """The store failed (fail-stop): wake every subscriber with the error. Any thread."""
+        try:
+            self._loop.call_soon_threadsafe(self._fail_subscribers, error)
+        except RuntimeError:
+            pass  # the loop is closed: nobody is listening any more
+
+    def _fail_subscribers(self, error: StorageError) -> None:
+        self._store_error = error
+        for queue, _ in list(self._subscribers):
+            if queue.full():  # the error must get in: it ends the subscription anyway
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    queue.get_nowait()
+            queue.put_nowait(error)
+
     def _publish(self, item: Any) -> None:
         transient = isinstance(item, Progress)
         for queue, wants_progress in list(self._subscribers):
@@ -256,10 +280,14 @@ class Session:
         Each record is delivered once, in ordinal order. With ``progress``, transient
         `Progress` items (text deltas) are interleaved. A subscriber more than ``buffer``
         items behind is dropped with `SubscriberDropped`; resubscribe from its last ordinal.
+        If the store stops acknowledging writes (a failed write or fsync), the records made
+        durable before are delivered and then `StorageError` is raised: no more will come.
         """
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=buffer)
         entry = (queue, progress)
         self._subscribers.append(entry)
+        if self._store_error is not None:  # it failed before: the log is all there is
+            queue.put_nowait(self._store_error)
         try:
             last = after
             for record in await asyncio.to_thread(self.runtime.store.read, self.thread_id, after):
@@ -271,6 +299,8 @@ class Session:
                     return
                 if isinstance(item, SubscriberDropped):
                     raise item
+                if isinstance(item, StorageError):
+                    raise StorageError(str(item)) from item
                 if isinstance(item, Progress):
                     yield item
                     continue
@@ -1018,6 +1048,7 @@ class Session:
             await asyncio.to_thread(store.release, self.thread_id)
         finally:
             store.remove_listener(self._on_durable)
+            store.remove_error_listener(self._on_store_error)
             self._closed = True
             for queue, _ in self._subscribers:
                 try:

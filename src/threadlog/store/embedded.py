@@ -55,7 +55,8 @@ from threadlog.model.memory import MemoryFact
 from threadlog.model.policy import durability_of
 from threadlog.model.projection import PROJECTED
 from threadlog.model.reducer import replay
-from threadlog.model.refs import ArtifactRef, is_artifact_ref
+from threadlog.model.refs import ArtifactRef, is_artifact_ref, is_escaped
+from threadlog.model.refs import resolve as resolve_refs
 from threadlog.store._fileops import (
     DEFAULT_FILEOPS,
     FileOps,
@@ -64,7 +65,12 @@ from threadlog.store._fileops import (
 )
 from threadlog.store._perms import check_dir, load_secret
 from threadlog.store.artifacts import ArtifactStore
-from threadlog.store.base import check_new_thread, normalize_append
+from threadlog.store.base import (
+    check_new_thread,
+    escape_lookalikes,
+    normalize_append,
+    refuse_lookalikes,
+)
 from threadlog.store.index import DamagedIndex, Index, IndexedThread
 from threadlog.store.journal import Journal, LogClosed, RolloutLog
 from threadlog.store.leases import Lease, read_durable_end
@@ -138,7 +144,11 @@ class EmbeddedStore:
             reference.
         max_record_bytes: the largest record line accepted (after offloading).
         max_open_threads: how many threads may be open for writing at once; beyond it the
-            least used idle ones are flushed, closed and their leases released.
+            least used idle ones are flushed, closed and their leases released. By default
+            it follows the open-files limit (``min(1000, limit // 4)``: an open thread holds
+            two descriptors, its rollout and its lease, and reads, the index, the journal
+            and the caller need the rest), so any number of threads can be written under a
+            small ``ulimit -n``.
         fops: the file-operation layer (tests inject faults through it).
     """
 
@@ -151,15 +161,17 @@ class EmbeddedStore:
         max_record_bytes: int = 1 * MiB,
         fops: FileOps = DEFAULT_FILEOPS,
         catch_up: bool = True,
-        max_open_threads: int = 1000,
+        max_open_threads: int | None = None,
     ) -> None:
         self.home = os.path.abspath(os.fspath(home) if home is not None else default_home())
         self._fops = fops
         self.commit_interval = commit_interval
         self.artifact_threshold = artifact_threshold
         self.max_record_bytes = max_record_bytes
+        fd_limit = _raise_fd_limit()
+        if max_open_threads is None:
+            max_open_threads = min(1000, fd_limit // 4)
         self.max_open_threads = max(1, max_open_threads)
-        _raise_fd_limit()
         self._threads_dir = os.path.join(self.home, "threads")
         self._locks_dir = os.path.join(self.home, "locks")
         self._journal_dir = os.path.join(self.home, "journal")
@@ -205,7 +217,14 @@ class EmbeddedStore:
         self._stop = threading.Event()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._async_waiters: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-        self._journal = Journal(self._journal_dir, fops, self._on_durable, secret=self._secret)
+        self._error_listeners: list[Callable[[StorageError], None]] = []
+        self._journal = Journal(
+            self._journal_dir,
+            fops,
+            self._on_durable,
+            secret=self._secret,
+            on_failure=self._on_failure,
+        )
         self._closed_why = "the store is closed"
         try:
             self.recover()
@@ -337,7 +356,7 @@ class EmbeddedStore:
     ) -> str:
         """Create a thread (its ``thread.created`` record is durable on return); its id."""
         self._check_open()
-        check_new_thread(principal, lineage)
+        check_new_thread(principal, lineage, config)
         event = ThreadCreated(
             format=FORMAT_VERSION,
             principal=principal,
@@ -347,6 +366,7 @@ class EmbeddedStore:
         )
         _, data = to_data(event)
         data_json = codec.canonical(data)
+        refuse_lookalikes(event.type, data, data_json)
         now = wall_ns()
         thread_id = new_id(now)
         path = self.path_of(thread_id)
@@ -479,7 +499,7 @@ class EmbeddedStore:
             type_name, data = normalize_append(type_, data, id, parent)
             if type_name.startswith("custom."):
                 _PLAIN_CUSTOM.add(type_name)
-        data, data_json = self._encode(data)
+        data, data_json = self._encode(type_name, data)
         now = time.time_ns()
         event_id = id or new_id(now)
         while True:
@@ -509,13 +529,16 @@ class EmbeddedStore:
             durable = durability_of(type_name) == "critical"
         return (seq if durable else 0), record
 
-    def _encode(self, data: Any) -> tuple[Any, bytes]:
-        """Canonical JSON of the data, moving large values to the artifact store first."""
-        data_json = codec.canonical(data)
+    def _encode(self, type_name: str, data: Any) -> tuple[Any, bytes]:
+        """Canonical JSON of the data as stored: look-alike references escaped, then large
+        values moved to the artifact store (`threadlog.model.refs`)."""
+        data, data_json = escape_lookalikes(type_name, data, codec.canonical(data))
         threshold = self.artifact_threshold
         if len(data_json) <= threshold:
             return data, data_json
-        if isinstance(data, dict) and not is_artifact_ref(data):
+        # An escaped whole (``{"$escaped": v}``) goes out whole: its value is the caller's
+        # verbatim, so a reference put in its place could not be told from the data.
+        if isinstance(data, dict) and not is_artifact_ref(data) and not is_escaped(data):
             moved = dict(data)
             for key, value in data.items():
                 value_json = codec.canonical(value)
@@ -670,6 +693,7 @@ class EmbeddedStore:
                 raise lost  # never cut (or write after) what was acknowledged and is gone
             if not scanned.records and anchor is None:
                 raise ThreadNotFound(thread_id)
+            _check_writable_format(thread_id, path, scanned.records)
             fd = self._fops.open(path, os.O_RDWR | os.O_APPEND)
             if scanned.torn is not None:
                 torn = scanned.torn
@@ -732,6 +756,29 @@ class EmbeddedStore:
 
     def remove_listener(self, listener: Callable[[str, list[Record]], None]) -> None:
         self._listeners.remove(listener)
+
+    def add_error_listener(self, listener: Callable[[StorageError], None]) -> None:
+        """Call ``listener(error)`` once if the store stops acknowledging writes (a failed
+        write or fsync: fail-stop, RELIABILITY A4); at once if it already has.
+
+        No record becomes durable after that, so anyone waiting for records (a subscriber
+        tailing a thread) must hear of it instead of waiting forever. Called from the failing
+        thread; it must be quick and must not block.
+        """
+        self._error_listeners.append(listener)
+        error = self._journal.error
+        if error is not None:
+            listener(error)
+
+    def remove_error_listener(self, listener: Callable[[StorageError], None]) -> None:
+        self._error_listeners.remove(listener)
+
+    def _on_failure(self, error: StorageError) -> None:
+        for listener in list(self._error_listeners):
+            try:
+                listener(error)
+            except Exception:
+                log.exception("a store error listener failed")
 
     def _on_durable(self, rollout: RolloutLog, records: list[Record], end: int) -> None:
         lease = self._leases.get(rollout.thread_id)
@@ -1088,16 +1135,11 @@ class EmbeddedStore:
         return replay(self.read(thread_id))
 
     def resolve(self, data: Any) -> Any:
-        """Record data with every artifact reference (top level or one level down) loaded."""
-        if is_artifact_ref(data):
-            return self._load_ref(data)
-        if isinstance(data, dict):
-            return {k: self._load_ref(v) if is_artifact_ref(v) else v for k, v in data.items()}
-        return data
+        """Record data as it was appended: every artifact reference (top level or one level
+        down) loaded, and every escaped look-alike unwrapped (`threadlog.model.refs`)."""
+        return resolve_refs(data, self._load_ref)
 
-    def _load_ref(self, data: Any) -> Any:
-        ref = ArtifactRef.from_data(data)
-        assert ref is not None
+    def _load_ref(self, ref: ArtifactRef) -> Any:
         return codec.loads(self.artifacts.get(ref.sha256))
 
     def threads(
@@ -1726,18 +1768,58 @@ def _has_a_record(path: str, thread_id: str) -> bool:
     return bool(head) and scan(head, thread_id).error is not None
 
 
-def _raise_fd_limit() -> None:
-    """Raise the soft open-files limit to the hard one (two descriptors per open thread)."""
+def _check_writable_format(thread_id: str, path: str, records: list[Record]) -> None:
+    """Refuse to write a thread that a newer threadlog wrote (before anything is repaired).
+
+    Its ``thread.created`` declares the format it was written in, and each record carries the
+    ``v`` it was written with. Appending records of an older format after those would leave a
+    log that neither version writes (and a torn-tail repair could cut a record this version
+    merely cannot parse). Reading stays possible: the envelope is verified as written; it is
+    the reducer (`threadlog.model.upcast`) that refuses records newer than it knows.
+    """
+    first = records[0] if records and records[0].ord == 1 else None
+    if first is None:  # opened from a snapshot's anchor: ord 1 is the file's first line
+        try:
+            with open(path, "rb") as f:
+                first = parse_line(f.readline(MiB))
+        except (OSError, BadRecord):
+            first = None
+    declared = 0
+    if first is not None and first.type == "thread.created" and isinstance(first.data, dict):
+        fmt = first.data.get("format")
+        declared = fmt if type(fmt) is int else 0
+    newest = max((r.v for r in records), default=0)
+    found = max(declared, newest, first.v if first is not None else 0)
+    if found > FORMAT_VERSION:
+        raise UsageError(
+            f"thread {thread_id} was written in format {found} by a newer threadlog; this one "
+            f"writes format {FORMAT_VERSION} and does not append to it: use a newer threadlog "
+            "to write it (reading its records still works)"
+        )
+
+
+def _raise_fd_limit() -> int:
+    """Raise the soft open-files limit to the hard one (two descriptors per open thread);
+    returns the soft limit now in force (4096 where it cannot be read)."""
     try:
         import resource
-
+    except ImportError:
+        return 4096
+    try:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if hard == resource.RLIM_INFINITY:
-            hard = 1 << 20
-        if soft < hard:
+    except (ValueError, OSError):
+        return 4096
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft == resource.RLIM_INFINITY:
+        return hard
+    if soft < hard:
+        try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    except (ImportError, ValueError, OSError):
-        pass
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft
 
 
 def _wake(job: asyncio.Future[None], waiters: list[asyncio.Future[None]]) -> None:

@@ -55,6 +55,7 @@ from threadlog.errors import (
     OrdinalConflict,
     RecordTooLarge,
     StorageError,
+    UsageError,
 )
 from threadlog.model.envelope import BadRecord, Record, encode_record, parse_line
 from threadlog.store._perms import journal_header
@@ -109,6 +110,8 @@ class RolloutLog:
         self.last_id: str | None = last.id if last else None
         self._first_ord = anchor.ord + 1 if anchor else 1
         """The first ord whose offset and id are loaded (the prefix is loaded lazily)."""
+        self._prefix_end = (scanned.offsets[0] if scanned.offsets else scanned.end) if anchor else 0
+        """Where the records before ``_first_ord`` end in the file."""
         self._load_prefix = load_prefix
         self.durable_ord = self.last_ord
         """Highest ord that is durable (in the journal) and written to the rollout file."""
@@ -177,6 +180,8 @@ class RolloutLog:
             if expect_ord is not None and expect_ord != ord_:
                 raise OrdinalConflict(self.thread_id, expect_ord, ord_)
             parent_id = self.last_id if parent is ... else parent
+            if parent_id is not None and parent_id != self.last_id:
+                self._check_parent(parent_id)
             prev = self.last_hash
             line, digest = encode_record(
                 id=id,
@@ -202,6 +207,41 @@ class RolloutLog:
             self._ids[id] = ord_
             self.last_ord, self.last_hash, self.last_id, self.last_seq = ord_, digest, id, seq
             return record, seq
+
+    def _check_parent(self, parent: str) -> None:
+        """Refuse a parent that names no record of this thread (a dangling edge would make
+        the conversation tree lie about where a record continues). Lock held."""
+        if parent not in self._ids and self._first_ord > 1:
+            self._find_in_prefix(parent)
+        if parent not in self._ids:
+            raise UsageError(
+                f"thread {self.thread_id} has no record {parent!r:.80} to continue: pass the "
+                "id of one of its records as parent, None for a new root, or leave it out "
+                "for the previous record"
+            )
+
+    def _find_in_prefix(self, id_: str) -> None:
+        """Look a record id up in the part of the file before ``_first_ord`` (a log opened
+        from a snapshot anchor), adding it to the id index if it is there. Lock held.
+
+        A byte search, confirmed by parsing the one line it lands in, instead of the whole
+        scan `_complete_prefix` does: a session resumed from a snapshot names its conversation
+        leaf, often before the anchor, as the parent of its first record.
+        """
+        prefix = os.pread(self.fd, self._prefix_end, 0)
+        needle = b'"id":"' + id_.encode("utf-8", "replace") + b'"'
+        pos = prefix.find(needle)
+        while pos >= 0:
+            start = prefix.rfind(b"\n", 0, pos) + 1
+            end = prefix.find(b"\n", pos) + 1 or len(prefix)
+            try:
+                record = parse_line(prefix[start:end])
+            except BadRecord:
+                record = None
+            if record is not None and record.id == id_ and record.ord < self._first_ord:
+                self._ids[id_] = record.ord
+                return
+            pos = prefix.find(needle, end)
 
     def take_fresh(self) -> list[Record] | None:
         """The records of the opening scan, once, if nothing was appended since."""
@@ -276,13 +316,18 @@ class Journal:
         *,
         rotate_bytes: int = 64 * 1024 * 1024,
         secret: bytes = b"",
+        on_failure: Callable[[StorageError], None] | None = None,
     ) -> None:
         """``secret`` is the home's (see `threadlog.store._perms`): each journal starts with a
-        header keyed by it, so that recovery replays only journals this home wrote."""
+        header keyed by it, so that recovery replays only journals this home wrote.
+        ``on_failure(error)`` is called once, from the failing thread and without the
+        journal's lock, when the journal stops (fail-stop), so that whoever waits for records
+        that will now never come (subscribers) is told instead of waiting forever."""
         self.directory = directory
         self._secret = secret
         self._fops = fops
         self._on_durable = on_durable
+        self._on_failure = on_failure
         self._rotate_bytes = rotate_bytes
         self._mutex = threading.Lock()
         self._cond = threading.Condition(self._mutex)
@@ -307,13 +352,27 @@ class Journal:
 
     def _poison(self, what: str, failure: BaseException) -> NoReturn:
         """Fail-stop (A4): no write is acknowledged after this one failed. Condition held."""
-        self._poisoned = StorageError(
+        first = self._poisoned is None
+        self._poisoned = error = StorageError(
             f"{what} and the store stopped acknowledging writes ({failure}); "
             "close and reopen the store to continue"
         )
         log.error("journal %s: %s", self.path, failure)
-        self._cond.notify_all()
-        raise self._poisoned from failure
+        self._cond.notify_all()  # every waiter wakes and raises it (`check`)
+        if first and self._on_failure is not None:
+            self._cond.release()  # the callback may call into the store
+            try:
+                self._on_failure(error)
+            except Exception:
+                log.exception("a store failure listener failed")
+            finally:
+                self._cond.acquire()
+        raise error from failure
+
+    @property
+    def error(self) -> StorageError | None:
+        """The error that stopped the journal, if one did."""
+        return self._poisoned
 
     def check(self) -> None:
         """Raise the error that stopped the journal, if one did."""

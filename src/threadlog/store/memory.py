@@ -17,7 +17,16 @@ from threadlog.model.envelope import FORMAT_VERSION, Record, encode_record
 from threadlog.model.events import Event, ThreadCreated, to_data
 from threadlog.model.ids import is_uuid
 from threadlog.model.reducer import replay
-from threadlog.store.base import Listener, check_new_thread, normalize_append
+from threadlog.model.refs import ArtifactRef
+from threadlog.model.refs import resolve as resolve_refs
+from threadlog.store.base import (
+    ErrorListener,
+    Listener,
+    check_new_thread,
+    escape_lookalikes,
+    normalize_append,
+    refuse_lookalikes,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,6 +37,10 @@ if TYPE_CHECKING:
 __all__ = ["MemoryStore"]
 
 log = logging.getLogger("threadlog.store")
+
+
+def _no_artifacts(ref: ArtifactRef) -> Any:
+    raise UsageError(f"no artifact {ref.sha256}: the in-memory store keeps no artifacts")
 
 
 def _copy(record: Record, data_json: bytes) -> Record:
@@ -63,16 +76,18 @@ class MemoryStore:
     ) -> str:
         if self._closed:
             raise UsageError("the store is closed")
-        check_new_thread(principal, lineage)
+        check_new_thread(principal, lineage, config)
+        event = ThreadCreated(
+            format=FORMAT_VERSION, principal=principal, config=config, lineage=lineage, title=title
+        )
+        data = to_data(event)[1]
+        refuse_lookalikes(event.type, data, codec.canonical(data))
         now = wall_ns()
         thread_id = new_id(now)
         with self._lock:
             self._threads[thread_id] = []
             self._ids[thread_id] = {}
-        event = ThreadCreated(
-            format=FORMAT_VERSION, principal=principal, config=config, lineage=lineage, title=title
-        )
-        self._add(thread_id, event.type, to_data(event)[1], None, None, None, None)
+        self._add(thread_id, event.type, data, None, None, None, None)
         return thread_id
 
     def append(
@@ -126,7 +141,7 @@ class MemoryStore:
         expect_ord: int | None,
         check: Callable[[Record], object] | None,
     ) -> Record:
-        data_json = codec.canonical(data)
+        data, data_json = escape_lookalikes(type_name, data, codec.canonical(data))
         data = codec.loads(data_json)  # what a later read returns, and no alias of the caller's
         now = wall_ns()
         with self._lock:
@@ -146,6 +161,12 @@ class MemoryStore:
             last = records[-1][0] if records else None
             event_id = id or new_id(now)
             parent_id = (last.id if last else None) if parent is ... else parent
+            if parent_id is not None and parent_id not in ids:
+                raise UsageError(
+                    f"thread {thread_id} has no record {parent_id!r:.80} to continue: pass "
+                    "the id of one of its records as parent, None for a new root, or leave "
+                    "it out for the previous record"
+                )
             prev = last.hash if last else None
             ts = rfc3339(now)
             _, digest = encode_record(
@@ -193,13 +214,21 @@ class MemoryStore:
         return list(self._threads)
 
     def resolve(self, data: Any) -> Any:
-        return data
+        """Record data as it was appended: escaped look-alike references unwrapped. This
+        store makes no references (nothing is offloaded), so there is nothing to load."""
+        return resolve_refs(data, _no_artifacts)
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
     def remove_listener(self, listener: Listener) -> None:
         self._listeners.remove(listener)
+
+    def add_error_listener(self, listener: ErrorListener) -> None:
+        """As `EmbeddedStore.add_error_listener`; this store never fails, so never calls it."""
+
+    def remove_error_listener(self, listener: ErrorListener) -> None:
+        pass
 
     def release(self, thread_id: str) -> None:
         pass

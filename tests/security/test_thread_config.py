@@ -1,0 +1,72 @@
+"""A thread's working directory is fixed when it is created (issue 9, point 12b).
+
+A relative ``cwd`` would be resolved against whatever directory the process that opens the
+thread later happens to run in: tools would read and write somewhere else after a resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from threadlog import EmbeddedStore, UsageError
+from threadlog.runtime import Runtime
+from threadlog.store.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from threadlog.store.base import Store
+
+
+@pytest.fixture(params=["embedded", "memory"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "memory":
+        yield MemoryStore()
+    else:
+        with EmbeddedStore(str(tmp_path / "home")) as store:
+            yield store
+
+
+@pytest.mark.parametrize("cwd", ["rel/dir", Path("rel/dir"), "./rel/../rel/dir"])
+def test_a_relative_cwd_is_stored_absolute(
+    any_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cwd: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    thread = any_store.create_thread("u", cwd=cwd)
+    created = any_store.read(thread)[0]
+    assert created.data["config"]["cwd"] == str(tmp_path / "rel" / "dir")
+    assert any_store.state(thread).config["cwd"] == str(tmp_path / "rel" / "dir")
+
+
+def test_a_cwd_that_is_not_a_path_is_refused(any_store: Store) -> None:
+    with pytest.raises(UsageError, match="cwd must be a path"):
+        any_store.create_thread("u", cwd=42)
+
+
+def test_tools_of_a_resumed_thread_run_where_it_was_created(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    home = str(tmp_path / "home")
+
+    async def create() -> str:
+        monkeypatch.chdir(tmp_path)
+        async with Runtime(home) as runtime:
+            session = await runtime.create("u", cwd="ws")
+            return session.thread_id
+
+    async def reopen(thread: str) -> Path:
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        async with Runtime(home) as runtime:
+            session = await runtime.open(thread)
+            return session._cwd()
+
+    thread = asyncio.run(create())
+    assert asyncio.run(reopen(thread)) == tmp_path / "ws"
+    assert os.getcwd() == str(tmp_path / "elsewhere")
