@@ -260,16 +260,21 @@ def _stopped(pid: int) -> bool:
     return False
 
 
-def _kill(pid: int, run: Run, marker: bytes) -> bool:
-    """Kill ``pid`` (and its group, when that is the run's) if it is the run's; True if it
-    was signalled."""
+def _group(pgid: int) -> list[int]:
+    return [p for p in _pids() if (i := _stat(p)) is not None and i[1] == pgid and i[0] != "Z"]
+
+
+def _kill(pid: int, run: Run, marker: bytes) -> list[int]:
+    """Kill ``pid`` if it is the run's, and its group when that is the run's; the processes
+    signalled."""
     try:
         pidfd = os.pidfd_open(pid)
     except (ProcessLookupError, AttributeError, OSError):
-        return False
+        return []
+    killed = [pid]
     try:
         if not _ours(pid, run, marker):  # checked with the pidfd held: the same process
-            return False
+            return []
         info = _stat(pid)
         if run.pgid is not None and info is not None and info[1] == run.pgid:
             # Freeze the member first: stopped, it can neither exit nor leave the group, so
@@ -278,12 +283,16 @@ def _kill(pid: int, run: Run, marker: bytes) -> bool:
             signal.pidfd_send_signal(pidfd, signal.SIGSTOP)
             info = _stat(pid) if _stopped(pid) else None
             if info is not None and info[1] == run.pgid:
+                killed += [p for p in _group(run.pgid) if p != pid]
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(run.pgid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                return killed
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        return True
+        return killed
     except ProcessLookupError:
-        return False
+        return []  # it ended by itself before the signal
     finally:
         os.close(pidfd)
 
@@ -303,8 +312,7 @@ def reap(run: Run) -> Reaped:
         if not found:
             break
         for pid in found:
-            if _kill(pid, run, marker) and pid not in killed:
-                killed.append(pid)
+            killed += [p for p in _kill(pid, run, marker) if p not in killed]
         time.sleep(0.005)  # let the killed go before looking again
     survivors = [p for p in _pids() if p != me and _ours(p, run, marker)]
     return Reaped(killed=killed, survivors=survivors)
