@@ -564,6 +564,7 @@ async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
         raise ToolError("argument 'timeout' must be a number of seconds in (0, 600]")
     cwd_fd, cwd_path = await asyncio.to_thread(_open_cwd, ctx, cwd)
     run: procs.Run | None = None
+    spawn: asyncio.Future[asyncio.subprocess.Process] | None = None
     try:
         env = None
         if ctx.runs_dir is not None:
@@ -625,6 +626,8 @@ async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
             await proc.wait()
             raise
     finally:
+        if spawn is None:
+            os.close(cwd_fd)  # never got as far as the spawn
         if run is not None:
             procs.finish(run)
     limit = 64 * 1024
