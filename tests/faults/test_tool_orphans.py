@@ -191,3 +191,39 @@ def test_reaping_never_touches_a_process_that_is_not_the_runs(tmp_path: Path) ->
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_cancelling_run_command_while_it_spawns_ends_the_command(tmp_path: Path) -> None:
+    """A cancel that lands while the command is being set up (its cwd walked, its record
+    written, asyncio between the fork and the pipes being connected) ends the whole command
+    promptly — not leaving asyncio waiting for a leader it only signalled (CPython 3.11 can
+    hang there) — and leaks no fd."""
+    from threadlog.runtime.tools import ToolContext, run_command
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    ctx = ToolContext("thread", "call", 1, "key", ws)
+
+    async def cancel_after(ticks: int) -> bool:
+        task = asyncio.create_task(
+            run_command.run(ctx, {"command": "sleep 300 & sleep 300; wait", "timeout": 600})
+        )
+        for _ in range(ticks):
+            await asyncio.sleep(0)
+        task.cancel()
+        try:
+            await asyncio.wait_for(task, 5)  # a bound for a hang, not a timing check
+        except asyncio.CancelledError:
+            return True
+        except TimeoutError:
+            return False
+        return True  # finished before the cancel could land: fine too
+
+    fds = len(os.listdir("/proc/self/fd"))
+    try:
+        hung = [ticks for ticks in list(range(12)) * 2 if not asyncio.run(cancel_after(ticks))]
+        assert hung == []
+        wait_until(lambda: not in_workspace(ws), "the cancelled commands to end")
+        assert len(os.listdir("/proc/self/fd")) == fds  # no directory fd left open
+    finally:
+        kill_leftovers(ws)

@@ -43,6 +43,7 @@ import logging
 import os
 import secrets
 import stat
+import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
@@ -548,6 +549,35 @@ def _cwd_of(fd: int, path: Path) -> str:
     return magic if os.path.isdir("/proc/self/fd") else os.fspath(path)
 
 
+async def _undoable(call: Callable[[], _T], undo: Callable[[_T], None]) -> _T:
+    """Run ``call`` in a thread; if the caller is cancelled meanwhile, ``undo`` its result.
+
+    A call in a thread cannot be stopped half-way, only waited for; the undo happens in that
+    thread (or here, if the result was there already), never in a loop callback that might
+    not run once the caller's loop ends.
+    """
+    lock = threading.Lock()
+    state: dict[str, Any] = {}
+
+    def work() -> _T:
+        result = call()
+        with lock:
+            if state.get("abandoned"):
+                undo(result)
+            else:
+                state["result"] = result
+        return result
+
+    try:
+        return await asyncio.to_thread(work)
+    except asyncio.CancelledError:
+        with lock:
+            state["abandoned"] = True
+            if "result" in state:
+                undo(state["result"])
+        raise
+
+
 async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     command = args.get("command")
     if isinstance(command, str):
@@ -562,7 +592,9 @@ async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
     timeout = args.get("timeout", 30)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 600:
         raise ToolError("argument 'timeout' must be a number of seconds in (0, 600]")
-    cwd_fd, cwd_path = await asyncio.to_thread(_open_cwd, ctx, cwd)
+    cwd_fd, cwd_path = await _undoable(
+        functools.partial(_open_cwd, ctx, cwd), lambda opened: os.close(opened[0])
+    )
     run: procs.Run | None = None
     spawn: asyncio.Future[asyncio.subprocess.Process] | None = None
     try:
@@ -571,8 +603,11 @@ async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
             # Recorded (durably) before the child exists: an agent killed at any point after
             # this leaves a record whose token finds the command's processes on resume.
             try:
-                run = await asyncio.to_thread(
-                    procs.begin, ctx.runs_dir, ctx.thread_id, ctx.call_id, ctx.attempt
+                run = await _undoable(
+                    functools.partial(
+                        procs.begin, ctx.runs_dir, ctx.thread_id, ctx.call_id, ctx.attempt
+                    ),
+                    procs.finish,
                 )
             except OSError as exc:
                 raise ToolError(
@@ -607,7 +642,10 @@ async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
             raise
         finally:
             # the fd must outlive the fork (the child's chdir goes through it)
-            spawn.add_done_callback(functools.partial(_after_spawn, cwd_fd, handed_over))
+            if spawn.done():
+                _after_spawn(cwd_fd, handed_over, spawn)
+            else:
+                spawn.add_done_callback(functools.partial(_after_spawn, cwd_fd, handed_over))
         try:
             if run is not None:
                 try:
