@@ -20,6 +20,7 @@ from threadlog.errors import UsageError
 from threadlog.model import snapshot
 from threadlog.model.recovery import plan_recovery
 from threadlog.model.turns import is_parked
+from threadlog.runtime import procs
 from threadlog.runtime.approvals import check_policy
 from threadlog.runtime.models import Model, ModelSummarizer, ScriptedModel, Summarizer
 from threadlog.runtime.session import Session
@@ -119,9 +120,10 @@ class Runtime:
         session = self._open_session(thread_id)
         if not resume:
             return session
-        if is_parked(session.state):
+        orphans = await self._runs_left(session)
+        if is_parked(session.state) and not orphans:
             session.resume_turn()
-        elif not plan_recovery(session.state).empty:
+        elif orphans or not plan_recovery(session.state).empty:
             await self._recover(session, continue_work=True)
         return session
 
@@ -130,6 +132,7 @@ class Runtime:
 
         Load and verify the log (a torn final record is cut, a crashed store's journal is
         replayed) → reduce → classify every unfinished tool call (`threadlog.model.recovery`)
+        → kill the processes that the dead agent's commands left running (`runtime.procs`)
         → append ``thread.resumed`` listing the repairs → record interrupted model calls →
         mark non-idempotent calls of unknown outcome (asking their ``reconcile`` hook) → end a
         running turn ``interrupted``. With ``continue_work``, a new turn then carries on with
@@ -147,14 +150,74 @@ class Runtime:
         await self._recover(session, continue_work=continue_work)
         return session
 
+    async def _runs_left(self, session: Session) -> list[procs.Run]:
+        """Records of commands that a dead agent of this thread started (`runtime.procs`)."""
+        runs_dir = session.runs_dir
+        if runs_dir is None:
+            return []
+        return await asyncio.to_thread(procs.runs_of, runs_dir, session.thread_id)
+
+    async def _reap_orphans(
+        self, session: Session
+    ) -> tuple[list[dict[str, Any]], dict[str, str], list[procs.Run]]:
+        """End the processes that commands of a dead agent left running (the caller holds
+        the lease, so every recorded run is an orphan). Returns the repairs to record, a
+        note per call (for its ``tool_call.unknown`` reason), and the runs now over."""
+        repairs: list[dict[str, Any]] = []
+        notes: dict[str, str] = {}
+        over: list[procs.Run] = []
+        for run in await self._runs_left(session):
+            reaped = await asyncio.to_thread(procs.reap, run)
+            if reaped.checked and not reaped.survivors:
+                over.append(run)
+            call = session.state.tool_calls.get(run.call_id)
+            cut_off = call is not None and call.status == "running"
+            if not (cut_off or reaped.killed or reaped.survivors):
+                continue  # the record of a command that finished (its removal was lost)
+            if not reaped.checked:
+                note = "this system cannot look for the command's processes: it may still run"
+            elif reaped.survivors:
+                note = (
+                    f"processes {reaped.survivors} of the command are still running and could "
+                    "not be killed: its effect may not be over; end them before deciding"
+                )
+            elif reaped.killed:
+                note = (
+                    f"{len(reaped.killed)} process(es) of the command outlived the agent and "
+                    "were killed on resume: the command is no longer running"
+                )
+            else:
+                note = "no process of the command was left running: the command is over"
+            repairs.append(
+                {
+                    "kind": "orphan_processes",
+                    "call_id": run.call_id,
+                    "attempt": run.attempt,
+                    "pgid": run.pgid,
+                    "killed": reaped.killed,
+                    "survivors": reaped.survivors,
+                    "note": note,
+                }
+            )
+            if cut_off:
+                notes[run.call_id] = note
+        return repairs, notes, over
+
     async def _recover(self, session: Session, *, continue_work: bool) -> None:
         state = session.state
         parked = is_parked(state)
         plan = plan_recovery(state)
-        repairs = self.store.take_repairs(session.thread_id) + [
-            r for r in plan.to_data() if not (parked and r["kind"] == "turn_interrupted")
-        ]
+        # First end what a dead agent's commands left running, so that the effect of a call
+        # of unknown outcome is over before anyone (a reconcile hook, a human) decides on it.
+        orphans, notes, over = await self._reap_orphans(session)
+        repairs = (
+            self.store.take_repairs(session.thread_id)
+            + orphans
+            + [r for r in plan.to_data() if not (parked and r["kind"] == "turn_interrupted")]
+        )
         resumed = await session.append("thread.resumed", {"repairs": repairs})
+        for run in over:
+            await asyncio.to_thread(procs.finish, run)
         turn_id = None if parked else plan.interrupt_turn
         for step_id in plan.interrupted_steps:
             await session.append(
@@ -176,7 +239,9 @@ class Runtime:
             )
         outcomes = {}
         for call_id in plan.unknown:
-            outcomes[call_id] = await session.mark_unknown(state.tool_calls[call_id])
+            outcomes[call_id] = await session.mark_unknown(
+                state.tool_calls[call_id], note=notes.get(call_id)
+            )
         for call_id in plan.already_unknown:
             # marked in an earlier run (a resume cut short, a close mid-tool): ask again
             verdict = await session.reconcile(state.tool_calls[call_id])

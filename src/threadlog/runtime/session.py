@@ -62,7 +62,7 @@ from threadlog.model.turns import (
     RunTool,
     next_action,
 )
-from threadlog.runtime import inbox
+from threadlog.runtime import inbox, procs
 from threadlog.runtime.approvals import decide
 from threadlog.runtime.models import Completed, ModelRequest, ProviderError, TextDelta
 from threadlog.runtime.tools import ToolContext, ToolError
@@ -690,18 +690,17 @@ class Session:
             return
         await self.mark_unknown(call)
 
-    async def mark_unknown(self, call: ToolCallState) -> str:
+    async def mark_unknown(self, call: ToolCallState, *, note: str | None = None) -> str:
         """Record that a non-idempotent call's outcome is unknown, and ask its reconcile hook.
 
-        Returns ``unknown`` (a human must resolve it), ``done`` or ``retry`` (what the hook
-        said; recorded as a resolution by ``reconcile:<tool>``).
+        ``note`` is added to the recorded reason (resume says there what became of the
+        call's processes). Returns ``unknown`` (a human must resolve it), ``done`` or
+        ``retry`` (what the hook said; recorded as a resolution by ``reconcile:<tool>``).
         """
+        reason = "the process running this tool stopped before its result was recorded"
         await self.append(
             "tool_call.unknown",
-            {
-                "call_id": call.call_id,
-                "reason": "the process running this tool stopped before its result was recorded",
-            },
+            {"call_id": call.call_id, "reason": f"{reason}; {note}" if note else reason},
         )
         return await self.reconcile(call)
 
@@ -775,7 +774,7 @@ class Session:
                     {"call_id": call.call_id, "ok": False, "error": "cancelled before it ran"},
                 )
             raise
-        ctx = ToolContext(self.thread_id, call.call_id, attempt, key, self._cwd())
+        ctx = ToolContext(self.thread_id, call.call_id, attempt, key, self._cwd(), self.runs_dir)
         task = asyncio.create_task(
             tool.run(ctx, dict(call.args)), name=f"tool {call.tool} {call.call_id}"
         )
@@ -822,6 +821,15 @@ class Session:
             "tool_call.finished",
             {"call_id": call.call_id, "ok": ok, "result": result, "error": error},
         )
+
+    @property
+    def runs_dir(self) -> str | None:
+        """Where this session's tools record the processes they start (`runtime.procs`):
+        a directory of the store's home, or None for a store without one."""
+        home = getattr(self.runtime.store, "home", None)
+        if isinstance(home, str) and os.path.isdir(home):
+            return os.path.join(home, procs.RUNS_DIR)
+        return None
 
     def _cwd(self) -> Path:
         cwd = self.state.config.get("cwd")
