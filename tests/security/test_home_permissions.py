@@ -3,6 +3,7 @@ files others own or may write, and journals replayed only if this home wrote the
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import pytest
 from threadlog import StorageError, open_store
 from threadlog.errors import InsecureHome
 from threadlog.runtime import inbox
+from threadlog.store._fileops import FileOps
 from threadlog.store._perms import journal_header
 
 from .homes import crashed_home, modes
@@ -121,6 +123,33 @@ def test_a_journal_of_an_older_version_is_replayed_once_when_the_home_gets_its_s
     data = journal.read_bytes()
     journal.write_bytes(data[data.index(b"\n") + 1 :])  # no header
     (crashed.home / "secret").unlink()  # a home made before secrets
+    with open_store(crashed.home) as store:
+        assert store.read(crashed.thread)[1:] == crashed.acked
+        assert not store.problems
+    assert not crashed.journals()
+
+
+def test_an_older_versions_journal_is_still_replayed_after_a_failed_first_open(
+    tmp_path: Path,
+) -> None:
+    """The open that gives the home its secret fails while replaying (a full disk): the next
+    open, which finds the secret, must still replay the header-less journal, not refuse it
+    (it predates the secret)."""
+    crashed = crashed_home(tmp_path)
+    (journal,) = crashed.journals()
+    data = journal.read_bytes()
+    journal.write_bytes(data[data.index(b"\n") + 1 :])
+    (crashed.home / "secret").unlink()
+
+    class FullDisk(FileOps):
+        def write_all(self, fd: int, data: bytes | memoryview) -> None:
+            if os.readlink(f"/proc/self/fd/{fd}").endswith(".jsonl"):
+                raise OSError(errno.ENOSPC, "No space left on device")
+            super().write_all(fd, data)
+
+    with pytest.raises(StorageError, match="No space left"):
+        open_store(crashed.home, fops=FullDisk())
+    assert (crashed.home / "secret").exists()
     with open_store(crashed.home) as store:
         assert store.read(crashed.thread)[1:] == crashed.acked
         assert not store.problems

@@ -72,7 +72,7 @@ class FileOps:
         try:
             self.mkdir(path)
         except FileExistsError:
-            return
+            pass  # made by another thread or process, which may not have synced it yet
         self.fsync_dir(parent)
 
 

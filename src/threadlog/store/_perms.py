@@ -20,6 +20,7 @@ its name was not written by this home's stores, and is never replayed (see
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import hmac
 import logging
@@ -124,43 +125,65 @@ def restrict_file(path: str, what: str = "the file") -> None:
         os.close(fd)
 
 
-def load_secret(home: str, fops: FileOps) -> tuple[bytes, bool]:
-    """The home's secret, created (0600, atomically and durably) if missing; ``(secret,
-    created)``. A secret of the wrong size (damaged) is replaced, with an error logged: the
-    journals keyed by the old one are then refused, never replayed."""
+def load_secret(home: str, fops: FileOps) -> tuple[bytes, int]:
+    """The home's secret, created (0600, atomically and durably) if missing, and when it was
+    made (its ``st_ctime_ns``: journals without a header older than that are an earlier
+    version's). A secret of the wrong size (damaged) is replaced, with an error logged: the
+    journals keyed by the old one are then refused, never replayed.
+
+    Creation is serialized by an exclusive ``flock`` on the home folder: two stores opening
+    a new home at once must end up with one secret, or the journals one of them keys with a
+    secret that lost the race would be refused (and their records lost)."""
     path = os.path.join(home, "secret")
+    existing = _read_secret(path)
+    if existing is not None:
+        return existing
+    lock = os.open(home, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        existing = _read_secret(path)  # another store made it while we waited
+        if existing is not None:
+            return existing
+        secret = secrets.token_bytes(SECRET_BYTES)
+        tmp = os.path.join(home, f".secret.{secrets.token_hex(4)}.{os.getpid()}.tmp")
+        try:
+            fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.fchmod(fd, 0o600)  # whatever the umask
+                fops.write_all(fd, secret)
+                fops.fsync(fd)
+            finally:
+                fops.close(fd)
+            fops.rename(tmp, path)
+            fops.fsync_dir(home)
+            since = os.stat(path).st_ctime_ns
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise StorageError(f"cannot create the home's secret {path}: {exc}") from exc
+        return secret, since
+    finally:
+        os.close(lock)
+
+
+def _read_secret(path: str) -> tuple[bytes, int] | None:
+    """The secret at ``path`` and its ``st_ctime_ns``; None if missing or damaged."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
     except FileNotFoundError:
-        fd = -1
+        return None
     except OSError as exc:
         raise StorageError(f"cannot read the home's secret {path}: {exc}") from exc
-    if fd >= 0:
-        try:
-            check_fd(fd, path, "the home's secret")
-            data = os.read(fd, SECRET_BYTES + 1)
-        finally:
-            os.close(fd)
-        if len(data) == SECRET_BYTES:
-            return data, False
-        log.error("the home's secret %s is damaged (%d bytes); replacing it", path, len(data))
-    secret = secrets.token_bytes(SECRET_BYTES)
-    tmp = os.path.join(home, f".secret.{secrets.token_hex(4)}.{os.getpid()}.tmp")
     try:
-        fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.fchmod(fd, 0o600)  # whatever the umask
-            fops.write_all(fd, secret)
-            fops.fsync(fd)
-        finally:
-            fops.close(fd)
-        fops.rename(tmp, path)
-        fops.fsync_dir(home)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise StorageError(f"cannot create the home's secret {path}: {exc}") from exc
-    return secret, True
+        check_fd(fd, path, "the home's secret")
+        data = os.read(fd, SECRET_BYTES + 1)
+        since = os.fstat(fd).st_ctime_ns
+    finally:
+        os.close(fd)
+    if len(data) == SECRET_BYTES:
+        return data, since
+    log.error("the home's secret %s is damaged (%d bytes); replacing it", path, len(data))
+    return None
 
 
 def journal_header(secret: bytes, name: str) -> bytes:

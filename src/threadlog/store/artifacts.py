@@ -19,6 +19,7 @@ import hashlib
 import os
 import re
 import secrets
+import stat
 
 from threadlog.errors import IntegrityError, StorageError, UsageError
 from threadlog.model.refs import ArtifactRef, is_artifact_ref
@@ -34,6 +35,11 @@ is a property of the disk, so the set is shared by every store of the process (a
 by a forked child, whose parent synced them)."""
 _DURABLE_DIRS: set[str] = set()
 """Directories whose own entry this process has made durable (by syncing their parent)."""
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+"""Blobs are opened without blocking: a FIFO planted at a blob's path must not hang a read."""
 
 
 class ArtifactStore:
@@ -98,7 +104,7 @@ class ArtifactStore:
         written (missing, a symlink, or not matching its hash: the write replaces it)."""
         fops = self._fops
         try:
-            fd = fops.open(final, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            fd = fops.open(final, os.O_RDONLY | _NOFOLLOW | _NONBLOCK)
         except FileNotFoundError:
             return False
         except OSError as exc:
@@ -106,6 +112,8 @@ class ArtifactStore:
                 return False  # a symlink: the rename of a real copy replaces it
             raise
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return False  # a FIFO or device planted there: the rename replaces it
             hasher = hashlib.sha256()
             while chunk := os.read(fd, 1 << 20):
                 hasher.update(chunk)
@@ -141,9 +149,7 @@ class ArtifactStore:
         """
         path = self.path(digest)
         try:
-            fd = os.open(
-                path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-            )
+            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
             raise UsageError(f"no artifact {digest}") from None
         except OSError as exc:
@@ -153,6 +159,8 @@ class ArtifactStore:
                 ) from None
             raise StorageError(f"could not read artifact {digest}: {exc}") from exc
         with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise IntegrityError("artifacts", 0, f"artifact {digest} is not a regular file")
             content = f.read()
         if hashlib.sha256(content).hexdigest() != digest:
             raise IntegrityError("artifacts", 0, f"artifact {digest} does not match its hash")

@@ -193,11 +193,9 @@ class EmbeddedStore:
                 raise
             except StorageError as exc:  # not a folder: recovery reports it, reads work
                 log.debug("%s", exc)
-            self._secret, fresh = load_secret(self.home, fops)
+            self._secret, self._secret_since = load_secret(self.home, fops)
         except OSError as exc:
             raise StorageError(f"cannot create the store at {self.home}: {exc}") from exc
-        self._legacy_journals = fresh
-        """The home had no secret: journals without a header are an older version's."""
         self.artifacts = ArtifactStore(os.path.join(self.home, "artifacts"), fops)
         self.index = self._open_index(os.path.join(self.home, "index.sqlite3"))
         self._logs: dict[str, RolloutLog] = {}
@@ -391,6 +389,7 @@ class EmbeddedStore:
                 journal=self._journal,
                 scanned=Scan(),
                 max_record_bytes=self.max_record_bytes,
+                publish=lease.publish,
             )
             lease.publish(0)
             _, seq = rollout.submit(
@@ -688,7 +687,9 @@ class EmbeddedStore:
                 scanned = self._recover_thread(thread_id, path)
             if scanned.error is not None:
                 raise scanned.error
-            lost = self._lost_acknowledged(thread_id, scanned, anchor)
+            lost = self._lost_acknowledged(
+                thread_id, scanned, self._acknowledged(thread_id), anchor
+            )
             if lost is not None:
                 raise lost  # never cut (or write after) what was acknowledged and is gone
             if not scanned.records and anchor is None:
@@ -736,6 +737,7 @@ class EmbeddedStore:
                 max_record_bytes=self.max_record_bytes,
                 anchor=anchor,
                 load_prefix=lambda: scan_file(path, thread_id),
+                publish=lease.publish,
             )
         except OSError as exc:
             lease.release()
@@ -781,10 +783,9 @@ class EmbeddedStore:
                 log.exception("a store error listener failed")
 
     def _on_durable(self, rollout: RolloutLog, records: list[Record], end: int) -> None:
-        lease = self._leases.get(rollout.thread_id)
-        if lease is not None:
+        if rollout.publish is not None:
             try:
-                lease.publish(end)  # readers in other processes may now read up to ``end``
+                rollout.publish(end)  # readers in other processes may now read up to ``end``
             except OSError as exc:  # they keep stopping at the last end published: safe
                 log.warning("thread %s: cannot publish its durable end: %s", rollout.thread_id, exc)
         _faults.after_durable(records)
@@ -861,7 +862,7 @@ class EmbeddedStore:
             self._journal_dir,
             self._secret,
             self._fops,
-            legacy=self._legacy_journals,
+            legacy_before=self._secret_since,
             report=self._report,
         )
 
@@ -1040,8 +1041,9 @@ class EmbeddedStore:
         fresh = rollout.take_fresh() if rollout is not None else None
         if fresh:  # just verified by opening the thread (and synced), only this store writes it
             return fresh[after:] if limit is None else fresh[after : after + limit]
+        known = self._acknowledged(thread_id)
         end = self.durable_end(thread_id)
-        records = self._read_file(path, thread_id, after, limit, end)
+        records = self._read_file(path, thread_id, after, limit, end, known)
         if end is None:
             # Durable before visible: no live writer says how far the file is durable, and a
             # killed one may have left records it never synced; sync the file now that it is
@@ -1076,7 +1078,13 @@ class EmbeddedStore:
             fops.close(fd)
 
     def _read_file(
-        self, path: str, thread_id: str, after: int, limit: int | None, end: int | None
+        self,
+        path: str,
+        thread_id: str,
+        after: int,
+        limit: int | None,
+        end: int | None,
+        known: tuple[int, str | None, int] | None,
     ) -> list[Record]:
         if limit is not None and after == 0:
             head = self._read_head(path, thread_id, limit, end)
@@ -1087,6 +1095,9 @@ class EmbeddedStore:
             if snap is not None and snap[0] <= after:
                 fast = self._anchored_tail(thread_id, path, end)
                 if fast is not None:  # read only what follows the snapshot's anchor
+                    lost = self._lost_acknowledged(thread_id, fast[1], known, fast[0])
+                    if lost is not None:
+                        raise lost
                     records = [r for r in fast[1].records if r.ord > after]
                     return records[:limit] if limit is not None else records
         try:
@@ -1095,7 +1106,7 @@ class EmbeddedStore:
             raise ThreadNotFound(thread_id) from None
         if scanned.error is not None:
             raise scanned.error
-        lost = self._lost_acknowledged(thread_id, scanned)
+        lost = self._lost_acknowledged(thread_id, scanned, known)
         if lost is not None:
             raise lost
         if not scanned.records:
@@ -1182,20 +1193,32 @@ class EmbeddedStore:
             raise ThreadNotFound(thread_id)
         return info
 
-    def _lost_acknowledged(
-        self, thread_id: str, scanned: Scan, anchor: Record | None = None, prefix: int = 0
-    ) -> IntegrityError | None:
-        """Damage no scan can see: the log holds fewer records than the index knows were
-        acknowledged (a cut at a line boundary, a file restored from an old copy), or another
-        record at the last acknowledged ordinal. None when it holds them all (or the index,
-        only a projection, cannot say)."""
+    def _acknowledged(self, thread_id: str) -> tuple[int, str | None, int] | None:
+        """The index's acknowledged mark of a thread ``(last_ord, last_hash, bytes)``, if any.
+
+        Take it *before* `durable_end` and the read it bounds: a writer publishes an end before
+        its index acknowledges anything up to it, so a mark taken first is never ahead of the
+        file read after it (taken after, a busy writer's mark is, and reads as lost records)."""
         try:
-            known = self.index.acknowledged(thread_id).get(thread_id)
+            return self.index.acknowledged(thread_id).get(thread_id)
         except StorageError as exc:
             log.warning(
                 "thread %s: the index cannot say what was acknowledged (%s)", thread_id, exc
             )
             return None
+
+    def _lost_acknowledged(
+        self,
+        thread_id: str,
+        scanned: Scan,
+        known: tuple[int, str | None, int] | None,
+        anchor: Record | None = None,
+        prefix: int = 0,
+    ) -> IntegrityError | None:
+        """Damage no scan can see: the log holds fewer records than ``known`` (the thread's
+        `_acknowledged` mark) says were acknowledged (a cut at a line boundary, a file restored
+        from an old copy), or another record at the last acknowledged ordinal. None when it
+        holds them all (or the index, only a projection, cannot say)."""
         if known is None:
             return None
         ord_, hash_, _ = known
@@ -1227,6 +1250,7 @@ class EmbeddedStore:
         event is legal for the reducer). Reports; never repairs."""
         path = self.path_of(thread_id)
         try:
+            known = self._acknowledged(thread_id)
             scanned = scan_file(path, thread_id, end=self.durable_end(thread_id))
         except FileNotFoundError:
             if thread_id not in self.missing_threads():
@@ -1234,7 +1258,7 @@ class EmbeddedStore:
             scanned = Scan()
         error: IntegrityError | InvalidTransition | None = scanned.error
         if error is None:
-            error = self._lost_acknowledged(thread_id, scanned)
+            error = self._lost_acknowledged(thread_id, scanned, known)
         if error is None:
             # a crashed store's journal holds records of the thread that could not be replayed
             journal = next((p for p in self.problems if p["thread"] == thread_id), None)
@@ -1352,6 +1376,7 @@ class EmbeddedStore:
             known = positions.get(thread_id)
             if known is not None and known[0] == size:
                 continue
+            mark = self._acknowledged(thread_id)  # (before the durable end: see there)
             durable = self.durable_end(thread_id)  # a live writer's unsynced records wait
             if durable is not None and durable < size:
                 size = durable
@@ -1377,7 +1402,7 @@ class EmbeddedStore:
                 if known is not None:
                     self.index.reset_thread(thread_id)
             if scanned.error is None:
-                scanned.error = self._lost_acknowledged(thread_id, scanned, prefix=prefix)
+                scanned.error = self._lost_acknowledged(thread_id, scanned, mark, prefix=prefix)
             if scanned.error is None and not scanned.records:
                 if not prefix:
                     self._remove_unborn(thread_id, path)
@@ -1442,6 +1467,11 @@ class EmbeddedStore:
                 data = f.read() if durable is None else f.read(durable)
         except FileNotFoundError:
             raise ThreadNotFound(thread_id) from None
+        if durable is None:
+            # no live writer: a killed one may have left records it never synced, which the
+            # child is about to inherit durably; make them durable in the source too (as
+            # `read` does), or a power cut could leave the child naming a lost record
+            self._sync_file(source)
         if b"\n" not in data:
             raise ThreadNotFound(thread_id)
         second = data.index(b"\n") + 1

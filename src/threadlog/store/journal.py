@@ -93,6 +93,7 @@ class RolloutLog:
         max_record_bytes: int,
         anchor: Record | None = None,
         load_prefix: Callable[[], Scan] | None = None,
+        publish: Callable[[int], None] | None = None,
     ) -> None:
         """``scanned`` covers the file from its start, or (with ``anchor``, the verified record
         just before it, e.g. a snapshot's) only its tail; the prefix's offsets and ids are
@@ -100,6 +101,8 @@ class RolloutLog:
         self.thread_id = thread_id
         self.path = path
         self.fd = fd
+        self.publish = publish
+        """Announces the durable end to readers in other processes (the lease's notice)."""
         self._journal = journal
         self._max_record_bytes = max_record_bytes
         self._lock = threading.Lock()

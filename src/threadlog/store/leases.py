@@ -30,6 +30,7 @@ import contextlib
 import fcntl
 import os
 import socket
+import stat
 import sys
 from datetime import UTC, datetime
 
@@ -39,6 +40,8 @@ __all__ = ["Lease", "read_durable_end"]
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_READ_FLAGS = os.O_RDONLY | _CLOEXEC | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
+"""Never block on a FIFO planted where a file should be (it is refused after the open)."""
 _FIELD = 20
 _DURABLE_LINE = len("durable ") + 2 * _FIELD + 2
 """``durable <end> <end>\\n``: the end twice, so that a read racing the update is detected."""
@@ -58,7 +61,10 @@ class Lease:
     def __init__(self, locks_dir: str, thread_id: str, path: str) -> None:
         self.thread_id = thread_id
         self.notice_path = os.path.join(locks_dir, f"{thread_id}.lock")
-        fd = os.open(path, os.O_RDONLY | _CLOEXEC | _NOFOLLOW)
+        fd = os.open(path, _READ_FLAGS)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise StorageError(f"thread {thread_id}: {path} is not a regular file")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -142,22 +148,36 @@ def _durable_line(end: int) -> bytes:
     return f"durable {end:0{_FIELD}d} {end:0{_FIELD}d}\n".encode()
 
 
-def _holder(notice_path: str) -> str:
+def _open_notice(path: str) -> int | None:
+    """A read-only descriptor of a lease notice, or None if there is no regular file there."""
     try:
-        with open(notice_path, "rb") as f:
-            text = f.read(1024)[_DURABLE_LINE:].decode("utf-8", "replace").strip()
+        fd = os.open(path, _READ_FLAGS)
     except OSError:
-        text = ""
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _holder(notice_path: str) -> str:
+    fd = _open_notice(notice_path)
+    text = ""
+    if fd is not None:
+        try:
+            text = os.pread(fd, 1024, 0)[_DURABLE_LINE:].decode("utf-8", "replace").strip()
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
     return text or "another writer"
 
 
 def read_durable_end(locks_dir: str, thread_id: str) -> int | None:
     """The durable end a live lease holder publishes for the thread; None when no live holder
     publishes one (no notice, a dead holder's notice, a holder still recovering)."""
-    path = os.path.join(locks_dir, f"{thread_id}.lock")
-    try:
-        fd = os.open(path, os.O_RDONLY | _CLOEXEC | _NOFOLLOW)
-    except OSError:
+    fd = _open_notice(os.path.join(locks_dir, f"{thread_id}.lock"))
+    if fd is None:
         return None
     try:
         try:

@@ -82,15 +82,17 @@ def find_dead_journals(
     secret: bytes,
     fops: FileOps,
     *,
-    legacy: bool = False,
+    legacy_before: int | None = None,
     report: Report | None = None,
 ) -> list[DeadJournal]:
     """Journals no live store holds, checked and parsed. The caller must `release` each one.
 
     A journal is replayed only if this home's stores wrote it: a regular file, ours, not
     writable by others, starting with the header `journal_header` gives for its name under
-    the home's ``secret`` (with ``legacy``, a home just given its first secret, a journal of
-    an older version, without a header, is accepted too). Any other ``*.wal`` is moved to
+    the home's ``secret``. A journal without a header whose inode last changed before
+    ``legacy_before`` (the secret's ``st_ctime_ns``, which no user can set back) was written by
+    an older version before the home had a secret: it is accepted too, on every open until it
+    is replayed (a failed first replay is retried, not refused). Any other ``*.wal`` is moved to
     ``<home>/quarantine`` and reported, never replayed nor deleted. One that is empty or
     holds part of its header only was cut by a crash as it was created, before its first
     commit, so it holds nothing acknowledged: it is deleted.
@@ -157,7 +159,11 @@ def find_dead_journals(
                 journal.try_delete(fops)
                 journal.release()
                 continue
-            elif legacy and _starts_with_a_record(data):
+            elif (
+                legacy_before is not None
+                and os.fstat(fd).st_ctime_ns < legacy_before
+                and _starts_with_a_record(data)
+            ):
                 log.warning("replaying the journal %s of an older version (no header)", path)
                 _parse_journal(journal, data, 0)
             else:
