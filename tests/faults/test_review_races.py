@@ -105,9 +105,11 @@ def test_stores_opening_a_new_home_at_once_share_one_secret(tmp_path: Path) -> N
         start = threading.Barrier(4)
         secrets: list[bytes] = []
 
-        def load(home: Path = home, start: threading.Barrier = start) -> None:
+        def load(
+            home: Path = home, start: threading.Barrier = start, found: list[bytes] = secrets
+        ) -> None:
             start.wait()
-            secrets.append(load_secret(str(home), DEFAULT_FILEOPS)[0])
+            found.append(load_secret(str(home), DEFAULT_FILEOPS)[0])
 
         workers = [threading.Thread(target=load) for _ in range(4)]
         for worker in workers:
