@@ -43,6 +43,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from threadlog.store._fileops import DEFAULT_FILEOPS
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -141,9 +143,7 @@ def _write(path: str, data: bytes) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            DEFAULT_FILEOPS.write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from threadlog.errors import UsageError
 from threadlog.runtime import procs
+from threadlog.store._fileops import DEFAULT_FILEOPS
 
 if TYPE_CHECKING:
     from threadlog.model.events import SideEffect
@@ -467,9 +468,7 @@ async def _write_file(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         )
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                DEFAULT_FILEOPS.write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -509,9 +508,7 @@ async def _append_file(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
             if not stat.S_ISREG(st.st_mode):
                 raise ToolError(f"{shown} is not a regular file")
             _refuse_hard_links(st, shown)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            DEFAULT_FILEOPS.write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
