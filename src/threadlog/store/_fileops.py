@@ -9,8 +9,16 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
+import time
 
-__all__ = ["DEFAULT_FILEOPS", "FileOps", "remove_orphan_temp", "remove_orphan_temps"]
+__all__ = [
+    "DEFAULT_FILEOPS",
+    "FileOps",
+    "move_to_quarantine",
+    "remove_orphan_temp",
+    "remove_orphan_temps",
+]
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
 
@@ -77,6 +85,20 @@ class FileOps:
 
 
 DEFAULT_FILEOPS = FileOps()
+
+
+def move_to_quarantine(path: str, home: str, fops: FileOps, label: str) -> str:
+    """Move a file the store must neither use nor delete (a refused journal, a rollout that
+    holds no record) to ``<home>/quarantine/<name>.<label>-<time>-<random>``, durably (both
+    directories fsynced); its new path. Never replaces an earlier one."""
+    aside = os.path.join(home, "quarantine")
+    fops.makedirs(aside)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    dest = os.path.join(aside, f"{os.path.basename(path)}.{label}-{stamp}-{secrets.token_hex(3)}")
+    fops.rename(path, dest)
+    fops.fsync_dir(os.path.dirname(path))
+    fops.fsync_dir(aside)
+    return dest
 
 
 def remove_orphan_temp(path: str) -> bool:

@@ -60,6 +60,7 @@ from threadlog.model.refs import resolve as resolve_refs
 from threadlog.store._fileops import (
     DEFAULT_FILEOPS,
     FileOps,
+    move_to_quarantine,
     remove_orphan_temp,
     remove_orphan_temps,
 )
@@ -1317,7 +1318,7 @@ class EmbeddedStore:
                 self._fops.fsync_dir(directory)
                 log.info("removed the empty rollout of an unborn thread %s", thread_id)
             else:
-                aside = self._quarantine(path, "unborn")
+                aside = move_to_quarantine(path, self.home, self._fops, "unborn")
                 log.warning(
                     "thread %s was never born (its first write was torn); its bytes are in %s",
                     thread_id,
@@ -1327,18 +1328,6 @@ class EmbeddedStore:
             pass
         finally:
             lease.release()
-
-    def _quarantine(self, path: str, why: str) -> str:
-        """Move a file out of the threads tree into ``quarantine/`` (0700), durably; its new
-        path. Used only for files that hold no acknowledged record."""
-        directory = os.path.join(self.home, "quarantine")
-        self._fops.makedirs(directory)
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        aside = os.path.join(directory, f"{os.path.basename(path)}.{why}-{stamp}")
-        self._fops.rename(path, aside)
-        self._fops.fsync_dir(directory)
-        self._fops.fsync_dir(os.path.dirname(path))
-        return aside
 
     def _rollout_files(self) -> Iterator[tuple[str, str]]:
         try:

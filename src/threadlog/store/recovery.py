@@ -6,13 +6,13 @@ import errno
 import fcntl
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from threadlog.errors import InsecureHome, IntegrityError, StorageError
 from threadlog.model.envelope import BadRecord, Record, parse_line
+from threadlog.store._fileops import move_to_quarantine
 from threadlog.store._perms import check_fd, journal_header
 from threadlog.store.rollout import Scan, scan, scan_file
 
@@ -200,9 +200,7 @@ def _quarantine(
 ) -> None:
     """Move a journal this home did not write to ``<home>/quarantine`` (never replay it,
     never delete it: it is somebody's data, or evidence). Releases ``journal``."""
-    directory = os.path.dirname(path)
-    aside = os.path.join(os.path.dirname(directory), "quarantine")
-    dest = os.path.join(aside, f"{os.path.basename(path)}.{time.strftime('%Y%m%dT%H%M%S')}")
+    home = os.path.dirname(os.path.dirname(path))
     try:
         if journal is not None:
             try:
@@ -211,10 +209,7 @@ def _quarantine(
                 return  # another store is moving it
             if os.fstat(journal.fd).st_nlink == 0:
                 return  # its live store retired it between our open and our lock
-        fops.makedirs(aside)
-        fops.rename(path, dest)
-        fops.fsync_dir(directory)
-        fops.fsync_dir(aside)
+        dest = move_to_quarantine(path, home, fops, "refused")
     except OSError as exc:
         _report(
             report,
