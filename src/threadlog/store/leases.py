@@ -32,6 +32,7 @@ import os
 import socket
 import stat
 import sys
+import weakref
 from datetime import UTC, datetime
 
 from threadlog.errors import LeaseHeld, StorageError
@@ -86,6 +87,7 @@ class Lease:
             )
         self._fd: int | None = fd
         self._notice: int | None = None
+        _HELD.add(self)
         try:
             self._notice = self._write_notice()
         except OSError as exc:
@@ -131,6 +133,7 @@ class Lease:
                 pass  # gone already: nothing to remove
             os.close(notice)
         fd, self._fd = self._fd, None
+        _HELD.discard(self)
         if fd is not None:
             os.close(fd)
 
@@ -142,6 +145,20 @@ class Lease:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._notice = self._fd = None
+
+
+_HELD: weakref.WeakSet[Lease] = weakref.WeakSet()
+"""Every lease this process holds, however briefly (recovery takes some for a moment)."""
+
+
+def _abandon_all_in_child() -> None:
+    for lease in list(_HELD):
+        lease.abandon()
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_abandon_all_in_child)
 
 
 def _durable_line(end: int) -> bytes:
