@@ -144,7 +144,7 @@ def test_every_cut_inside_the_last_line_is_repaired(
 ) -> None:
     start = tpl.last_start
     assert len(tpl.lines[-1]) > 200
-    for cut in range(start, len(tpl.data)):
+    for cut in range(start, len(tpl.data) - 1):  # (the last byte alone: the next test)
         home, path = homes.make(tpl.data[:cut])
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="threadlog.store"):
@@ -157,9 +157,23 @@ def test_every_cut_inside_the_last_line_is_repaired(
         shutil.rmtree(home)
 
 
-def test_dropping_the_last_newline_removes_the_last_record(homes: Homes, tpl: Template) -> None:
+def test_a_last_record_missing_only_its_newline_is_completed_not_cut(
+    homes: Homes, tpl: Template
+) -> None:
+    """A write cut just before its last byte, or a file cut by one byte: the record is whole
+    and chains where it belongs, so the repair adds the newline instead of cutting a record
+    that may have been acknowledged (no index needed to know it)."""
     home, path = homes.make(tpl.data[:-1])
-    _check_repaired(home, path, tpl, RECORDS - 1, torn=True)
+    with EmbeddedStore(home) as store:
+        report = store.verify(tpl.thread)
+        assert report.ok and report.torn is not None
+        assert report.torn.completes == tpl.records[-1]
+        assert store.read(tpl.thread) == tpl.records[:-1]  # not durable-whole yet
+        record = store.append(tpl.thread, "custom.note", {"after": "repair"}, durable=True)
+        assert record.ord == RECORDS + 1
+        assert store.take_repairs(tpl.thread)[0]["kind"] == "torn_tail_completed"
+        assert store.read(tpl.thread) == [*tpl.records, record]
+    assert path.read_bytes().startswith(tpl.data)
 
 
 @pytest.mark.parametrize("size", [1, 511, 1024, 4096, 8192])

@@ -29,7 +29,7 @@ def _commands(group: click.Group, parent: click.Context) -> list[click.Context]:
         command = group.get_command(parent, name)
         if command is None or command.hidden:
             continue
-        ctx = click.Context(command, info_name=name, parent=parent)
+        ctx = click.Context(command, info_name=name, parent=parent, **command.context_settings)
         found.append(ctx)
         if isinstance(command, click.Group):
             found += _commands(command, ctx)
@@ -39,7 +39,8 @@ def _commands(group: click.Group, parent: click.Context) -> list[click.Context]:
 def reference() -> str:
     """The reference section: every command's help, as ``threadlog CMD --help`` prints it
     at a fixed width."""
-    root = click.Context(cli, info_name="threadlog", terminal_width=100, max_content_width=100)
+    settings = {**cli.context_settings, "terminal_width": 100, "max_content_width": 100}
+    root = click.Context(cli, info_name="threadlog", **settings)
     parts = [BEGIN, "", "## Reference: every command's `--help`", ""]
     for ctx in [root, *_commands(cli, root)]:
         text = ctx.command.get_help(ctx).rstrip()

@@ -274,7 +274,12 @@ def _print_verify(reports: list[VerifyReport]) -> None:
     for report in reports:
         if report.ok:
             line = f"[green]ok[/green]      {report.thread_id}  {report.records} records"
-            if report.torn:
+            if report.torn and report.torn.completes:
+                line += (
+                    f"  (ord {report.torn.completes.ord} lacks its final newline: "
+                    "added on next write)"
+                )
+            elif report.torn:
                 line += f"  (torn tail of {report.torn.size} bytes at {report.torn.offset}, repaired on next write)"
         else:
             line = (

@@ -127,7 +127,12 @@ class VerifyReport:
             "offset": self.error.offset if isinstance(self.error, IntegrityError) else None,
             "error": str(self.error) if self.error else None,
             "torn_tail": (
-                {"offset": self.torn.offset, "bytes": self.torn.size, "reason": self.torn.reason}
+                {
+                    "offset": self.torn.offset,
+                    "bytes": self.torn.size,
+                    "reason": self.torn.reason,
+                    "completes_ord": self.torn.completes.ord if self.torn.completes else None,
+                }
                 if self.torn
                 else None
             ),
@@ -688,6 +693,10 @@ class EmbeddedStore:
                 scanned = self._recover_thread(thread_id, path)
             if scanned.error is not None:
                 raise scanned.error
+            completed = scanned.torn.completes if scanned.torn is not None else None
+            if completed is not None:  # kept: the repair below adds its newline
+                scanned.records.append(completed)
+                scanned.offsets.append(scanned.torn.offset)  # type: ignore[union-attr]
             lost = self._lost_acknowledged(
                 thread_id, scanned, self._acknowledged(thread_id), anchor
             )
@@ -697,7 +706,27 @@ class EmbeddedStore:
                 raise ThreadNotFound(thread_id)
             _check_writable_format(thread_id, path, scanned.records)
             fd = self._fops.open(path, os.O_RDWR | os.O_APPEND)
-            if scanned.torn is not None:
+            if completed is not None:
+                torn = scanned.torn
+                assert torn is not None
+                self._note_repair(
+                    thread_id,
+                    {"kind": "torn_tail_completed", "offset": torn.offset, "ord": completed.ord},
+                )
+                log.warning(
+                    "thread %s: repairing a torn tail: ord %d was whole but for its newline; "
+                    "adding it",
+                    thread_id,
+                    completed.ord,
+                )
+                try:
+                    self._fops.write_all(fd, b"\n")
+                except OSError:
+                    self._fops.close(fd)
+                    raise
+                scanned.end = torn.offset + torn.size + 1
+                scanned.torn = None
+            elif scanned.torn is not None:
                 torn = scanned.torn
                 self._note_repair(
                     thread_id,

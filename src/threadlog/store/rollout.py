@@ -50,6 +50,10 @@ class TornTail:
     offset: int
     size: int
     reason: str
+    completes: Record | None = None
+    """The record these bytes hold whole but for their newline, chained where it belongs (a
+    write cut just before its last byte, or a file cut by one byte): the repair then adds
+    the newline instead of cutting the record, which may have been acknowledged."""
 
 
 @dataclass(slots=True)
@@ -127,6 +131,8 @@ def scan(
                 expected,
                 base_offset,
             )
+            if result.torn is not None and result.torn.offset == base_offset + pos:
+                result.torn.completes = _whole_but_newline(data[pos:], thread_id, expected, prev)
             break
         line = data[pos : nl + 1]
         problem: str | None = None
@@ -234,6 +240,20 @@ def _classify(
         )
         return
     result.torn = TornTail(offset, len(data) - pos, problem)
+
+
+def _whole_but_newline(
+    fragment: bytes, thread_id: str, expected: int, prev: str | None
+) -> Record | None:
+    """The record ``fragment`` is once its newline is added, if it is the next one of the
+    thread (its own record, at ``expected``, chained on ``prev``)."""
+    try:
+        record = parse_line(fragment + b"\n")
+    except BadRecord:
+        return None
+    if record.thread != thread_id or record.ord != expected or record.prev != prev:
+        return None
+    return record
 
 
 def scan_file(path: str, thread_id: str, *, end: int | None = None, **kwargs: Any) -> Scan:
