@@ -172,3 +172,26 @@ def test_records_only_a_journal_knows_are_reported_missing(tmp_path: Path) -> No
         with pytest.raises(IntegrityError):
             reopened.append(thread, "custom.note", {})
     assert list((home / "journal").glob("*.wal"))
+
+
+def test_acknowledged_marks_outlive_an_index_set_aside(tmp_path: Path) -> None:
+    """A damaged index is set aside and rebuilt from the rollouts; the marks, which no
+    rollout can give back, are copied from it wherever they can still be read."""
+    from threadlog.store.index import Index
+
+    thread, path = _thread(tmp_path / "home")
+    aside = tmp_path / "aside.sqlite3"
+    shutil.copy(tmp_path / "home" / "index.sqlite3", aside)
+    fresh = Index(str(tmp_path / "new.sqlite3"))
+    try:
+        assert fresh.salvage_acknowledged(str(aside)) == 1
+        assert fresh.acknowledged(thread)[thread][0] == 6
+        assert fresh.salvage_acknowledged(str(tmp_path / "no-such-file")) == 0
+    finally:
+        fresh.close()
+    (tmp_path / "garbage").write_bytes(b"not a database" * 100)
+    other = Index(str(tmp_path / "other.sqlite3"))
+    try:
+        assert other.salvage_acknowledged(str(tmp_path / "garbage")) == 0
+    finally:
+        other.close()

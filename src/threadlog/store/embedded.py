@@ -269,7 +269,11 @@ class EmbeddedStore:
                     f"{exc}, and it cannot be moved aside ({err}); move {path}{suffix} "
                     "away and retry"
                 ) from err
-        return Index(path)
+        index = Index(path)
+        saved = index.salvage_acknowledged(aside)
+        if saved:
+            log.warning("kept the acknowledged marks of %d thread(s) from %s", saved, aside)
+        return index
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import functools
 import os
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -283,6 +284,41 @@ class Index:
                     (thread_id,),
                 )
             return {t: (o, h, b) for t, o, h, b in rows}
+
+    def salvage_acknowledged(self, damaged: str) -> int:
+        """Copy the acknowledged marks that can still be read from a damaged index file set
+        aside at ``damaged`` (they are not a projection: no rollout can give them back);
+        how many. Whatever cannot be read is skipped."""
+        try:
+            old = sqlite3.connect(f"file:{urllib.parse.quote(damaged)}?mode=ro", uri=True)
+        except sqlite3.Error:
+            return 0
+        try:
+            rows = old.execute(
+                "SELECT thread_id, last_ord, last_hash, bytes FROM acknowledged"
+            ).fetchall()
+        except sqlite3.Error:
+            return 0
+        finally:
+            old.close()
+        count = 0
+        with self._lock:
+            for thread_id, last_ord, last_hash, size in rows:
+                if isinstance(thread_id, str) and type(last_ord) is int and type(size) is int:
+                    self._db.execute(
+                        "INSERT INTO acknowledged (thread_id, last_ord, last_hash, bytes) "
+                        "VALUES (?, ?, ?, ?) ON CONFLICT (thread_id) DO UPDATE SET "
+                        "last_ord = excluded.last_ord, last_hash = excluded.last_hash, "
+                        "bytes = excluded.bytes WHERE excluded.last_ord > acknowledged.last_ord",
+                        (
+                            thread_id,
+                            last_ord,
+                            last_hash if isinstance(last_hash, str) else None,
+                            size,
+                        ),
+                    )
+                    count += 1
+        return count
 
     @_translated
     def turns(self, thread_id: str) -> list[dict[str, Any]]:
