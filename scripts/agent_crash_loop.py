@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The agent kill -9 loop: ``--trials 1000 --seed S``.
 
-Each trial runs the agent workload (`threadlog.testing.agent_workload`: read, write, a
+Each trial runs the agent workload (`tests.harness.agent_workload`: read, write, a
 non-idempotent ``charge``, steering, approvals) as a child on a fresh home, kills it at seeded
 random points one to four times in a row — each child resuming the work of the one before —
 runs it once more to completion, and checks the result with a fresh store
-(`threadlog.testing.agent_crashloop`): no acknowledged record lost, the log verifies, no
+(`tests.harness.agent_crashloop`): no acknowledged record lost, the log verifies, no
 charge made twice, every finished charge has its effect, every turn ended. The test suite runs
 a short version in ``tests/faults/test_agent_kill9.py``.
 
@@ -25,7 +25,11 @@ import tempfile
 import time
 from collections import Counter
 
-from threadlog.testing.agent_crashloop import run_agent_trial
+# The harness lives in the test suite (tests/harness), not in the package: put the project
+# root on the import path, found from this file so that the script runs from any directory.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests.harness.agent_crashloop import run_agent_trial
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 """The kill -9 crash loop, RELIABILITY D1 nightly tier: ``--trials 1000 --seed S``.
 
 Each trial runs the workload child(ren) on a store home, SIGKILLs them at seeded random
-instants and checks every acknowledged record on reopen (`threadlog.testing.crashloop`; the
+instants and checks every acknowledged record on reopen (`tests.harness.crashloop`; the
 test suite runs 20 of the same trials in ``tests/store/test_kill9.py``). Trials alternate at
 random between sync and async writers, run one to three children before checking, and about
 a third of them continue on the previous trial's home instead of a fresh one.
@@ -22,7 +22,11 @@ import sys
 import tempfile
 import time
 
-from threadlog.testing.crashloop import History, run_trial
+# The harness lives in the test suite (tests/harness), not in the package: put the project
+# root on the import path, found from this file so that the script runs from any directory.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests.harness.crashloop import History, run_trial
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,7 @@ seeded random points (mostly just after a random acknowledgement; some during st
 recovery; some at a record type that resume writes) before a last run completes the work.
 Every trial checks: no acknowledged record lost, the log verifies, zero duplicate charges,
 every finished charge has its effect, every goal's turn completed
-(`threadlog.testing.agent_crashloop`). Set ``THREADLOG_CRASH_SEED`` to vary the seeds.
+(`tests.harness.agent_crashloop`). Set ``THREADLOG_CRASH_SEED`` to vary the seeds.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from threadlog.testing.agent_crashloop import AgentTrial, run_agent_trial
-from threadlog.testing.agent_workload import WorkloadPlan
+from tests.harness.agent_crashloop import AgentTrial, run_agent_trial
+from tests.harness.agent_workload import WorkloadPlan
 
 BASE_SEED = int(os.environ.get("THREADLOG_CRASH_SEED", "20250101"))
 TRIALS = 25
@@ -46,7 +46,7 @@ def test_a_charge_cut_off_by_a_crash_is_settled_once(tmp_path: Path, die: str, s
     effect; the next run finds the call unknown and settles it (by the reconcile hook, or —
     when the hook cannot tell — by the workload looking at charges.txt) without charging
     twice."""
-    from threadlog.testing.agent_crashloop import check_agent_home, run_agent_child
+    from tests.harness.agent_crashloop import check_agent_home, run_agent_child
 
     home, workspace = str(tmp_path / "home"), str(tmp_path / "ws")
     os.makedirs(workspace)
@@ -65,8 +65,8 @@ def test_a_charge_cut_off_by_a_crash_is_settled_once(tmp_path: Path, die: str, s
 def test_checker_reports_a_duplicate_charge_and_a_lost_record(tmp_path: Path) -> None:
     """The checker itself: a charge line written twice and a record cut off after it was
     acknowledged are both reported."""
-    from threadlog.testing.agent_crashloop import check_agent_home, run_agent_child
-    from threadlog.testing.agent_workload import CHARGES_FILE
+    from tests.harness.agent_crashloop import check_agent_home, run_agent_child
+    from tests.harness.agent_workload import CHARGES_FILE
 
     home, workspace = str(tmp_path / "home"), str(tmp_path / "ws")
     os.makedirs(workspace)

@@ -1,14 +1,14 @@
 """Crash right after every kind of record, resume, and finish the work correctly.
 
 For every type of the event catalogue, a child process runs the agent workload with
-``--all-types`` (`threadlog.testing.agent_workload`: three goals that between them write every
+``--all-types`` (`tests.harness.agent_workload`: three goals that between them write every
 type a run can write: tool calls of the three side-effect classes, a denial by policy, an
 approval by the workload, steering, a config change, a plan version, a label, a memory written
 and revoked, an artifact, a compaction, a branch summary, a leaf move, a sub-agent, and a model
 call that fails mid-stream) with ``THREADLOG_CRASH_AT=<type>``: it exits 137 right after the
 first record of that type is durable. The test process then resumes the thread with the same
 workload code (``Runtime.resume``, approving and resolving what waits for a human) and drives
-it to its end, and checks (`threadlog.testing.agent_crashloop.check_agent_home`): every record
+it to its end, and checks (`tests.harness.agent_crashloop.check_agent_home`): every record
 the child acknowledged is still there, every log verifies, goals 1 and 3 completed and goal 2
 failed (as scripted), nothing is left open, and each ``charge`` (non-idempotent) took effect at
 most once — exactly once for the calls that finished ok or were resolved done.
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.agent_crashloop import check_agent_home, run_agent_child
+from tests.harness.agent_workload import find_thread, run_workload
 from threadlog import open_store
 from threadlog.model.events import CATALOGUE
-from threadlog.testing.agent_crashloop import check_agent_home, run_agent_child
-from threadlog.testing.agent_workload import find_thread, run_workload
 
 SEED = 5
 TURNS = 3
@@ -173,9 +173,9 @@ def test_a_recovery_cut_short_asks_the_reconcile_hook_again(tmp_path: Path) -> N
     """A crash between ``tool_call.unknown`` and the reconcile hook's answer (in the middle of
     a resume) must not turn a question the hook can answer into one for a human: the next
     resume should ask the hook again."""
+    from tests.harness.agent_workload import WorkloadPlan, charge_tool
     from threadlog.runtime import Runtime, ScriptedModel
     from threadlog.runtime.tools import read_file, write_file
-    from threadlog.testing.agent_workload import WorkloadPlan, charge_tool
 
     home, workspace = str(tmp_path / "home"), str(tmp_path / "ws")
     os.makedirs(workspace)

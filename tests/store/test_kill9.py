@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.harness.crashloop import History, TrialResult, run_trial
 
 from threadlog import EmbeddedStore
-from threadlog.testing.crashloop import History, TrialResult, run_trial
 
 BASE_SEED = int(os.environ.get("THREADLOG_CRASH_SEED", "20250101"))
 
@@ -55,7 +55,7 @@ def test_kill9_reused_home(tmp_path: Path, async_mode: bool) -> None:
 
 def test_checker_reports_a_lost_acknowledged_record(tmp_path: Path) -> None:
     """The checker itself: a record removed after it was acknowledged is reported as a loss."""
-    from threadlog.testing.crashloop import check_home, run_child
+    from tests.harness.crashloop import check_home, run_child
 
     home = str(tmp_path / "home")
     child = run_child(home, 7, async_mode=False, kill_from="spawn", delay=60.0, threads=1, events=5)

@@ -1,8 +1,9 @@
-"""Test harnesses that ship with threadlog: the crash workload and the kill -9 loop.
+"""Test support that ships with threadlog, for stores built on its file layer.
 
-* `threadlog.testing.workload` is a child process that appends critical records forever and
-  acknowledges each one on stdout (``python -m threadlog.testing.workload --help``).
-* `threadlog.testing.crashloop` runs it, kills it with SIGKILL at random instants, reopens the
-  store and checks the invariants of RELIABILITY section 3 (used by ``tests/store/test_kill9.py``
-  and ``scripts/crash_loop.py``).
+* `threadlog.testing.crashsim` is a simulated disk (`CrashSimFS`, a `FileOps`) that builds the
+  images a power cut could leave behind at every sync point (RELIABILITY D3/D4; used by
+  ``tests/faults/test_crashsim.py``).
+
+The kill -9 workloads and crash loops of threadlog's own test suite live in ``tests/harness``,
+outside the package.
 """

@@ -1,6 +1,6 @@
 """A crash-test workload: append critical records and acknowledge each one on stdout.
 
-Run as ``python -m threadlog.testing.workload --home DIR --seed N [--threads K] [--events M]
+Run as ``python -m tests.harness.workload --home DIR --seed N [--threads K] [--events M]
 [--async]``. It opens the store at ``DIR``, creates ``K`` threads (or reuses the ones listed in
 ``DIR/workload-threads.txt`` by an earlier run, creating only the missing ones) and appends
 ``custom.workload`` records with ``durable=True`` until it is killed, or until each thread has
@@ -177,7 +177,7 @@ async def run_async(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m threadlog.testing.workload",
+        prog="python -m tests.harness.workload",
         description="Append critical records and print 'ACK <thread> <ord> <hash>' per append.",
     )
     parser.add_argument("--home", required=True, help="the store's directory")

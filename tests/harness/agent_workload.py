@@ -1,6 +1,6 @@
 """A crash-test agent workload: a scripted agent on the runtime that can be killed anywhere.
 
-Run as ``python -m threadlog.testing.agent_workload --home DIR --workspace DIR --seed N
+Run as ``python -m tests.harness.agent_workload --home DIR --workspace DIR --seed N
 [--turns K] [--all-types] [--die-in-charge before|after]``. It opens the runtime on the
 embedded store at ``DIR`` and works through ``K`` *goals*, one turn each. Per goal the
 scripted model (a pure function of the request, so that it makes sense again after any
@@ -610,7 +610,7 @@ async def run_workload(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m threadlog.testing.agent_workload",
+        prog="python -m tests.harness.agent_workload",
         description="Run (or resume) a scripted agent; print 'ACK <ord> <hash>' per durable record.",
     )
     parser.add_argument("--home", required=True, help="the store's directory")

@@ -1,6 +1,6 @@
 """The kill -9 crash loop (RELIABILITY D1): one trial, its checker, and their results.
 
-A *trial* runs the workload (`threadlog.testing.workload`) as a child process on a store home,
+A *trial* runs the workload (`tests.harness.workload`) as a child process on a store home,
 kills it with SIGKILL at a seeded random instant, and collects the ``ACK`` lines it wrote
 before it died. A trial may run several children in a row on the same home before checking,
 each one killed in turn, so that a child can be killed while it is itself recovering the
@@ -35,10 +35,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-import threadlog
+from tests.harness import child_command, child_env
+from tests.harness.workload import WORKLOAD_TYPE, payload
 from threadlog.errors import ThreadlogError
 from threadlog.store.embedded import EmbeddedStore
-from threadlog.testing.workload import WORKLOAD_TYPE, payload
 
 __all__ = [
     "CHECK_TYPE",
@@ -167,10 +167,8 @@ class TrialResult:
 
 
 def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = child_env()
     env.pop("THREADLOG_CRASH_AT", None)
-    src = os.path.dirname(os.path.dirname(os.path.abspath(threadlog.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -195,7 +193,7 @@ def run_child(
     """Run the workload on ``home`` and SIGKILL it ``delay`` seconds after its start
     (``kill_from="spawn"``) or after its first acknowledgement (``"ack"``). Returns the
     acknowledgements that reached the pipe; a partial last line does not count."""
-    cmd = [python, "-m", "threadlog.testing.workload", "--home", home, "--seed", str(seed)]
+    cmd = [*child_command("tests.harness.workload", python), "--home", home, "--seed", str(seed)]
     cmd += ["--threads", str(threads)]
     if events is not None:
         cmd += ["--events", str(events)]

@@ -1,6 +1,6 @@
 """The agent kill -9 loop: crash the agent workload anywhere, resume it, check everything.
 
-A *trial* runs the agent workload (`threadlog.testing.agent_workload`) as a child process on a
+A *trial* runs the agent workload (`tests.harness.agent_workload`) as a child process on a
 fresh home and workspace, and kills it at a seeded random point, several times in a row on the
 same home — each child resumes what the one before left — and then runs one last child to
 completion. A kill is one of:
@@ -42,17 +42,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import threadlog
-from threadlog.errors import ThreadlogError
-from threadlog.model.reducer import replay
-from threadlog.store.embedded import EmbeddedStore
-from threadlog.testing.agent_workload import (
+from tests.harness import child_command, child_env
+from tests.harness.agent_workload import (
     RESOLVER,
     WorkloadPlan,
     charged,
     find_thread,
     goal_text,
 )
+from threadlog.errors import ThreadlogError
+from threadlog.model.reducer import replay
+from threadlog.store.embedded import EmbeddedStore
 
 if TYPE_CHECKING:
     from threadlog.model.envelope import Record
@@ -169,12 +169,10 @@ class AgentTrial:
 
 
 def _child_env(crash_at: str | None) -> dict[str, str]:
-    env = dict(os.environ)
+    env = child_env()
     env.pop("THREADLOG_CRASH_AT", None)
     if crash_at is not None:
         env["THREADLOG_CRASH_AT"] = crash_at
-    src = os.path.dirname(os.path.dirname(os.path.abspath(threadlog.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -198,7 +196,7 @@ def run_agent_child(
     ``known_ord``; ``spawn`` kills ``delay`` s after the start; ``crash_at`` (with
     ``crash_at`` or ``die_in_charge``, which the child passes on to the workload) and
     ``final`` let the child end by itself."""
-    cmd = [python, "-m", "threadlog.testing.agent_workload", "--home", home]
+    cmd = [*child_command("tests.harness.agent_workload", python), "--home", home]
     cmd += ["--workspace", workspace, "--seed", str(seed), "--turns", str(turns)]
     if die_in_charge is not None:
         cmd += ["--die-in-charge", die_in_charge]

@@ -1,0 +1,51 @@
+"""Crash harnesses of the test suite and of ``scripts/``: the workloads and their kill -9 loops.
+
+* `tests.harness.workload` is a child process that appends critical records forever and
+  acknowledges each one on stdout (``python -m tests.harness.workload --help``, from the project
+  root).
+* `tests.harness.crashloop` runs it, kills it with SIGKILL at random instants, reopens the
+  store and checks the invariants of RELIABILITY section 3 (``tests/store/test_kill9.py`` and
+  ``scripts/crash_loop.py``).
+* `tests.harness.agent_workload` and `tests.harness.agent_crashloop` do the same for the agent
+  runtime (``tests/faults/test_agent_kill9.py``, ``tests/faults/test_crash_at_every_type.py``
+  and ``scripts/agent_crash_loop.py``).
+
+They live here rather than in ``threadlog.testing`` because users of the library do not need
+them; ``threadlog.testing`` keeps what they do need (the crash-simulating file layer).
+
+The loops start their workloads as ``python -P -m tests.harness.<module>``: `child_command` and
+`child_env` make that work whatever the caller's working directory (a fresh clone, CI, a test
+run from a subdirectory). The child's import path is the project root (found from this file,
+not from the working directory) and the directory the parent imported ``threadlog`` from, so
+the child runs the same code as its parent; ``-P`` keeps the working directory off it, so that
+a ``tests`` package there cannot shadow ours.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["PROJECT_ROOT", "child_command", "child_env"]
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+"""The directory that holds ``tests/``: on the children's import path so that
+``tests.harness`` imports in them."""
+
+
+def child_command(module: str, python: str = sys.executable) -> list[str]:
+    """The command line that runs harness ``module`` (``"tests.harness.workload"``) as a
+    child; pass the environment from `child_env` with it."""
+    return [python, "-P", "-m", module]
+
+
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """A copy of ``env`` (default: this process's environment) whose ``PYTHONPATH`` starts
+    with the directory ``threadlog`` was imported from and the project root, keeping what it
+    already held after them."""
+    import threadlog
+
+    env = dict(os.environ if env is None else env)
+    src = os.path.dirname(os.path.dirname(os.path.abspath(threadlog.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, PROJECT_ROOT, env.get("PYTHONPATH")) if p)
+    return env
