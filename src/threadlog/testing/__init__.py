@@ -6,3 +6,17 @@
   store and checks the invariants of RELIABILITY section 3 (used by ``tests/store/test_kill9.py``
   and ``scripts/crash_loop.py``).
 """
+
+from typing import Any
+
+__all__ = ["StoreContract"]
+
+
+def __getattr__(name: str) -> Any:
+    # `StoreContract` imports pytest: loaded on first use, so that the harnesses (run as
+    # child processes) do not need pytest.
+    if name == "StoreContract":
+        from threadlog.testing.contract import StoreContract
+
+        return StoreContract
+    raise AttributeError(f"module 'threadlog.testing' has no attribute {name!r}")
