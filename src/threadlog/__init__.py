@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from threadlog.runtime.session import Session
     from threadlog.store.embedded import EmbeddedStore, VerifyReport
     from threadlog.store.memory import MemoryStore
+    from threadlog.store.protocol import Store
 
 __all__ = [
     "ConflictError",
@@ -56,6 +57,7 @@ __all__ = [
     "Runtime",
     "Session",
     "StorageError",
+    "Store",
     "ThreadNotFound",
     "ThreadState",
     "ThreadlogError",
@@ -67,7 +69,8 @@ __all__ = [
 
 _LAZY = {
     "EmbeddedStore": "threadlog.store.embedded",
-    "VerifyReport": "threadlog.store.embedded",
+    "VerifyReport": "threadlog.store.protocol",
+    "Store": "threadlog.store.protocol",
     "MemoryStore": "threadlog.store.memory",
     "Runtime": "threadlog.runtime.runtime",
     "Session": "threadlog.runtime.session",
@@ -85,9 +88,10 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def open_store(home: str | os.PathLike[str] | None = None, **options: Any) -> EmbeddedStore:
-    """Open (or create) the embedded store at ``home`` (default ``$THREADLOG_HOME`` or
-    ``~/.threadlog``). Use it as a context manager so that it is flushed and closed.
+def open_store(target: str | os.PathLike[str] | None = None, **options: Any) -> Store:
+    """Open (or create) the store ``target`` names: a directory or ``file://`` URL (the
+    embedded store; default ``$THREADLOG_HOME``, else ``~/.threadlog``), or ``memory://``
+    (see `threadlog.store.open`). Use it as a context manager so that it is flushed and closed.
 
     Example::
 
@@ -96,6 +100,6 @@ def open_store(home: str | os.PathLike[str] | None = None, **options: Any) -> Em
             store.append(thread, "custom.note", {"text": "hello"})
             print(store.read(thread)[-1].data)
     """
-    from threadlog.store.embedded import EmbeddedStore
+    from threadlog.store.open import open_store as open_
 
-    return EmbeddedStore(home, **options)
+    return open_(target, **options)

@@ -282,22 +282,7 @@ def test_a_thread_of_a_newer_format_is_never_appended_to(
 # -- 13d: a parent that names no record is refused ---------------------------------------------
 
 
-def test_a_parent_that_names_no_record_is_refused(any_store: Store) -> None:
-    thread = any_store.create_thread("u")
-    first = any_store.append(thread, "custom.x", {"i": 1}, durable=True)
-    other = any_store.create_thread("u")
-    foreign = any_store.read(other)[0].id
-    for parent in (new_id(), foreign):
-        with pytest.raises(UsageError, match="no record"):
-            any_store.append(thread, "custom.x", {"i": 2}, parent=parent, durable=True)
-    assert len(any_store.read(thread)) == 2  # nothing written
-    # a real parent, a new root, and the default still work
-    any_store.append(thread, "custom.x", {"i": 3}, parent=any_store.read(thread)[0].id)
-    any_store.append(thread, "custom.x", {"i": 4}, parent=first.id)
-    any_store.append(thread, "custom.x", {"i": 5}, parent=None)
-    last = any_store.append(thread, "custom.x", {"i": 6}, durable=True)
-    assert [r.ord for r in any_store.read(thread)] == [1, 2, 3, 4, 5, 6]
-    assert last.parent == any_store.read(thread)[4].id
+# test_a_parent_that_names_no_record_is_refused: now in StoreContract
 
 
 def test_a_parent_before_a_snapshot_anchor_is_found(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pytest
 
-from threadlog import EmbeddedStore, InvalidData
+from threadlog import EmbeddedStore
 from threadlog.model.context import Context, tool_result_text
 from threadlog.model.refs import is_artifact_ref
 from threadlog.store._fileops import FileOps
@@ -179,15 +179,7 @@ LOOKALIKES: list[Any] = [
 ]
 
 
-@pytest.mark.parametrize("data", LOOKALIKES, ids=range(len(LOOKALIKES)))
-def test_lookalike_references_round_trip(any_store: Store, data: Any) -> None:
-    thread = any_store.create_thread("u")
-    record = any_store.append(thread, "custom.x", data, durable=True)
-    (read,) = any_store.read(thread, after=1)
-    assert read.hash == record.hash
-    assert any_store.resolve(read.data) == data  # nothing loaded, nothing lost
-    assert any_store.resolve(record.data) == data
-    any_store.state(thread)  # the log replays
+# test_lookalike_references_round_trip: now in StoreContract
 
 
 def test_the_model_is_shown_a_lookalike_result_as_data(any_store: Store) -> None:
@@ -207,15 +199,7 @@ def test_the_model_is_shown_a_lookalike_result_as_data(any_store: Store) -> None
     assert node is not None and node["content"] == text
 
 
-def test_a_lookalike_in_a_text_field_is_refused(any_store: Store) -> None:
-    """A text field accepts a reference (the store's); an object the caller passes is not
-    one, and escaped it would no longer fit the field: refused, nothing written."""
-    thread = any_store.create_thread("u")
-    with pytest.raises(InvalidData, match="only the store makes references"):
-        any_store.append(
-            thread, "turn.started", {"turn_id": "t1", "input": LOOKALIKE}, durable=True
-        )
-    assert len(any_store.read(thread)) == 1
+# test_a_lookalike_in_a_text_field_is_refused: now in StoreContract
 
 
 def test_real_references_still_resolve_next_to_escaped_ones(tmp_path: Path) -> None:
@@ -239,23 +223,4 @@ def test_real_references_still_resolve_next_to_escaped_ones(tmp_path: Path) -> N
             assert store.resolve(record.data) == data
 
 
-@pytest.mark.parametrize(
-    "settings",
-    [{"title": LOOKALIKE}, {"config": LOOKALIKE}, {"config": {"$escaped": 1}}],
-    ids=["title", "config", "escape"],
-)
-def test_a_thread_cannot_be_created_with_lookalike_settings(
-    any_store: Store, settings: dict[str, Any]
-) -> None:
-    """``thread.created`` is written as given (its settings are the thread's config): a
-    look-alike there is refused rather than escaped or misread."""
-    from threadlog import UsageError
-
-    kwargs: dict[str, Any] = {"title": settings.get("title")}
-    config = settings.get("config", {})
-    with pytest.raises(UsageError, match="reserved for artifact references"):
-        if "config" in settings:
-            # the whole config object: the only way is a single reserved key
-            any_store.create_thread("u", **kwargs, **config)
-        else:
-            any_store.create_thread("u", **kwargs)
+# test_a_thread_cannot_be_created_with_lookalike_settings: now in StoreContract

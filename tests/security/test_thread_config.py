@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
-from threadlog import EmbeddedStore, UsageError
+from threadlog import EmbeddedStore
 from threadlog.runtime import Runtime
 from threadlog.store.memory import MemoryStore
 
@@ -32,20 +32,10 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]
             yield store
 
 
-@pytest.mark.parametrize("cwd", ["rel/dir", Path("rel/dir"), "./rel/../rel/dir"])
-def test_a_relative_cwd_is_stored_absolute(
-    any_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cwd: Any
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    thread = any_store.create_thread("u", cwd=cwd)
-    created = any_store.read(thread)[0]
-    assert created.data["config"]["cwd"] == str(tmp_path / "rel" / "dir")
-    assert any_store.state(thread).config["cwd"] == str(tmp_path / "rel" / "dir")
+# test_a_relative_cwd_is_stored_absolute: now in StoreContract
 
 
-def test_a_cwd_that_is_not_a_path_is_refused(any_store: Store) -> None:
-    with pytest.raises(UsageError, match="cwd must be a path"):
-        any_store.create_thread("u", cwd=42)
+# test_a_cwd_that_is_not_a_path_is_refused: now in StoreContract
 
 
 def test_tools_of_a_resumed_thread_run_where_it_was_created(

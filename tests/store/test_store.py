@@ -1,4 +1,5 @@
-"""The embedded store's contract: appends, idempotency, conflicts, bad input, index, leases."""
+"""The embedded store beyond the shared contract (`threadlog.testing.StoreContract`): the
+files, reopening, group commit, index, leases."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from threadlog import (
     InvalidData,
     InvalidEventType,
     LeaseHeld,
-    OrdinalConflict,
     RecordTooLarge,
     StorageError,
     ThreadNotFound,
@@ -31,21 +31,6 @@ from threadlog.store._fileops import FileOps
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-
-def test_create_append_read_roundtrip(store: EmbeddedStore) -> None:
-    thread = store.create_thread("alice", model="m1", cwd="/w")
-    r2 = store.append(thread, "turn.started", {"turn_id": "t1", "input": "hi"})
-    r3 = store.append(thread, "custom.note", {"x": [1, 2.5, None, "é"]})
-    records = store.read(thread)
-    assert [r.ord for r in records] == [1, 2, 3]
-    assert records[0].type == "thread.created" and records[0].prev is None
-    assert records[0].data["principal"] == "alice"
-    assert records[0].data["config"] == {"model": "m1", "cwd": "/w"}
-    assert records[1] == r2 and records[2] == r3
-    assert r3.prev == r2.hash and r3.parent == r2.id
-    assert store.read(thread, after=2) == [r3]
-    assert store.state(thread).active_turn == "t1"
 
 
 def test_records_survive_reopen(home: str) -> None:
@@ -60,19 +45,6 @@ def test_records_survive_reopen(home: str) -> None:
         assert store.verify(thread).ok
 
 
-def test_idempotent_append_by_id(store: EmbeddedStore) -> None:
-    thread = store.create_thread("a")
-    event_id = uuid7(1_700_000_000_000, bytes(10))
-    first = store.append(thread, "custom.x", {"v": 1}, id=event_id)
-    again = store.append(thread, "custom.x", {"v": 1}, id=event_id)
-    assert again == first
-    assert len(store.read(thread)) == 2
-    with pytest.raises(DuplicateEventConflict) as info:
-        store.append(thread, "custom.x", {"v": 2}, id=event_id)
-    assert info.value.ord == 2
-    assert len(store.read(thread)) == 2
-
-
 def test_idempotent_append_survives_reopen(home: str) -> None:
     event_id = uuid7(1_700_000_000_000, bytes(10))
     with open_store(home) as store:
@@ -82,15 +54,6 @@ def test_idempotent_append_survives_reopen(home: str) -> None:
         assert store.append(thread, "custom.x", {"v": 1}, id=event_id) == first
         with pytest.raises(DuplicateEventConflict):
             store.append(thread, "custom.y", {"v": 1}, id=event_id)
-
-
-def test_expect_ord(store: EmbeddedStore) -> None:
-    thread = store.create_thread("a")
-    assert store.append(thread, "custom.x", {}, expect_ord=2).ord == 2
-    with pytest.raises(OrdinalConflict) as info:
-        store.append(thread, "custom.x", {}, expect_ord=2)
-    assert (info.value.expected, info.value.actual) == (2, 3)
-    assert len(store.read(thread)) == 2
 
 
 @pytest.mark.parametrize(

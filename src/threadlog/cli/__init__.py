@@ -1,6 +1,7 @@
 """The ``threadlog`` command.
 
-Every command takes ``--home`` (default: ``$THREADLOG_HOME``, else ``~/.threadlog``) and
+Every command takes ``--store`` (alias ``--home``: a directory or ``file://`` URL; default:
+``$THREADLOG_STORE``, else ``$THREADLOG_HOME``, else ``~/.threadlog``) and
 ``--json`` (machine-readable output, documented in ``docs/cli.md``). Exit codes: 0 success,
 1 a verification failed, 2 a usage error (bad arguments, unknown thread), 3 the store could not
 do it (I/O error, lease held by another process, damaged log).
@@ -27,17 +28,45 @@ EXIT_USAGE = 2
 EXIT_STORE = 3
 
 
+def _store_home(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """The directory of the store ``--store`` names (`threadlog.store.open.parse_target`).
+
+    The commands work on a store on disk (other processes' inboxes, leases, the index); an
+    in-memory store would be empty and gone when the command ends, and other backends are
+    not available yet: both are refused here, before anything is created.
+    """
+    if value is None:
+        return None
+    from threadlog.store.open import parse_target
+
+    try:
+        kind, where = parse_target(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+    if kind != "embedded":
+        raise click.BadParameter(
+            f"{value!r}: the command line works on a store on disk (an in-memory store lives "
+            "only inside one process); give a directory or a file:// URL",
+            ctx,
+            param,
+        )
+    return where
+
+
 def store_options(func: F) -> F:
-    """Add ``--home`` and ``--json`` to a command."""
+    """Add ``--store`` (alias ``--home``) and ``--json`` to a command."""
     func = click.option(
         "--json", "as_json", is_flag=True, help="Machine-readable output (see docs/cli.md)."
     )(func)
     func = click.option(
+        "--store",
         "--home",
-        type=click.Path(file_okay=False),
-        envvar="THREADLOG_HOME",
+        "home",
+        metavar="DIR|URL",
+        envvar=["THREADLOG_STORE", "THREADLOG_HOME"],
         show_envvar=True,
-        help="The store's directory [default: ~/.threadlog].",
+        callback=_store_home,
+        help="The store: a directory or file:// URL (--home is an alias) [default: ~/.threadlog].",
     )(func)
     return func
 

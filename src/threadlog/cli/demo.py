@@ -161,7 +161,7 @@ async def _run(home: str, yes: bool, pause: float, console: Console) -> tuple[st
         watcher = asyncio.create_task(watch())
         await session.submit("Document our retry policy in README.md")
         await asyncio.wait_for(watcher, timeout=120)
-        report = runtime.store.verify(session.thread_id)  # type: ignore[attr-defined]
+        report = runtime.store.verify(session.thread_id)
         ok = bool(report.ok)
         text = (workspace / "README.md").read_text()
         console.print(

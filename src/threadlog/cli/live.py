@@ -42,7 +42,7 @@ def _act(
             try:
                 session = await runtime.open(thread, resume=False)
             except LeaseHeld as exc:
-                message_id = inbox.post(runtime.store.home, thread, message)  # type: ignore[attr-defined]
+                message_id = inbox.post(home, thread, message)
                 return {"applied": False, "queued": message_id, "holder": exc.holder}
             record = await direct(session)
             return {"applied": True, "ord": record.ord, "type": record.type}

@@ -27,12 +27,13 @@ from threadlog.runtime.session import Session
 from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolRegistry
 from threadlog.store.embedded import EmbeddedStore
 from threadlog.store.memory import MemoryStore
+from threadlog.store.protocol import Snapshots
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from types import TracebackType
 
-    from threadlog.store.base import Store
+    from threadlog.store.protocol import Store
 
 __all__ = ["Runtime"]
 
@@ -276,25 +277,22 @@ class Runtime:
     async def fork(
         self, thread_id: str, at: int | None = None, *, title: str | None = None, **changes: Any
     ) -> Session:
-        """Fork a thread (see `EmbeddedStore.fork`) and open the new one as a session.
+        """Fork a thread (see `Store.fork`) and open the new one as a session.
 
         ``changes`` are the child's settings (model, instructions, …), recorded as a
         ``config.changed`` written atomically with the copied prefix.
         """
         self._check_open()
-        store = self.store
-        if not isinstance(store, EmbeddedStore):
-            raise UsageError("fork needs the embedded store")
         child = await asyncio.to_thread(
-            store.fork, thread_id, at, title=title, changes=changes or None
+            self.store.fork, thread_id, at, title=title, changes=changes or None
         )
         return await self.open(child, resume=False)
 
     def _open_session(self, thread_id: str) -> Session:
         store = self.store
         base = None
-        if isinstance(store, EmbeddedStore):
-            store.acquire(thread_id)
+        store.acquire(thread_id)
+        if isinstance(store, Snapshots):
             saved = store.load_snapshot(thread_id, snapshot.SNAPSHOT_VERSION)
             loaded = snapshot.load(saved[1]) if saved is not None else None
             if saved is not None and loaded is not None:

@@ -66,6 +66,7 @@ from threadlog.runtime import inbox, procs
 from threadlog.runtime.approvals import decide
 from threadlog.runtime.models import Completed, ModelRequest, ProviderError, TextDelta
 from threadlog.runtime.tools import ToolContext, ToolError
+from threadlog.store.protocol import Catalog, LocalHome, Snapshots
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -149,10 +150,10 @@ class Session:
         """Set when the store stopped acknowledging writes: no record will come any more."""
         runtime.store.add_listener(self._on_durable)
         runtime.store.add_error_listener(self._on_store_error)
-        home = getattr(runtime.store, "home", None)
-        if isinstance(home, str) and os.path.isdir(home):
+        store = runtime.store
+        if isinstance(store, LocalHome) and os.path.isdir(store.home):
             self._inbox_task = asyncio.create_task(
-                self._watch_inbox(home), name=f"inbox {thread_id}"
+                self._watch_inbox(store.home), name=f"inbox {thread_id}"
             )
 
     async def _watch_inbox(self, home: str) -> None:
@@ -826,9 +827,9 @@ class Session:
     def runs_dir(self) -> str | None:
         """Where this session's tools record the processes they start (`runtime.procs`):
         a directory of the store's home, or None for a store without one."""
-        home = getattr(self.runtime.store, "home", None)
-        if isinstance(home, str) and os.path.isdir(home):
-            return os.path.join(home, procs.RUNS_DIR)
+        store = self.runtime.store
+        if isinstance(store, LocalHome) and os.path.isdir(store.home):
+            return os.path.join(store.home, procs.RUNS_DIR)
         return None
 
     def _cwd(self) -> Path:
@@ -870,9 +871,13 @@ class Session:
             for m in self.state.memories.values()
             if not m.revoked
         ]
-        shared = getattr(self.runtime.store, "shared_memories", None)
-        if shared is not None and set(policy.get("scopes") or ()) - {"thread"}:
-            facts += [f for f in shared(self.state.principal) if f.thread_id != self.thread_id]
+        store = self.runtime.store
+        if isinstance(store, Catalog) and set(policy.get("scopes") or ()) - {"thread"}:
+            facts += [
+                f
+                for f in store.shared_memories(self.state.principal)
+                if f.thread_id != self.thread_id
+            ]
         return select_memories(
             facts, thread_id=self.thread_id, now=rfc3339(wall_ns()), policy=policy
         )
@@ -1014,11 +1019,11 @@ class Session:
     # -- closing ---------------------------------------------------------------------------
 
     def _save_snapshot(self) -> None:
-        save = getattr(self.runtime.store, "save_snapshot", None)
-        if save is None or self.state.last_hash is None:
+        store = self.runtime.store
+        if not isinstance(store, Snapshots) or self.state.last_hash is None:
             return
         try:
-            save(
+            store.save_snapshot(
                 self.thread_id,
                 snapshot.dump(self.state, self.context),
                 ord=self.state.last_ord,

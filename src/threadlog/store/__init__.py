@@ -1,7 +1,26 @@
-"""Storage backends. They read and write envelopes and never interpret event data."""
+"""Storage backends behind one port. They read and write envelopes and never interpret event data.
+
+`Store` is the port every backend implements; `Snapshots`, `Catalog` and `LocalHome` are the
+optional capabilities (check them with ``isinstance``); `open_store` opens a backend by target.
+"""
 
 from threadlog.store.artifacts import ArtifactStore
-from threadlog.store.embedded import EmbeddedStore, VerifyReport, default_home
+from threadlog.store.embedded import EmbeddedStore, default_home
 from threadlog.store.index import IndexedThread
+from threadlog.store.memory import MemoryStore
+from threadlog.store.open import open_store
+from threadlog.store.protocol import Catalog, LocalHome, Snapshots, Store, VerifyReport
 
-__all__ = ["ArtifactStore", "EmbeddedStore", "IndexedThread", "VerifyReport", "default_home"]
+__all__ = [
+    "ArtifactStore",
+    "Catalog",
+    "EmbeddedStore",
+    "IndexedThread",
+    "LocalHome",
+    "MemoryStore",
+    "Snapshots",
+    "Store",
+    "VerifyReport",
+    "default_home",
+    "open_store",
+]

@@ -55,7 +55,7 @@ from threadlog.model.memory import MemoryFact
 from threadlog.model.policy import durability_of
 from threadlog.model.projection import PROJECTED
 from threadlog.model.reducer import replay
-from threadlog.model.refs import ArtifactRef, is_artifact_ref, is_escaped
+from threadlog.model.refs import ArtifactRef
 from threadlog.model.refs import resolve as resolve_refs
 from threadlog.store._fileops import (
     DEFAULT_FILEOPS,
@@ -66,17 +66,14 @@ from threadlog.store._fileops import (
 )
 from threadlog.store._perms import check_dir, load_secret
 from threadlog.store.artifacts import ArtifactStore
-from threadlog.store.base import (
-    check_new_thread,
-    escape_lookalikes,
-    normalize_append,
-    refuse_lookalikes,
-)
 from threadlog.store.index import DamagedIndex, Index, IndexedThread
 from threadlog.store.journal import Journal, LogClosed, RolloutLog
 from threadlog.store.leases import Lease, read_durable_end
+from threadlog.store.offload import encode_data, summary_of
+from threadlog.store.protocol import VerifyReport
 from threadlog.store.recovery import DeadJournal, find_dead_journals, recover_rollout
-from threadlog.store.rollout import Scan, TornTail, inherited_prefix, scan, scan_file
+from threadlog.store.rollout import Scan, inherited_prefix, scan, scan_file
+from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -95,48 +92,6 @@ MiB = 1024 * KiB
 def default_home() -> str:
     """``$THREADLOG_HOME``, else ``~/.threadlog``."""
     return os.environ.get("THREADLOG_HOME") or os.path.join(os.path.expanduser("~"), ".threadlog")
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyReport:
-    """The outcome of verifying one thread's rollout."""
-
-    thread_id: str
-    ok: bool
-    records: int
-    last_ord: int
-    torn: TornTail | None
-    error: IntegrityError | InvalidTransition | None
-
-    @property
-    def first_bad_ord(self) -> int | None:
-        err = self.error
-        if isinstance(err, IntegrityError):
-            return err.ord
-        if isinstance(err, InvalidTransition):
-            return err.ord
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "thread": self.thread_id,
-            "ok": self.ok,
-            "records": self.records,
-            "last_ord": self.last_ord,
-            "first_bad_ord": self.first_bad_ord,
-            "offset": self.error.offset if isinstance(self.error, IntegrityError) else None,
-            "error": str(self.error) if self.error else None,
-            "torn_tail": (
-                {
-                    "offset": self.torn.offset,
-                    "bytes": self.torn.size,
-                    "reason": self.torn.reason,
-                    "completes_ord": self.torn.completes.ord if self.torn.completes else None,
-                }
-                if self.torn
-                else None
-            ),
-        }
 
 
 class EmbeddedStore:
@@ -539,32 +494,13 @@ class EmbeddedStore:
         return (seq if durable else 0), record
 
     def _encode(self, type_name: str, data: Any) -> tuple[Any, bytes]:
-        """Canonical JSON of the data as stored: look-alike references escaped, then large
-        values moved to the artifact store (`threadlog.model.refs`)."""
-        data, data_json = escape_lookalikes(type_name, data, codec.canonical(data))
-        threshold = self.artifact_threshold
-        if len(data_json) <= threshold:
-            return data, data_json
-        # An escaped whole (``{"$escaped": v}``) goes out whole: its value is the caller's
-        # verbatim, so a reference put in its place could not be told from the data.
-        if isinstance(data, dict) and not is_artifact_ref(data) and not is_escaped(data):
-            moved = dict(data)
-            for key, value in data.items():
-                value_json = codec.canonical(value)
-                if len(value_json) > threshold:
-                    moved[key] = self._offload(value, value_json).to_data()
-            data_json = codec.canonical(moved)
-            if len(data_json) <= threshold:
-                return moved, data_json
-            data = moved
-        ref = self._offload(data, data_json).to_data()
-        return ref, codec.canonical(ref)
+        """Canonical JSON of the data as stored (`threadlog.store.offload`)."""
+        return encode_data(type_name, data, self.artifact_threshold, self._offload)
 
     def _offload(self, value: Any, value_json: bytes) -> ArtifactRef:
-        summary = (
-            value[:200] if isinstance(value, str) else value_json[:200].decode("utf-8", "replace")
+        return self.artifacts.put(
+            value_json, media_type="application/json", summary=summary_of(value, value_json)
         )
-        return self.artifacts.put(value_json, media_type="application/json", summary=summary)
 
     async def _await_durable(self, seq: int) -> None:
         # One executor job per group commit; the tasks waiting for it each await a future of

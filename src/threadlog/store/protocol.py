@@ -1,0 +1,301 @@
+"""The storage port: what every backend offers its consumers, and the optional capabilities.
+
+Consumers (the runtime, the CLI, a future server or importer) talk to a `Store` and nothing
+else. What only some backends can do is a named capability, a `typing.Protocol` of its own,
+which a consumer checks with ``isinstance(store, Snapshots)`` (they are all
+``@runtime_checkable``), never by asking for a backend class or probing with ``getattr``:
+
+* `Snapshots`: keep and load reduced state, so that opening a long thread reads only its tail.
+* `Catalog`: list threads with their projections (status, counts) and remembered facts.
+* `LocalHome`: the store lives in a local directory, beside which the runtime keeps a session's
+  inbox and the records of the processes its tools start.
+
+Every backend implements the whole `Store`; `threadlog.testing.StoreContract` is the test
+suite that holds one to it (a backend's tests subclass it and say how to make a store).
+
+A runtime check of a protocol looks at method *names* only; the signatures here are what
+mypy holds a backend to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from threadlog.errors import IntegrityError, InvalidTransition, StorageError
+from threadlog.model.envelope import Record
+
+if TYPE_CHECKING:
+    from types import EllipsisType, TracebackType
+
+    from threadlog.model.events import Event
+    from threadlog.model.memory import MemoryFact
+    from threadlog.model.state import ThreadState
+    from threadlog.store.index import IndexedThread
+    from threadlog.store.rollout import TornTail
+
+__all__ = [
+    "Catalog",
+    "ErrorListener",
+    "Listener",
+    "LocalHome",
+    "Snapshots",
+    "Store",
+    "VerifyReport",
+]
+
+Listener = Callable[[str, list[Record]], None]
+"""``listener(thread_id, records)``: records that became durable and readable, in order."""
+ErrorListener = Callable[[StorageError], None]
+"""``listener(error)``: the store stopped acknowledging writes (fail-stop)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """The outcome of verifying one thread's log."""
+
+    thread_id: str
+    ok: bool
+    records: int
+    last_ord: int
+    torn: TornTail | None
+    """An interrupted write at the end of the log (not damage: readers ignore it)."""
+    error: IntegrityError | InvalidTransition | None
+
+    @property
+    def first_bad_ord(self) -> int | None:
+        """The ordinal of the first record found wrong, if any."""
+        err = self.error
+        if isinstance(err, IntegrityError):
+            return err.ord
+        if isinstance(err, InvalidTransition):
+            return err.ord
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data (``threadlog verify --json``)."""
+        return {
+            "thread": self.thread_id,
+            "ok": self.ok,
+            "records": self.records,
+            "last_ord": self.last_ord,
+            "first_bad_ord": self.first_bad_ord,
+            "offset": self.error.offset if isinstance(self.error, IntegrityError) else None,
+            "error": str(self.error) if self.error else None,
+            "torn_tail": (
+                {
+                    "offset": self.torn.offset,
+                    "bytes": self.torn.size,
+                    "reason": self.torn.reason,
+                    "completes_ord": self.torn.completes.ord if self.torn.completes else None,
+                }
+                if self.torn
+                else None
+            ),
+        }
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The storage port: threads of hash-chained records, appended and read back.
+
+    Thread-safe; a context manager that closes the store. Every method that takes a thread
+    id raises `UsageError` for something that is not one, and `ThreadNotFound` for a thread
+    the store does not hold; every method raises `UsageError` once the store is closed
+    (reads may still work), and `StorageError` when its medium fails.
+    """
+
+    def __enter__(self) -> Store:
+        """The store itself."""
+        ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """`close`."""
+        ...
+
+    def create_thread(
+        self,
+        principal: str = "local",
+        *,
+        title: str | None = None,
+        lineage: dict[str, Any] | None = None,
+        **config: Any,
+    ) -> str:
+        """A new thread whose durable ord 1 is ``thread.created``; returns its id. Raises
+        `UsageError` (bad principal, a lineage only a fork may declare, look-alike refs)."""
+        ...
+
+    def append(
+        self,
+        thread_id: str,
+        type: str | Event,
+        data: Any = None,
+        *,
+        durable: bool | None = None,
+        id: str | None = None,
+        parent: str | None | EllipsisType = ...,
+        expect_ord: int | None = None,
+        check: Callable[[Record], object] | None = None,
+    ) -> Record:
+        """Append one event; returns its record. An ``id`` already stored returns the stored
+        record (same content) or raises `DuplicateEventConflict`; ``expect_ord`` raises
+        `OrdinalConflict`; bad input raises `InvalidEventType`, `InvalidData`, `UsageError`
+        (also for a ``parent`` the thread does not hold); if ``check`` raises, nothing is
+        written. Large data may be stored as artifact references (`resolve` loads them)."""
+        ...
+
+    async def aappend(
+        self,
+        thread_id: str,
+        type: str | Event,
+        data: Any = None,
+        *,
+        durable: bool | None = None,
+        id: str | None = None,
+        parent: str | None | EllipsisType = ...,
+        expect_ord: int | None = None,
+        check: Callable[[Record], object] | None = None,
+    ) -> Record:
+        """`append` for asyncio: waits for durability without blocking the event loop."""
+        ...
+
+    def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
+        """Durable records with ``ord > after`` in order, at most ``limit``. Raises
+        `IntegrityError` for damage."""
+        ...
+
+    def state(self, thread_id: str) -> ThreadState:
+        """The thread's state, reduced from its whole log."""
+        ...
+
+    def exists(self, thread_id: str) -> bool:
+        """Whether the store holds the thread (False, never an error, for a malformed id)."""
+        ...
+
+    def thread_ids(self) -> list[str]:
+        """Every thread the store holds (in no promised order)."""
+        ...
+
+    def fork(
+        self,
+        thread_id: str,
+        at: int | None = None,
+        *,
+        principal: str | None = None,
+        title: str | None = None,
+        kind: str = "fork",
+        changes: dict[str, Any] | None = None,
+    ) -> str:
+        """A new thread inheriting ords 2..``at`` (default: all) verbatim, its lineage in
+        ``thread.created`` and ``changes`` as a ``config.changed``; returns its id. All or
+        nothing. Raises `UsageError` for an ``at`` the thread does not have."""
+        ...
+
+    def verify(self, thread_id: str, *, check_events: bool = True) -> VerifyReport:
+        """Check the log's hashes, chain and ordinals (and, by default, that the reducer
+        accepts every event). Reports damage; never repairs it."""
+        ...
+
+    def resolve(self, data: Any) -> Any:
+        """Record data as it was appended: artifact references loaded, escaped look-alikes
+        unwrapped. Raises `IntegrityError`/`StorageError` for a missing or damaged artifact."""
+        ...
+
+    def acquire(self, thread_id: str) -> None:
+        """Open the thread for writing now (take its single-writer lease, repair its tail).
+        Raises `LeaseHeld` when another writer holds it."""
+        ...
+
+    def release(self, thread_id: str) -> None:
+        """Flush the thread and give up writing it (its lease), until the next append."""
+        ...
+
+    def take_repairs(self, thread_id: str) -> list[dict[str, Any]]:
+        """What the store repaired in the thread since it opened (each a dict with a
+        ``kind``); cleared by the call."""
+        ...
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(thread_id, records)`` once records are durable, in order per
+        thread; a listener that raises is logged, never fails the append."""
+        ...
+
+    def remove_listener(self, listener: Listener) -> None:
+        """Stop calling ``listener``; raises `ValueError` if it was not added."""
+        ...
+
+    def add_error_listener(self, listener: ErrorListener) -> None:
+        """Call ``listener(error)`` once if the store stops acknowledging writes (at once
+        if it already has)."""
+        ...
+
+    def remove_error_listener(self, listener: ErrorListener) -> None:
+        """Stop calling ``listener``."""
+        ...
+
+    def flush(self) -> None:
+        """Make every buffered append durable (and visible to listeners)."""
+        ...
+
+    def close(self) -> None:
+        """Flush, release every thread and refuse further writes. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class Snapshots(Protocol):
+    """Reduced state kept beside the log, so that opening a thread reads only its tail."""
+
+    def save_snapshot(
+        self, thread_id: str, payload: bytes, *, ord: int, hash: str, version: str
+    ) -> bool:
+        """Keep ``payload`` as the state after record ``ord`` (which must have ``hash``);
+        False, saving nothing, when that cannot be checked."""
+        ...
+
+    def load_snapshot(self, thread_id: str, version: str) -> tuple[int, bytes] | None:
+        """``(ord, payload)`` of the thread's snapshot if it is of ``version`` and its anchor
+        record is still in the log; else None."""
+        ...
+
+
+@runtime_checkable
+class Catalog(Protocol):
+    """Projections of every thread: listings and remembered facts."""
+
+    def threads(
+        self, *, principal: str | None = None, limit: int | None = None
+    ) -> list[IndexedThread]:
+        """Threads, most recently active first."""
+        ...
+
+    def thread_info(self, thread_id: str) -> IndexedThread:
+        """One thread's row; raises `ThreadNotFound`."""
+        ...
+
+    def memories(
+        self, *, principal: str | None = None, include_revoked: bool = False
+    ) -> list[dict[str, Any]]:
+        """Remembered facts of every thread, oldest first."""
+        ...
+
+    def shared_memories(self, principal: str) -> list[MemoryFact]:
+        """Live facts other threads may offer: the principal's, and every project fact."""
+        ...
+
+
+@runtime_checkable
+class LocalHome(Protocol):
+    """A store in a local directory (`home`), beside which the runtime keeps what a session
+    shares with other processes: its inbox and the records of the processes it starts."""
+
+    @property
+    def home(self) -> str:
+        """The store's directory (absolute)."""
+        ...
