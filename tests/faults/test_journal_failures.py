@@ -305,3 +305,34 @@ def test_a_half_created_journal_of_a_dead_process_is_swept(tmp_path: Path, dead_
     mine.write_bytes(b"")  # a live writer's: left alone
     with EmbeddedStore(str(home)):
         assert not orphan.exists() and mine.exists()
+
+
+def test_two_releases_of_one_thread_and_an_append_never_meet_the_stores_own_lease(
+    tmp_path: Path,
+) -> None:
+    """Two concurrent releases of a thread: the second used to clear the first's "being
+    released" mark, so an append racing them reopened the thread while the first still held
+    its lease, and failed with LeaseHeld from its own process."""
+    store = EmbeddedStore(str(tmp_path / "home"), commit_interval=0.005)
+    thread = store.create_thread("p")
+    failures: list[BaseException] = []
+
+    def releaser() -> None:
+        for _ in range(200):
+            store.release(thread)
+
+    def appender() -> None:
+        try:
+            for i in range(300):
+                store.append(thread, "custom.x", {"i": i}, durable=i % 3 == 0)
+        except BaseException as exc:
+            failures.append(exc)
+
+    workers = [threading.Thread(target=releaser) for _ in range(2)]
+    workers.append(threading.Thread(target=appender))
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    store.close()
+    assert failures == []

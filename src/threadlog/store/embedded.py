@@ -280,10 +280,13 @@ class EmbeddedStore:
     def release(self, thread_id: str) -> None:
         """Flush and close one thread's log and give up its lease."""
         with self._logs_lock:
+            while thread_id in self._releasing:  # another release of it: wait for that one
+                self._logs_changed.wait()
             rollout = self._logs.pop(thread_id, None)
             lease = self._leases.pop(thread_id, None)
-            if lease is not None:
-                self._releasing.add(thread_id)
+            if lease is None and rollout is None:
+                return  # not open here
+            self._releasing.add(thread_id)  # (only this call removes it: see finally)
         try:
             if rollout is not None:
                 with rollout._lock:  # no new submissions
