@@ -35,7 +35,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from threadlog._clock import new_id, rfc3339, wall_ns
 from threadlog.errors import (
@@ -73,11 +73,36 @@ if TYPE_CHECKING:
 
     from threadlog.model.envelope import Record
     from threadlog.model.state import ThreadState, ToolCallState
-    from threadlog.runtime.runtime import Runtime
+    from threadlog.runtime.models import Model, Summarizer
+    from threadlog.runtime.tools import ToolRegistry
+    from threadlog.store.protocol import Store
 
-__all__ = ["Progress", "Session", "SubscriberDropped"]
+__all__ = ["Progress", "Session", "SessionHost", "SubscriberDropped"]
 
 log = logging.getLogger("threadlog.runtime")
+
+
+class SessionHost(Protocol):
+    """What a session needs of the runtime that owns it (`threadlog.runtime.Runtime`): the
+    store, the model, the tools, and a way to open a sub-agent and to be forgotten. A
+    protocol, so that this module does not import the runtime's (no import circle)."""
+
+    store: Store
+    model: Model
+    summarizer: Summarizer
+    tools: ToolRegistry
+
+    async def create(
+        self,
+        principal: str = "local",
+        *,
+        title: str | None = None,
+        lineage: dict[str, Any] | None = None,
+        **config: Any,
+    ) -> Session: ...
+
+    def _forget(self, session: Session) -> None: ...
+
 
 _CLOSED = object()
 
@@ -114,7 +139,7 @@ class Session:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: SessionHost,
         thread_id: str,
         records: list[Record],
         base: tuple[int, ThreadState, Context] | None = None,
