@@ -133,3 +133,23 @@ def test_memory_store_writes_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert os.listdir(cwd) == []
     assert not home.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_runtime_takes_a_store_or_a_target(tmp_path: Path) -> None:
+    """`Runtime(target)` opens what `open_store` opens (and closes it); a `Store` passed in is
+    the caller's to close."""
+    from threadlog import Runtime
+
+    async def main() -> None:
+        async with Runtime(str(tmp_path / "home")) as runtime:
+            session = await runtime.create("u")
+            assert runtime.store.exists(session.thread_id)
+        async with Runtime("memory://") as runtime:
+            await runtime.create("u")
+        with open_store(tmp_path / "mine") as mine:
+            async with Runtime(mine) as runtime:
+                session = await runtime.create("u")
+            assert mine.read(session.thread_id)  # still open: the runtime did not close it
+
+    asyncio.run(main())
+    assert (tmp_path / "home").is_dir()

@@ -25,15 +25,12 @@ from threadlog.runtime.approvals import check_policy
 from threadlog.runtime.models import Model, ModelSummarizer, ScriptedModel, Summarizer
 from threadlog.runtime.session import Session
 from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolRegistry
-from threadlog.store.embedded import EmbeddedStore
-from threadlog.store.memory import MemoryStore
-from threadlog.store.protocol import Snapshots
+from threadlog.store.open import open_store
+from threadlog.store.protocol import Snapshots, Store
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from types import TracebackType
-
-    from threadlog.store.protocol import Store
 
 __all__ = ["Runtime"]
 
@@ -42,16 +39,18 @@ class Runtime:
     """Live sessions over one store.
 
     Args:
-        home: the embedded store's directory (default ``$THREADLOG_HOME`` or ``~/.threadlog``).
-        store: use this store instead (the runtime will not close it).
+        target: the store: a `Store` you opened (the runtime will not close it), or what
+            `threadlog.open_store` takes (a directory, ``file://…``, ``memory://``; default
+            ``$THREADLOG_HOME`` or ``~/.threadlog``), which the runtime opens and closes.
+        store: the same as passing a `Store` as ``target`` (kept for existing callers).
         model: the model every session calls (default: a scripted model that just answers).
         tools: the tools offered (default: the built-in file and command tools).
-        ephemeral: keep everything in memory; nothing is written to disk.
+        ephemeral: keep everything in memory (``memory://``); nothing is written to disk.
     """
 
     def __init__(
         self,
-        home: str | os.PathLike[str] | None = None,
+        target: Store | str | os.PathLike[str] | None = None,
         *,
         store: Store | None = None,
         model: Model | None = None,
@@ -61,11 +60,19 @@ class Runtime:
     ) -> None:
         """See the class docstring; ``summarizer`` compacts long contexts (default: the
         model's own ``summarize``, else one request to the model)."""
-        if store is not None and (home is not None or ephemeral):
-            raise UsageError("pass either store, or home / ephemeral")
+        if sum((target is not None, store is not None, ephemeral)) > 1:
+            raise UsageError("pass one of: a store or a target, store=, ephemeral=True")
+        if (
+            store is None
+            and isinstance(target, Store)
+            and not isinstance(target, str | os.PathLike)
+        ):
+            store = target
         self._owns_store = store is None
         if store is None:
-            store = MemoryStore() if ephemeral else EmbeddedStore(home)
+            where = "memory://" if ephemeral else target
+            assert not isinstance(where, Store)
+            store = open_store(where)
         self.store: Store = store
         self.model: Model = model or ScriptedModel([])
         if summarizer is None:
