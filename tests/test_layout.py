@@ -72,3 +72,14 @@ def test_consumers_reach_the_store_through_its_port() -> None:
         if backend_checks.search(line)
     ]
     assert offenders == []
+
+
+def test_the_cli_and_the_runtime_import_no_backend() -> None:
+    modules = _modules()
+    backends = {"threadlog.store.embedded", "threadlog.store.memory"}
+    offenders = {
+        name: sorted(_imports(name, path, modules) & backends)
+        for name, path in modules.items()
+        if name.startswith(("threadlog.cli", "threadlog.runtime"))
+    }
+    assert {name: found for name, found in offenders.items() if found} == {}

@@ -13,11 +13,13 @@ from rich.console import Console
 from rich.table import Table
 
 from threadlog.cli import EXIT_FAILED, cli, handle_errors, store_options
+from threadlog.cli._store import DiskStore, open_disk_store
 from threadlog.errors import UsageError
-from threadlog.store.embedded import EmbeddedStore, VerifyReport
+from threadlog.store.protocol import VerifyReport
 
 if TYPE_CHECKING:
     from threadlog.model.envelope import Record
+    from threadlog.store.protocol import VerifyReport
 
 __all__ = ["events", "ls", "rebuild", "show", "tail", "verify"]
 
@@ -37,8 +39,8 @@ def _short(text: str | None, width: int = 48) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def open_store(home: str | None) -> EmbeddedStore:
-    return EmbeddedStore(home)
+def open_store(home: str | None) -> DiskStore:
+    return open_disk_store(home)
 
 
 @cli.command()
@@ -126,8 +128,8 @@ def show(home: str | None, as_json: bool, thread: str, last_n: int, as_tree: boo
         records = store.read(thread)
         state = store.state(thread)
         info = store.thread_info(thread)
-        turns = store.index.turns(thread)
-        calls = store.index.tool_calls(thread)
+        turns = store.turns(thread)
+        calls = store.tool_calls(thread)
     if as_tree and not as_json:
         from threadlog.cli.tree import render_tree
 

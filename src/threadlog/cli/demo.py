@@ -19,7 +19,7 @@ from threadlog.runtime.models import ModelRequest, Reply, ScriptedModel, ToolCal
 from threadlog.runtime.runtime import Runtime
 from threadlog.runtime.session import Progress, Session
 from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolContext, read_file
-from threadlog.store.embedded import default_home
+from threadlog.store._home import default_home
 
 if TYPE_CHECKING:
     from rich.status import Status

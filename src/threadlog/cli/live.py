@@ -15,10 +15,11 @@ import click
 import orjson
 
 from threadlog.cli import EXIT_STORE, cli, handle_errors, store_options
+from threadlog.cli._store import open_disk_store
 from threadlog.errors import IntegrityError, LeaseHeld, UsageError
 from threadlog.runtime import inbox
 from threadlog.runtime.runtime import Runtime
-from threadlog.store.embedded import EmbeddedStore, default_home
+from threadlog.store._home import default_home
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -190,7 +191,7 @@ def cancel(home: str | None, as_json: bool, thread: str) -> None:
       threadlog cancel THREAD
     """
     home = home or default_home()
-    with EmbeddedStore(home) as store:
+    with open_disk_store(home) as store:
         if not store.exists(thread):
             from threadlog.errors import ThreadNotFound
 
@@ -251,7 +252,7 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
             click.echo(f"  details: threadlog verify {thread}", err=True)
             click.echo(f"  keep what is valid: threadlog resume {thread} --salvage", err=True)
             sys.exit(EXIT_STORE)
-        with EmbeddedStore(home) as store:
+        with open_disk_store(home) as store:
             report_ = store.verify(thread, check_events=False)
             salvaged = store.fork(
                 thread,
@@ -295,7 +296,7 @@ def fork(home: str | None, as_json: bool, thread: str, at: str | None, title: st
     Example:
       threadlog fork THREAD --at 12 --title "try the other approach"
     """
-    with EmbeddedStore(home) as store:
+    with open_disk_store(home) as store:
         ord_: int | None = None
         if at is not None:
             if at.isdigit():

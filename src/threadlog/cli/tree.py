@@ -12,11 +12,11 @@ from rich.console import Console
 from rich.tree import Tree as RichTree
 
 from threadlog.cli import cli, handle_errors, store_options
+from threadlog.cli._store import open_disk_store
 from threadlog.errors import UsageError
 from threadlog.model.context import Context
 from threadlog.model.reducer import replay
 from threadlog.model.tree import ENTRY_TYPES, Tree, common_ancestor
-from threadlog.store.embedded import EmbeddedStore
 
 if TYPE_CHECKING:
     from threadlog.model.envelope import Record
@@ -123,7 +123,7 @@ def diff(home: str | None, as_json: bool, thread: str, a: str, b: str) -> None:
     Example:
       threadlog diff THREAD 14 27
     """
-    with EmbeddedStore(home) as store:
+    with open_disk_store(home) as store:
         records = store.read(thread)
     by_ord = {str(r.ord): r.id for r in records}
     ids = {r.id for r in records}
@@ -192,7 +192,7 @@ def export(home: str | None, as_json: bool, thread: str, fmt: str, output: Any) 
       threadlog export THREAD --format messages > messages.json
       threadlog export THREAD --format html -o thread.html
     """
-    with EmbeddedStore(home) as store:
+    with open_disk_store(home) as store:
         records = store.read(thread)
         resolved = [r._replace(data=store.resolve(r.data)) for r in records]
     if fmt == "jsonl":
@@ -257,7 +257,7 @@ def memory_ls(home: str | None, as_json: bool, principal: str | None, show_all: 
     Example:
       threadlog memory ls --principal alice --json
     """
-    with EmbeddedStore(home) as store:
+    with open_disk_store(home) as store:
         rows = store.memories(principal=principal, include_revoked=show_all)
     if as_json:
         sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -290,7 +290,7 @@ def memory_rm(home: str | None, as_json: bool, memory_id: str, reason: str | Non
 
     from threadlog.runtime.runtime import Runtime
 
-    with EmbeddedStore(home) as store:
+    with open_disk_store(home) as store:
         rows = [r for r in store.memories(include_revoked=True) if r["memory_id"] == memory_id]
         home = store.home
     if not rows:

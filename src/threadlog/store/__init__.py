@@ -1,6 +1,7 @@
 """Storage backends behind one port. They read and write envelopes and never interpret event data.
 
-`Store` is the port every backend implements; `Snapshots`, `Catalog` and `LocalHome` are the
+`Store` is the port every backend implements; `Snapshots`, `Catalog`, `LocalHome` and
+`Maintenance` are the
 optional capabilities (check them with ``isinstance``); `open_store` opens a backend by target.
 """
 
@@ -9,7 +10,14 @@ from threadlog.store.embedded import EmbeddedStore, default_home
 from threadlog.store.index import IndexedThread
 from threadlog.store.memory import MemoryStore
 from threadlog.store.open import open_store
-from threadlog.store.protocol import Catalog, LocalHome, Snapshots, Store, VerifyReport
+from threadlog.store.protocol import (
+    Catalog,
+    LocalHome,
+    Maintenance,
+    Snapshots,
+    Store,
+    VerifyReport,
+)
 
 __all__ = [
     "ArtifactStore",
@@ -17,6 +25,7 @@ __all__ = [
     "EmbeddedStore",
     "IndexedThread",
     "LocalHome",
+    "Maintenance",
     "MemoryStore",
     "Snapshots",
     "Store",

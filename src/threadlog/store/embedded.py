@@ -64,6 +64,7 @@ from threadlog.store._fileops import (
     remove_orphan_temp,
     remove_orphan_temps,
 )
+from threadlog.store._home import default_home
 from threadlog.store._perms import check_dir, load_secret
 from threadlog.store.artifacts import ArtifactStore
 from threadlog.store.index import DamagedIndex, Index, IndexedThread
@@ -87,11 +88,6 @@ log = logging.getLogger("threadlog.store")
 
 KiB = 1024
 MiB = 1024 * KiB
-
-
-def default_home() -> str:
-    """``$THREADLOG_HOME``, else ``~/.threadlog``."""
-    return os.environ.get("THREADLOG_HOME") or os.path.join(os.path.expanduser("~"), ".threadlog")
 
 
 class EmbeddedStore:
@@ -1158,6 +1154,16 @@ class EmbeddedStore:
             if r["scope"] == "project"
             or (r["scope"] == "principal" and r["principal"] == principal)
         ]
+
+    def turns(self, thread_id: str) -> list[dict[str, Any]]:
+        """The thread's turns from the index, in order."""
+        self._drain_backlog()
+        return self.index.turns(thread_id)
+
+    def tool_calls(self, thread_id: str) -> list[dict[str, Any]]:
+        """The thread's tool calls from the index, in order."""
+        self._drain_backlog()
+        return self.index.tool_calls(thread_id)
 
     def thread_info(self, thread_id: str) -> IndexedThread:
         self._drain_backlog()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 from threadlog.errors import IntegrityError, InvalidTransition, StorageError
 from threadlog.model.envelope import Record
@@ -40,6 +40,7 @@ __all__ = [
     "ErrorListener",
     "Listener",
     "LocalHome",
+    "Maintenance",
     "Snapshots",
     "Store",
     "VerifyReport",
@@ -106,7 +107,7 @@ class Store(Protocol):
     (reads may still work), and `StorageError` when its medium fails.
     """
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         """The store itself."""
         ...
 
@@ -289,6 +290,14 @@ class Catalog(Protocol):
         """Live facts other threads may offer: the principal's, and every project fact."""
         ...
 
+    def turns(self, thread_id: str) -> list[dict[str, Any]]:
+        """The thread's turns (id, status, ordinals, times, input), in order."""
+        ...
+
+    def tool_calls(self, thread_id: str) -> list[dict[str, Any]]:
+        """The thread's tool calls (id, turn, tool, side effect, status, ordinals), in order."""
+        ...
+
 
 @runtime_checkable
 class LocalHome(Protocol):
@@ -298,4 +307,34 @@ class LocalHome(Protocol):
     @property
     def home(self) -> str:
         """The store's directory (absolute)."""
+        ...
+
+
+@runtime_checkable
+class Maintenance(Protocol):
+    """Looking after a store's files: the index rebuilt, problems its open skipped, threads
+    whose log is gone, and where each thread's log is durable up to (readers of the files
+    themselves, such as ``threadlog tail``, stop there)."""
+
+    @property
+    def problems(self) -> list[dict[str, Any]]:
+        """What the store's open found and skipped (``kind``, ``message``, ``path``,
+        ``thread``): a refused journal, a thread a journal names but cannot restore…"""
+        ...
+
+    def rebuild(self) -> int:
+        """Rebuild the index from the logs; the records indexed."""
+        ...
+
+    def missing_threads(self) -> list[str]:
+        """Threads with acknowledged records whose log file is gone."""
+        ...
+
+    def path_of(self, thread_id: str) -> str:
+        """The file holding the thread's log (which need not exist)."""
+        ...
+
+    def durable_end(self, thread_id: str) -> int | None:
+        """The byte offset up to which the thread's log is known durable while a live writer
+        holds it; None when nobody writes it."""
         ...
