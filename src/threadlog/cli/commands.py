@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -356,49 +355,11 @@ def tail(home: str | None, as_json: bool, thread: str, after: int, interval: flo
     Example:
       threadlog tail THREAD --after 40 | jq -c '{ord, type}'
     """
-    from threadlog.store.leases import read_durable_end
-    from threadlog.store.rollout import scan
-
-    with open_store(home) as store:
-        history = store.read(thread)
-        path = store.path_of(thread)
-        locks = os.path.join(store.home, "locks")
     out = sys.stdout.buffer
-    for record in history[after:]:
-        out.write(orjson.dumps(record.to_dict()) + b"\n")
-    out.flush()
-    ord_, prev = history[-1].ord, history[-1].hash
-    with open(path, "rb") as f:
-        offset = _offset_after(f.read(), ord_)
+    with open_store(home) as store:
         try:
-            while True:
-                # stop where the writer says its records are durable: past it, a record may
-                # still be cut by a failed fsync
-                durable = read_durable_end(locks, thread)
-                f.seek(offset)
-                chunk = f.read() if durable is None else f.read(max(0, durable - offset))
-                scanned = scan(
-                    chunk, thread, base_offset=offset, start_ord=ord_ + 1, prev_hash=prev
-                )
-                if scanned.error is not None:
-                    raise scanned.error
-                for record in scanned.records:
-                    out.write(orjson.dumps(record.to_dict()) + b"\n")
-                if scanned.records:
-                    out.flush()
-                    ord_, prev, offset = (
-                        scanned.records[-1].ord,
-                        scanned.records[-1].hash,
-                        scanned.end,
-                    )
-                time.sleep(interval)
+            for record in store.follow(thread, after, interval=interval):
+                out.write(orjson.dumps(record.to_dict()) + b"\n")
+                out.flush()
         except KeyboardInterrupt:
             return
-
-
-def _offset_after(data: bytes, ord_: int) -> int:
-    """The byte offset just after the ``ord_``-th line."""
-    offset = 0
-    for _ in range(ord_):
-        offset = data.index(b"\n", offset) + 1
-    return offset

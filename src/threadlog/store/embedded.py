@@ -1020,6 +1020,43 @@ class EmbeddedStore:
             self._sync_file(path)
         return records
 
+    def follow(self, thread_id: str, after: int = 0, *, interval: float = 0.2) -> Iterator[Record]:
+        """`Store.follow`: the durable records after ``after``, then each new one. Reads the
+        rollout itself, so it works beside a live writer in another process; it stops where
+        the writer publishes its records durable (`durable_end`)."""
+        path = self.path_of(thread_id)
+        known = self._acknowledged(thread_id)
+        try:
+            scanned = scan_file(path, thread_id, end=self.durable_end(thread_id))
+        except FileNotFoundError:
+            raise ThreadNotFound(thread_id) from None
+        if scanned.error is not None:
+            raise scanned.error
+        lost = self._lost_acknowledged(thread_id, scanned, known)
+        if lost is not None:
+            raise lost
+        if not scanned.records:
+            raise ThreadNotFound(thread_id)
+        yield from scanned.records[after:]
+        last = scanned.records[-1]
+        ord_, prev, offset = last.ord, last.hash, scanned.end
+        with open(path, "rb") as f:
+            while True:
+                durable = self.durable_end(thread_id)
+                f.seek(offset)
+                chunk = f.read() if durable is None else f.read(max(0, durable - offset))
+                tail = scan(
+                    chunk, thread_id, base_offset=offset, start_ord=ord_ + 1, prev_hash=prev
+                )
+                if tail.error is not None:
+                    raise tail.error
+                if tail.records:
+                    if durable is None:
+                        self._sync_file(path)  # durable before visible (as `read`)
+                    yield from tail.records
+                    ord_, prev, offset = tail.records[-1].ord, tail.records[-1].hash, tail.end
+                time.sleep(interval)
+
     def durable_end(self, thread_id: str) -> int | None:
         """The byte offset up to which the thread's rollout is known durable while a live
         writer holds it (this store, or another process, which publishes it after every

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from threadlog._clock import new_id, rfc3339, wall_ns
@@ -36,7 +37,7 @@ from threadlog.store.protocol import ErrorListener, Listener, VerifyReport
 from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from types import EllipsisType, TracebackType
 
     from threadlog.model.state import ThreadState
@@ -214,6 +215,16 @@ class MemoryStore:
         return ArtifactRef(
             digest, len(value_json), "application/json", summary_of(value, value_json)
         )
+
+    def follow(self, thread_id: str, after: int = 0, *, interval: float = 0.2) -> Iterator[Record]:
+        """`Store.follow`: what `read` returns, then each new record, looking every
+        ``interval`` seconds."""
+        while True:
+            records = self.read(thread_id, after)
+            yield from records
+            if records:
+                after = records[-1].ord
+            time.sleep(interval)
 
     def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
         """As `EmbeddedStore.read`."""

@@ -19,7 +19,7 @@ mypy holds a backend to.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
@@ -169,6 +169,13 @@ class Store(Protocol):
     def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
         """Durable records with ``ord > after`` in order, at most ``limit``. Raises
         `IntegrityError` for damage."""
+        ...
+
+    def follow(self, thread_id: str, after: int = 0, *, interval: float = 0.2) -> Iterator[Record]:
+        """The durable records with ``ord > after``, then each new one as it becomes durable
+        (looking every ``interval`` seconds), for as long as the caller iterates: it never
+        ends by itself. Verified and chained like `read`; works beside a live writer in
+        another process. Raises `ThreadNotFound`, `IntegrityError`."""
         ...
 
     def state(self, thread_id: str) -> ThreadState:

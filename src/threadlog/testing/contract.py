@@ -106,6 +106,28 @@ class StoreContract:
 
     # -- create, append, read --------------------------------------------------------------------
 
+    def test_follow_yields_the_log_then_each_new_record(self, store: Store) -> None:
+        thread = store.create_thread("alice")
+        store.append(thread, "custom.note", {"n": 0})
+        seen: list[int] = []
+        done = threading.Event()
+
+        def consume() -> None:
+            for record in store.follow(thread, 1, interval=0.01):
+                seen.append(record.ord)
+                if len(seen) == 3:
+                    break
+            done.set()
+
+        reader = threading.Thread(target=consume, daemon=True)
+        reader.start()
+        for n in (1, 2):
+            store.append(thread, "custom.note", {"n": n}, durable=True)
+        assert done.wait(10), seen
+        assert seen == [2, 3, 4]
+        with pytest.raises(ThreadNotFound):
+            next(iter(store.follow(MISSING_THREAD)))
+
     def test_only_a_fork_declares_inherited_records(self, store: Store) -> None:
         lineage = {"thread": "p", "ord": 3, "hash": "b" * 64, "copied": {"prev": "a" * 64}}
         with pytest.raises(UsageError, match="fork only"):
