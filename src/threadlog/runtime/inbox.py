@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,15 +58,9 @@ def post(home: str, thread_id: str, body: dict[str, Any], fops: FileOps = DEFAUL
     fops.makedirs(directory)
     _check_folders(home, directory)
     message_id = new_id()
-    tmp = os.path.join(directory, f".{message_id}.{secrets.token_hex(4)}.tmp")
-    fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        fops.write_all(fd, orjson.dumps({**body, "id": message_id}))
-        fops.fsync(fd)
-    finally:
-        fops.close(fd)
-    fops.rename(tmp, os.path.join(directory, f"{message_id}.json"))
-    fops.fsync_dir(directory)
+    fops.write_atomic(
+        os.path.join(directory, f"{message_id}.json"), orjson.dumps({**body, "id": message_id})
+    )
     return message_id
 
 

@@ -136,42 +136,13 @@ def _prefix(thread_id: str) -> str:
     return hashlib.sha256(thread_id.encode()).hexdigest()[:16]
 
 
-def _write(path: str, data: bytes) -> None:
-    """Write ``path`` atomically and durably (temp file, fsync, rename, fsync of the dir)."""
-    directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            DEFAULT_FILEOPS.write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(directory)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def begin(runs_dir: str, thread_id: str, call_id: str, attempt: int) -> Run:
     """Record, durably, a command about to start (raises `OSError`: then do not start it)."""
-    if not os.path.isdir(runs_dir):
-        os.makedirs(runs_dir, 0o700, exist_ok=True)
-        _fsync_dir(os.path.dirname(os.path.abspath(runs_dir)))
+    DEFAULT_FILEOPS.makedirs(runs_dir)  # (0700; each new entry synced in its parent)
     token = secrets.token_hex(16)
     path = os.path.join(runs_dir, f"{_prefix(thread_id)}-{token}.json")
     run = Run(path, thread_id, call_id, attempt, token, _boot_id())
-    _write(path, run.to_json())
+    DEFAULT_FILEOPS.write_atomic(path, run.to_json())
     return run
 
 
@@ -179,7 +150,7 @@ def started(run: Run, pid: int) -> Run:
     """Add the started leader's process group and start time to the record."""
     info = _stat(pid)
     updated = replace(run, pgid=pid, start=info[2] if info is not None else None)
-    _write(run.path, updated.to_json())
+    DEFAULT_FILEOPS.write_atomic(run.path, updated.to_json())
     return updated
 
 

@@ -7,6 +7,7 @@ default instance, which is a thin layer over `os`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
@@ -69,6 +70,28 @@ class FileOps:
             self.fsync(fd)
         finally:
             os.close(fd)
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Replace ``path`` with ``data``, atomically and durably (RELIABILITY B1): a temp file
+        beside it (``O_EXCL``, 0600 whatever the umask, named ``.<name>.<random>.<pid>.tmp``
+        so that `remove_orphan_temp` sweeps it if we die), fsync, rename, fsync of the
+        directory. On failure the temp file is removed and nothing has replaced ``path``."""
+        directory, name = os.path.split(path)
+        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.{os.getpid()}.tmp")
+        fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            try:
+                os.fchmod(fd, 0o600)
+                self.write_all(fd, data)
+                self.fsync(fd)
+            finally:
+                self.close(fd)
+            self.rename(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self.fsync_dir(directory or ".")
 
     def makedirs(self, path: str) -> None:
         """Create ``path`` and missing parents, fsyncing each parent whose entries changed."""

@@ -19,7 +19,6 @@ its name was not written by this home's stores, and is never replayed (see
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import hmac
@@ -145,21 +144,10 @@ def load_secret(home: str, fops: FileOps) -> tuple[bytes, int]:
         if existing is not None:
             return existing
         secret = secrets.token_bytes(SECRET_BYTES)
-        tmp = os.path.join(home, f".secret.{secrets.token_hex(4)}.{os.getpid()}.tmp")
         try:
-            fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                os.fchmod(fd, 0o600)  # whatever the umask
-                fops.write_all(fd, secret)
-                fops.fsync(fd)
-            finally:
-                fops.close(fd)
-            fops.rename(tmp, path)
-            fops.fsync_dir(home)
+            fops.write_atomic(path, secret)
             since = os.stat(path).st_ctime_ns
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
             raise StorageError(f"cannot create the home's secret {path}: {exc}") from exc
         return secret, since
     finally:

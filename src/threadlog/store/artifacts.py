@@ -18,7 +18,6 @@ import errno
 import hashlib
 import os
 import re
-import secrets
 import stat
 
 from threadlog.errors import IntegrityError, StorageError, UsageError
@@ -81,17 +80,7 @@ class ArtifactStore:
             made = [p for p in self._ancestors(directory) if not os.path.isdir(p)]
             fops.makedirs(directory)
             _DURABLE_DIRS.update(made)
-            tmp = os.path.join(
-                directory, f".{digest[:16]}.{secrets.token_hex(4)}.{os.getpid()}.tmp"
-            )
-            fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                fops.write_all(fd, content)
-                fops.fsync(fd)
-            finally:
-                fops.close(fd)
-            fops.rename(tmp, final)
-            fops.fsync_dir(directory)
+            fops.write_atomic(final, content)
             self._sync_parents(directory)
         except OSError as exc:
             raise StorageError(f"could not store artifact {digest}: {exc}") from exc
