@@ -33,6 +33,7 @@ __all__ = [
     "line_hash",
     "parse_line",
     "record_from_obj",
+    "record_hash",
     "valid_type_name",
     "verify_lines",
 ]
@@ -166,6 +167,23 @@ def encode_record(
         )
     digest = hashlib.sha256(body).hexdigest()
     return body[:-1] + _HASH_HEAD + digest.encode() + b'"}\n', digest
+
+
+def record_hash(record: Record, data_json: bytes) -> str:
+    """The hash ``record`` should carry, recomputed from its fields, with ``data_json`` the
+    canonical JSON of its data (what a verifier holding records, not lines, checks)."""
+    _, digest = encode_record(
+        id=record.id,
+        thread=record.thread,
+        ord=record.ord,
+        parent=record.parent,
+        ts=record.ts,
+        type=record.type,
+        data_json=data_json,
+        prev=record.prev,
+        v=record.v,
+    )
+    return digest
 
 
 def parse_line(line: bytes) -> Record:

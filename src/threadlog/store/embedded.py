@@ -1026,17 +1026,7 @@ class EmbeddedStore:
         the writer publishes its records durable (`durable_end`)."""
         path = self.path_of(thread_id)
         known = self._acknowledged(thread_id)
-        try:
-            scanned = scan_file(path, thread_id, end=self.durable_end(thread_id))
-        except FileNotFoundError:
-            raise ThreadNotFound(thread_id) from None
-        if scanned.error is not None:
-            raise scanned.error
-        lost = self._lost_acknowledged(thread_id, scanned, known)
-        if lost is not None:
-            raise lost
-        if not scanned.records:
-            raise ThreadNotFound(thread_id)
+        scanned = self._scan_whole(path, thread_id, self.durable_end(thread_id), known)
         yield from scanned.records[after:]
         last = scanned.records[-1]
         ord_, prev, offset = last.ord, last.hash, scanned.end
@@ -1106,6 +1096,19 @@ class EmbeddedStore:
                         raise lost
                     records = [r for r in fast[1].records if r.ord > after]
                     return records[:limit] if limit is not None else records
+        scanned = self._scan_whole(path, thread_id, end, known)
+        records = scanned.records[after:] if after > 0 else scanned.records
+        return records[:limit] if limit is not None else records
+
+    def _scan_whole(
+        self,
+        path: str,
+        thread_id: str,
+        end: int | None,
+        known: tuple[int, str | None, int] | None,
+    ) -> Scan:
+        """The whole log up to ``end``, checked as a reader must: damage, records lost below
+        the acknowledged mark ``known`` (taken before ``end``), a thread that has none."""
         try:
             scanned = scan_file(path, thread_id, end=end)
         except FileNotFoundError:
@@ -1117,8 +1120,7 @@ class EmbeddedStore:
             raise lost
         if not scanned.records:
             raise ThreadNotFound(thread_id)
-        records = scanned.records[after:] if after > 0 else scanned.records
-        return records[:limit] if limit is not None else records
+        return scanned
 
     def _read_head(
         self, path: str, thread_id: str, count: int, end: int | None

@@ -25,7 +25,7 @@ from threadlog.errors import (
     UsageError,
 )
 from threadlog.model import codec
-from threadlog.model.envelope import FORMAT_VERSION, Record, encode_record
+from threadlog.model.envelope import FORMAT_VERSION, Record, encode_record, record_hash
 from threadlog.model.events import Event, ThreadCreated, from_data, to_data
 from threadlog.model.ids import is_uuid
 from threadlog.model.lineage import Copied, copied_prefix
@@ -370,17 +370,7 @@ class MemoryStore:
             else:
                 prev = records[i - 1][0].hash
             writers = inherited.threads if inherited and 2 <= ord_ <= inherited.until else ()
-            _, digest = encode_record(
-                id=record.id,
-                thread=record.thread,
-                ord=record.ord,
-                parent=record.parent,
-                ts=record.ts,
-                type=record.type,
-                data_json=data_json,
-                prev=record.prev,
-                v=record.v,
-            )
+            digest = record_hash(record, data_json)
             if record.ord != ord_:
                 error = IntegrityError(thread_id, ord_, f"record {ord_} holds ord {record.ord}")
             elif record.prev != prev:

@@ -35,7 +35,7 @@ from threadlog.errors import (
     UsageError,
 )
 from threadlog.model import codec
-from threadlog.model.envelope import FORMAT_VERSION, Record, encode_record
+from threadlog.model.envelope import FORMAT_VERSION, Record, record_hash
 from threadlog.model.events import ThreadCreated
 from threadlog.model.ids import uuid7
 from threadlog.model.reducer import replay
@@ -72,17 +72,7 @@ def check_chain(records: list[Record]) -> None:
         assert record.ord == i + 1
         assert record.v == FORMAT_VERSION
         assert record.prev == (records[i - 1].hash if i else None)
-        _, digest = encode_record(
-            id=record.id,
-            thread=record.thread,
-            ord=record.ord,
-            parent=record.parent,
-            ts=record.ts,
-            type=record.type,
-            data_json=codec.canonical(record.data),
-            prev=record.prev,
-            v=record.v,
-        )
+        digest = record_hash(record, codec.canonical(record.data))
         assert digest == record.hash, f"ord {record.ord}: hash does not match the content"
     assert len({r.id for r in records}) == len(records)
     replay(records)
