@@ -1576,16 +1576,15 @@ class EmbeddedStore:
 
     def _abandon_in_child(self, parent: int) -> None:
         """In a ``fork()``ed child: drop this process's copies of the parent's locks and
-        files (its leases, its journal, its rollouts) without touching them, and refuse every
-        further call. Otherwise a parent that dies would leave its threads and journal locked
-        for as long as the child lives, and the child could write under the parent's leases."""
+        files (its journal, its rollouts; the leases module drops every lease itself) without
+        touching them, and refuse every further call. Otherwise a parent that dies would leave
+        its journal locked for as long as the child lives, and the child could write under the
+        parent's leases."""
         self._closed = True
         self._closed_why = (
             f"this store was opened by process {parent} before fork(); "
             "open a new EmbeddedStore in the child process"
         )
-        for lease in list(self._leases.values()):
-            lease.abandon()
         for rollout in list(self._logs.values()):
             with contextlib.suppress(OSError):
                 os.close(rollout.fd)

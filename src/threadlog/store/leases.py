@@ -18,10 +18,10 @@ The notice is removed on release; deleting it by hand costs readers that cap, ne
 writer.
 
 ``flock`` locks belong to an open file description, so a second `Lease` in the *same* process
-is refused too, and a child made by ``fork()`` would share them: the store closes its leases'
-descriptors in the child (`threadlog.store.embedded`), so a parent that dies releases its
-threads even while a child lives on. Local file systems only: ``flock`` is not reliable over
-NFS.
+is refused too, and a child made by ``fork()`` would share them: every lease this process holds
+is dropped in the child (an ``os.register_at_fork`` handler below), so a parent that dies
+releases its threads even while a child lives on. Local file systems only: ``flock`` is not
+reliable over NFS.
 """
 
 from __future__ import annotations
