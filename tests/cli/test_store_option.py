@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from threadlog import Runtime, open_store
 from threadlog.cli import cli
-from threadlog.cli import commands as _commands  # noqa: F401 - registers commands
+from threadlog.cli import inspect as _inspect  # noqa: F401 - registers commands
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from tests.security.homes import crashed_home
 from threadlog import open_store
 from threadlog.cli import cli
-from threadlog.cli import commands as _commands  # noqa: F401 - registers commands
+from threadlog.cli import inspect as _inspect  # noqa: F401 - registers commands
 from threadlog.model import codec
 from threadlog.model.envelope import encode_record
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from tests.security.homes import Crashed, crashed_home
 from threadlog import StorageError, open_store
 from threadlog.cli import cli
-from threadlog.cli import commands as _commands  # noqa: F401 - registers commands
+from threadlog.cli import inspect as _inspect  # noqa: F401 - registers commands
 from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps
 
 ERRORS = {"ENOSPC": errno.ENOSPC, "EIO": errno.EIO}

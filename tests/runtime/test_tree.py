@@ -11,8 +11,9 @@ from click.testing import CliRunner
 
 from threadlog import open_store
 from threadlog.cli import cli
-from threadlog.cli import commands as _commands  # noqa: F401 - registers the commands
-from threadlog.cli import tree as _tree  # noqa: F401
+from threadlog.cli import export as _export  # noqa: F401
+from threadlog.cli import inspect as _inspect  # noqa: F401 - registers the commands
+from threadlog.cli import memory as _memory  # noqa: F401
 from threadlog.runtime import Reply, Runtime, ScriptedModel
 from threadlog.runtime.models import ModelRequest
 

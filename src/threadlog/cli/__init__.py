@@ -92,12 +92,12 @@ def handle_errors(func: F) -> F:
 
 
 _LAZY = {
-    "ls": "commands",
-    "show": "commands",
-    "events": "commands",
-    "verify": "commands",
-    "rebuild": "commands",
-    "tail": "commands",
+    "ls": "inspect",
+    "show": "inspect",
+    "events": "inspect",
+    "verify": "inspect",
+    "rebuild": "inspect",
+    "tail": "inspect",
     "demo": "demo",
     "approve": "live",
     "deny": "live",
@@ -106,9 +106,9 @@ _LAZY = {
     "cancel": "live",
     "resume": "live",
     "fork": "live",
-    "diff": "tree",
-    "export": "tree",
-    "memory": "tree",
+    "diff": "export",
+    "export": "export",
+    "memory": "memory",
 }
 
 

@@ -1,4 +1,11 @@
-"""Inspection commands: ls, show, events, verify, rebuild."""
+"""Looking at a store without changing a thread: ls, show, events, tail, verify, rebuild.
+
+Each command opens the store on disk (`open_disk_store`: the port plus the `Catalog`,
+`LocalHome` and `Maintenance` capabilities), reads what it needs, closes the store, and only
+then prints: a table for people, or with ``--json`` the shapes ``docs/cli.md`` documents.
+``events`` and ``tail`` print the log itself, one envelope per line. ``rebuild`` rewrites only
+the index, a projection of the logs.
+"""
 
 from __future__ import annotations
 
@@ -130,7 +137,7 @@ def show(home: str | None, as_json: bool, thread: str, last_n: int, as_tree: boo
         turns = store.turns(thread)
         calls = store.tool_calls(thread)
     if as_tree and not as_json:
-        from threadlog.cli.tree import render_tree
+        from threadlog.cli._tree import render_tree
 
         _console().print(render_tree(records))
         return
