@@ -1,0 +1,87 @@
+"""`StoreContract`: the tests every `threadlog.store.Store` backend must pass, shipped.
+
+A backend's test module subclasses it and says how to make a fresh store::
+
+    from threadlog.testing import StoreContract
+
+    class TestMyStore(StoreContract):
+        def make_store(self, tmp_path):
+            return MyStore(tmp_path / "home")
+
+pytest then runs every test below against it (the ``store`` fixture makes one per test and
+closes it after). The tests use the port only, plus a capability when the store has it
+(`Snapshots`). Listeners of a durable backend are called once records are durable, so the
+tests ``flush()`` before looking at what a listener saw.
+
+The tests live in one module per topic, each a plain class of test methods that
+`StoreContract` combines (none is collected on its own: their names do not start with
+``Test``):
+
+* ``append``: create, append and read; ordinals, the chain, parents, copies.
+* ``idempotency``: appends by id replay, ``expect_ord`` conflicts.
+* ``refusals``: bad input is refused and writes nothing; thread settings.
+* ``hooks``: the ``check`` hook, listeners and error listeners.
+* ``concurrency``: appends from threads, ``aappend``, ``follow``.
+* ``artifacts``: large values and look-alike references.
+* ``fork``: inherited prefixes and lineage.
+* ``lifecycle``: verify, leases, flush, snapshots, close.
+
+This package imports pytest; ``import threadlog`` and ``import threadlog.testing`` never
+import it (pytest is no runtime dependency).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from threadlog.testing.contract._common import BIG as BIG
+from threadlog.testing.contract._common import EVENT_ID as EVENT_ID
+from threadlog.testing.contract._common import LOOKALIKE as LOOKALIKE
+from threadlog.testing.contract._common import LOOKALIKES as LOOKALIKES
+from threadlog.testing.contract._common import MISSING_THREAD as MISSING_THREAD
+from threadlog.testing.contract._common import OTHER_ID as OTHER_ID
+from threadlog.testing.contract._common import check_chain
+from threadlog.testing.contract.append import AppendReadTests
+from threadlog.testing.contract.artifacts import ArtifactTests
+from threadlog.testing.contract.concurrency import ConcurrencyTests
+from threadlog.testing.contract.fork import ForkTests
+from threadlog.testing.contract.hooks import HookTests
+from threadlog.testing.contract.idempotency import IdempotencyTests
+from threadlog.testing.contract.lifecycle import LifecycleTests
+from threadlog.testing.contract.refusals import RefusalTests
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from threadlog.store.protocol import Store
+
+__all__ = ["StoreContract", "check_chain"]
+
+
+class StoreContract(
+    AppendReadTests,
+    IdempotencyTests,
+    RefusalTests,
+    HookTests,
+    ConcurrencyTests,
+    ArtifactTests,
+    ForkTests,
+    LifecycleTests,
+):
+    """The store contract as a pytest test class; override `make_store`."""
+
+    def make_store(self, tmp_path: Path) -> Store:
+        """A new, empty store (``tmp_path`` is the test's own directory)."""
+        raise NotImplementedError("a StoreContract subclass says how to make its store")
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[Store]:
+        """A fresh store from `make_store`, closed after the test."""
+        made = self.make_store(tmp_path)
+        try:
+            yield made
+        finally:
+            made.close()
