@@ -2,8 +2,8 @@
 
 Facts are written by a session (``memory.written``) into its own thread and indexed by the
 store (`Catalog.memories`). Listing reads that index; revoking appends ``memory.revoked`` to
-the thread that wrote the fact, through a `Runtime` session, so that the thread's own log
-records who forgot what and why.
+the thread that wrote the fact, through a `Runtime` session, so that the revocation and its
+reason are in the log of the thread the fact came from.
 """
 
 from __future__ import annotations
