@@ -189,6 +189,45 @@ def test_class_3_non_idempotent_becomes_unknown_and_waits(home: str, workspace: 
         assert state.active_turn is None
 
 
+def test_the_recovery_report_is_a_typed_value(home: str, workspace: Path) -> None:
+    """``session.recovery`` is a frozen `RecoveryReport`: each field typed, matching the log's
+    ``thread.resumed``, and its ``to_data`` is what ``threadlog resume --json`` prints."""
+    tool = effect_tool("charge", "non_idempotent", workspace / "effects.txt")
+    crashed = crashed_log(home, workspace, tool, until="tool_call.started")
+    thread = thread_of(crashed)
+    report = resume(crashed, thread, tool, [Reply("all done")], continue_work=True)
+    assert isinstance(report, RecoveryReport)
+    with open_store(crashed) as store:
+        records = store.read(thread)
+        state = store.state(thread)
+    (resumed,) = [r for r in records if r.type == "thread.resumed"]
+    (interrupted,) = [t for t in state.turns.values() if t.status == "interrupted"]
+    (continued,) = [
+        r.data["turn_id"]
+        for r in records
+        if r.type == "turn.started" and r.data.get("resumes") == interrupted.turn_id
+    ]
+    assert report.thread_id == thread
+    assert report.resumed_ord == resumed.ord
+    assert report.repairs == tuple(resumed.data["repairs"])
+    assert report.reconciled == {"call_1_0": "unknown"}  # no reconcile hook: a human decides
+    assert report.interrupted_turn == interrupted.turn_id
+    assert report.continued_by == continued
+    assert report.waiting_for_human == ("call_1_0",)
+    with pytest.raises(AttributeError):
+        report.resumed_ord = 0  # type: ignore[misc]
+    assert report.to_data() == {
+        "thread": thread,
+        "resumed_ord": resumed.ord,
+        "repairs": resumed.data["repairs"],
+        "reconciled": {"call_1_0": "unknown"},
+        "interrupted_turn": interrupted.turn_id,
+        "continued_by": continued,
+        "waiting_for_human": ["call_1_0"],
+    }
+    json.dumps(report.to_data())  # plain JSON
+
+
 @pytest.mark.parametrize(("happened", "decision", "runs"), [(True, "done", 1), (False, "retry", 1)])
 def test_class_3_reconcile_asks_the_downstream_system(
     home: str, workspace: Path, happened: bool, decision: str, runs: int

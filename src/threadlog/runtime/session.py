@@ -11,10 +11,9 @@ Subscribers are fed by the store's durable-record listener (`threadlog.runtime.b
 nobody ever sees a record that is not on disk, and they see every record once, in order.
 
 *Typed events, decoded once.* The runtime appends the catalogue's event objects
-(``TurnStarted(turn_id=…, input=…)``), so mypy checks what it produces; the store turns one
-into its ``(type, data)`` without decoding it, and the hook decodes the record once — from
-the data as stored, artifact references and all — for the reducer. (A ``(type, data)`` pair
-is still accepted, as before: the store then checks it against the catalogue first.)
+(``TurnStarted(turn_id=…, input=…)``), which the store splits into ``(type, data)`` without
+decoding; the hook decodes the record once, from the data as stored, for the reducer. (A
+``(type, data)`` pair is still accepted; the store then checks it against the catalogue.)
 
 *The parts.* The session holds the state, the context and the pipeline, and offers the public
 commands; the rest is done by collaborators that get the session (through a protocol of what
@@ -26,11 +25,8 @@ each needs, so that none imports this module):
   outcome, and calls of unknown outcome;
 * `threadlog.runtime.bus.Bus`: subscribers' streams and the drop policy;
 * `threadlog.runtime.mailbox_watch`: commands other processes leave in the inbox;
+* `threadlog.runtime.request`: the request a model call sends, and compaction;
 * `threadlog.runtime.resume`: how the session was started, and what recovery repaired.
-
-*Waiting is durable.* A proposal the policy sends to a human is just a proposal without a
-decision in the log; the turn sleeps until the state changes. Closing and reopening the
-runtime keeps the wait.
 
 *Close protocol.* Stop new submissions → cancel the running turn (the model stream and any
 running tool are cancelled; the turn ends ``aborted``) → close child sessions → flush → give
@@ -51,15 +47,12 @@ from threadlog.model.approvals import check_policy
 from threadlog.model.context import Context
 from threadlog.model.events import (
     BranchSummarized,
-    Compaction,
     ConfigChanged,
     InputQueued,
     LabelSet,
     LeafMoved,
     MemoryRevoked,
     MemoryWritten,
-    OperationFinished,
-    OperationStarted,
     ToolCallApproved,
     ToolCallDenied,
     ToolCallResolved,
@@ -67,11 +60,11 @@ from threadlog.model.events import (
     from_data,
 )
 from threadlog.model.reducer import apply, replay
-from threadlog.runtime import mailbox_watch
+from threadlog.runtime import mailbox_watch, request
 from threadlog.runtime.bus import Bus, Progress, SubscriberDropped
 from threadlog.runtime.deps import SessionDeps
 from threadlog.runtime.tool_runner import ToolRunner, runs_dir, working_dir
-from threadlog.runtime.turn import TurnDriver, estimate_tokens
+from threadlog.runtime.turn import TurnDriver
 from threadlog.store.protocol import LocalHome, Snapshots
 
 if TYPE_CHECKING:
@@ -336,45 +329,12 @@ class Session:
         return await self.append(LabelSet(entry=entry, label=label))
 
     async def compact(self, *, keep_last: int = 6) -> Record | None:
-        """Replace the older part of the active branch, in model context, by a summary.
-
-        The summary comes from the runtime's summarizer (the model's own ``summarize`` if it
-        has one). The last ``keep_last`` messages stay verbatim (the cut moves back to a user
-        message, so a tool call is never separated from its result). Nothing is deleted: the
-        log keeps every record, and export shows them all. Returns None when there is too
-        little to compact.
-        """
+        """Replace the older part of the active branch, in model context, by a summary from
+        the runtime's summarizer, keeping the last ``keep_last`` messages verbatim (see
+        `threadlog.runtime.request`). Nothing is deleted from the log. Returns None when
+        there is too little to compact."""
         self._check_open()
-        entries = self.context.entries_at(self.context.leaf)
-        cut = len(entries) - keep_last
-        while cut > 0 and entries[cut][1]["role"] not in ("user", "system"):
-            cut -= 1
-        if cut < 2:
-            return None
-        older = [message for _, message in entries[:cut]]
-        before = estimate_tokens(self.context.messages)
-        op_id = new_id()
-        await self.append(
-            OperationStarted(op_id=op_id, kind="compaction", detail={"messages": cut})
-        )
-        try:
-            summary = await self.runtime.summarizer.summarize(older)
-        except Exception as exc:
-            await self.append(OperationFinished(op_id=op_id, ok=False, detail={"error": str(exc)}))
-            raise
-        await self.append(OperationFinished(op_id=op_id, ok=True, detail=None))
-        after = estimate_tokens(
-            [{"role": "system", "content": summary}] + [m for _, m in entries[cut:]]
-        )
-        return await self.append(
-            Compaction(
-                summary=summary,
-                first_entry=entries[0][0],
-                last_entry=entries[cut - 1][0],
-                tokens_before=before,
-                tokens_after=after,
-            )
-        )
+        return await request.compact(self, keep_last=keep_last)
 
     async def remember(
         self,

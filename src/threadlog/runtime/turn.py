@@ -34,7 +34,7 @@ import hashlib
 import logging
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from threadlog._clock import new_id, rfc3339, wall_ns
+from threadlog._clock import new_id
 from threadlog.errors import InvalidTransition
 from threadlog.model import codec
 from threadlog.model.approvals import decide
@@ -49,7 +49,6 @@ from threadlog.model.events import (
     ToolCallProposed,
     TurnEnded,
 )
-from threadlog.model.memory import MemoryFact, memory_message, select_memories
 from threadlog.model.turns import (
     AwaitResolution,
     AwaitTool,
@@ -62,10 +61,10 @@ from threadlog.model.turns import (
     next_action,
 )
 from threadlog.runtime.bus import Progress
-from threadlog.runtime.models import Completed, ModelRequest, ProviderError, TextDelta
+from threadlog.runtime.models import Completed, ProviderError, TextDelta
+from threadlog.runtime.request import build_request, estimate_tokens
 from threadlog.runtime.tool_runner import working_dir
 from threadlog.runtime.tools import ToolContext
-from threadlog.store.protocol import Catalog
 
 if TYPE_CHECKING:
     from threadlog.model.context import Context
@@ -76,14 +75,9 @@ if TYPE_CHECKING:
     from threadlog.runtime.deps import SessionDeps
     from threadlog.runtime.tool_runner import ToolRunner
 
-__all__ = ["TurnDriver", "TurnHost", "estimate_tokens"]
+__all__ = ["TurnDriver", "TurnHost"]
 
 log = logging.getLogger("threadlog.runtime")
-
-
-def estimate_tokens(messages: list[dict[str, Any]]) -> int:
-    """A rough token count (4 bytes a token) of messages, for budgets and reports."""
-    return len(codec.canonical(messages)) // 4
 
 
 class TurnHost(Protocol):
@@ -295,60 +289,13 @@ class TurnDriver:
 
     # -- a model call ----------------------------------------------------------------------
 
-    def _request(self) -> ModelRequest:
-        host = self._host
-        config = host.state.config
-        active = config.get("tools")
-        messages = list(host.context.messages)
-        offered = memory_message(self._memories())
-        if offered is not None:
-            messages.insert(0, offered)
-        instructions = config.get("instructions")
-        return ModelRequest(
-            model=str(config.get("model") or host.runtime.model.name),
-            messages=messages,
-            tools=host.runtime.tools.specs(active if isinstance(active, list) else None),
-            instructions=instructions if isinstance(instructions, str) else None,
-            thinking=config.get("thinking"),
-        )
-
-    def _memories(self) -> list[MemoryFact]:
-        """Facts the thread's memory policy lets this model call see."""
-        host = self._host
-        state = host.state
-        policy = state.config.get("memory_policy")
-        if not isinstance(policy, dict):
-            return []  # memory enters context only through an explicit policy
-        facts = [
-            MemoryFact(
-                m.memory_id,
-                host.thread_id,
-                m.fact,
-                m.scope,
-                m.written_at,
-                m.expires_at,
-                m.key,
-                m.source_event,
-            )
-            for m in state.memories.values()
-            if not m.revoked
-        ]
-        store = host.runtime.store
-        if isinstance(store, Catalog) and set(policy.get("scopes") or ()) - {"thread"}:
-            facts += [
-                f for f in store.shared_memories(state.principal) if f.thread_id != host.thread_id
-            ]
-        return select_memories(
-            facts, thread_id=host.thread_id, now=rfc3339(wall_ns()), policy=policy
-        )
-
     async def _call_model(self, turn_id: str, n: int) -> None:
         host = self._host
         budget = host.state.config.get("context_budget")
         if isinstance(budget, int) and estimate_tokens(host.context.messages) > budget:
             await host.compact(keep_last=int(host.state.config.get("compact_keep") or 6))
         model = host.runtime.model
-        request = self._request()
+        request = build_request(host)
         context_snapshot = request.snapshot()
         context_hash = hashlib.sha256(codec.canonical(context_snapshot)).hexdigest()
         step_id = f"{turn_id}.{n}"
