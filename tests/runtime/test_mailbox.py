@@ -113,6 +113,11 @@ def test_a_malformed_message_is_refused_and_later_good_ones_are_applied(
             # the watcher is still alive: a later message is applied too
             await asyncio.to_thread(inbox.post, home, thread, Submit(text="thanks", by="bob"))
             await until(lambda: len(session.state.turns) == 2, "the second turn")
+            directory = inbox.inbox_dir(home, thread)
+            await until(
+                lambda: all(n.endswith(".refused") for n in os.listdir(directory)),
+                "the applied messages to be deleted",
+            )
             await session.wait_idle(10)
             return thread, bad
 
@@ -153,10 +158,11 @@ def test_a_message_an_older_cli_left_is_applied(home: str, tmp_path: Path) -> No
             leave(home, session.thread_id, message_id, orjson.dumps(body))
             await until(lambda: session.state.active_turn is None, "the turn to end")
             assert session.state.tool_calls[call.call_id].status == "denied"
+            directory = inbox.inbox_dir(home, session.thread_id)
+            await until(lambda: os.listdir(directory) == [], "the message to be deleted")
             return session.thread_id
 
-    thread = asyncio.run(main())
-    assert os.listdir(inbox.inbox_dir(home, thread)) == []
+    asyncio.run(main())
 
 
 def test_apply_command_reaches_every_session_command(home: str) -> None:
