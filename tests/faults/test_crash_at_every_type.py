@@ -33,6 +33,7 @@ from tests.harness.agent_crashloop import check_agent_home, run_agent_child
 from tests.harness.agent_workload import find_thread, run_workload
 from threadlog import open_store
 from threadlog.model.events import CATALOGUE
+from threadlog.runtime.resume import RecoveryReport
 
 SEED = 5
 TURNS = 3
@@ -154,7 +155,7 @@ def _crash_then_finish(tmp_path: Path, crash_at: str, die_in_charge: str | None)
 
     # a further resume finds nothing to do and changes no effect
     again = asyncio.run(run_workload(home, workspace, SEED, TURNS, all_types=True))
-    assert again.recovery is not None and again.recovery["interrupted_turn"] is None
+    assert again.recovery is not None and again.recovery.interrupted_turn is None
     assert check_agent_home(home, workspace, SEED, TURNS, {}, all_types=True).charges == 2
 
 
@@ -187,7 +188,7 @@ def test_a_recovery_cut_short_asks_the_reconcile_hook_again(tmp_path: Path) -> N
     child = run_agent_child(home, workspace, SEED, 1, mode="crash_at", crash_at="tool_call.unknown")
     assert child.returncode == 137, child.stderr
 
-    async def resume() -> tuple[str, dict[str, object] | None]:
+    async def resume() -> tuple[str, RecoveryReport | None]:
         tools = [read_file, write_file, charge_tool(workspace, plan)]
         async with Runtime(home, model=ScriptedModel(plan.reply), tools=tools) as runtime:
             thread = find_thread(runtime.store, home)

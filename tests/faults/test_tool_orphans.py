@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from threadlog import open_store
-from threadlog.runtime import Runtime, ScriptedModel
+from threadlog.runtime import RecoveryReport, Runtime, ScriptedModel
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")
 
@@ -145,7 +145,7 @@ def test_resume_kills_what_the_command_left_running_and_records_it(tmp_path: Pat
         (record,) = (home / RUNS_DIR).glob("*.json")
         wait_until(lambda: len(in_workspace(ws)) >= 2, "the background writers to show")
 
-        async def resume() -> dict[str, Any]:
+        async def resume() -> RecoveryReport:
             async with Runtime(str(home), model=ScriptedModel([])) as runtime:
                 session = await runtime.resume(thread_id, continue_work=False)
                 assert session.recovery is not None
@@ -156,7 +156,7 @@ def test_resume_kills_what_the_command_left_running_and_records_it(tmp_path: Pat
         assert all(settled(m) for m in markers)
         assert not record.exists()
 
-        (repair,) = [r for r in recovery["repairs"] if r["kind"] == "orphan_processes"]
+        (repair,) = [r for r in recovery.repairs if r["kind"] == "orphan_processes"]
         assert len(repair["killed"]) >= 2 and repair["survivors"] == []
         assert "killed on resume" in repair["note"]
         with open_store(str(home)) as store:
@@ -166,7 +166,7 @@ def test_resume_kills_what_the_command_left_running_and_records_it(tmp_path: Pat
         (unknown,) = [r for r in records if r.type == "tool_call.unknown"]
         assert unknown.data["call_id"] == repair["call_id"]
         assert "killed on resume" in unknown.data["reason"]
-        assert recovery["waiting_for_human"] == [repair["call_id"]]
+        assert recovery.waiting_for_human == (repair["call_id"],)
     finally:
         kill_leftovers(ws)
 

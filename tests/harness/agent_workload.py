@@ -57,8 +57,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from threadlog.errors import ThreadlogError
+from threadlog.model.approvals import decide
 from threadlog.model.envelope import Record
-from threadlog.runtime.approvals import decide
 from threadlog.runtime.models import ModelRequest, Reply, ScriptedModel, ToolCallSpec
 from threadlog.runtime.runtime import Runtime
 from threadlog.runtime.tools import Tool, ToolContext, list_dir, read_file, write_file
@@ -67,6 +67,7 @@ from threadlog.store.embedded import EmbeddedStore
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from threadlog.runtime.resume import RecoveryReport
     from threadlog.runtime.session import Session
     from threadlog.store.base import Store
 
@@ -364,7 +365,7 @@ class WorkloadResult:
 
     thread_id: str
     resumed: bool
-    recovery: dict[str, Any] | None
+    recovery: RecoveryReport | None
     approved: list[str] = field(default_factory=list)
     resolved: dict[str, str] = field(default_factory=dict)
     """Calls the workload itself resolved: call id → ``done`` or ``retry``."""

@@ -570,11 +570,11 @@ class RuntimeMachine(RuleBasedStateMachine):
         self.session = self.run(self.runtime.resume(self.thread, continue_work=continue_work))
         report = self.session.recovery
         assert report is not None
-        for kind in sorted({r["kind"] for r in report["repairs"]}):
+        for kind in sorted({r["kind"] for r in report.repairs}):
             _note(f"repair: {kind}")
-        for outcome in report["reconciled"].values():
+        for outcome in report.reconciled.values():
             _note(f"reconciled: {outcome}")
-        for call_id in report["waiting_for_human"]:
+        for call_id in report.waiting_for_human:
             assert self.session.state.tool_calls[call_id].status == "unknown"
 
     # -- invariants ------------------------------------------------------------------------

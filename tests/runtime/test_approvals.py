@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from threadlog.errors import UsageError
-from threadlog.runtime.approvals import DEFAULT_POLICY, check_policy, decide
+from threadlog.model.approvals import DEFAULT_POLICY, check_policy, decide
 
 SIDE_EFFECTS = ("read_only", "idempotent", "non_idempotent")
 

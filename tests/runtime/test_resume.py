@@ -20,7 +20,15 @@ from threadlog.cli import live as _live  # noqa: F401 - registers the commands
 from threadlog.model import codec
 from threadlog.model.envelope import encode_record
 from threadlog.model.reducer import replay
-from threadlog.runtime import Reply, Runtime, ScriptedModel, Tool, ToolCallSpec, ToolContext
+from threadlog.runtime import (
+    RecoveryReport,
+    Reply,
+    Runtime,
+    ScriptedModel,
+    Tool,
+    ToolCallSpec,
+    ToolContext,
+)
 
 
 def run(coro: Any) -> Any:
@@ -85,8 +93,8 @@ def crashed_log(home: str, workspace: Path, tool: Tool, *, until: str) -> str:
     return crashed
 
 
-def resume(home: str, thread: str, tool: Tool, replies: list[Reply], **kw: Any) -> dict[str, Any]:
-    async def main() -> dict[str, Any]:
+def resume(home: str, thread: str, tool: Tool, replies: list[Reply], **kw: Any) -> RecoveryReport:
+    async def main() -> RecoveryReport:
         async with Runtime(home, model=ScriptedModel(replies), tools=[tool]) as runtime:
             session = await runtime.resume(thread, **kw)
             await session.wait_idle(10)
@@ -110,7 +118,7 @@ def test_class_1_a_durable_result_is_reused(home: str, workspace: Path) -> None:
     thread = thread_of(crashed)
     report = resume(crashed, thread, tool, [Reply("all done")])
     assert log.read_text().count("\n") == 1
-    assert {"kind": "result_reused", "call_id": "call_1_0"} in report["repairs"]
+    assert {"kind": "result_reused", "call_id": "call_1_0"} in report.repairs
     with open_store(crashed) as store:
         state = store.state(thread)
         assert state.active_turn is None
@@ -127,7 +135,7 @@ def test_class_2_not_started_calls_run_once(home: str, workspace: Path) -> None:
     thread = thread_of(crashed)
     report = resume(crashed, thread, tool, [Reply("all done")])
     assert log.read_text().split() == ["call_1_0"]
-    assert {"kind": "not_started", "call_id": "call_1_0"} in report["repairs"]
+    assert {"kind": "not_started", "call_id": "call_1_0"} in report.repairs
     with open_store(crashed) as store:
         state = store.state(thread)
         assert state.tool_calls["call_1_0"].status == "finished"
@@ -141,7 +149,7 @@ def test_class_3_safe_tools_run_again(home: str, workspace: Path, side_effect: s
     crashed = crashed_log(home, workspace, tool, until="tool_call.started")
     thread = thread_of(crashed)
     report = resume(crashed, thread, tool, [Reply("all done")])
-    assert {"kind": "rerun", "call_id": "call_1_0"} in report["repairs"]
+    assert {"kind": "rerun", "call_id": "call_1_0"} in report.repairs
     with open_store(crashed) as store:
         call = store.state(thread).tool_calls["call_1_0"]
         assert call.status == "finished" and call.attempt == 2
@@ -155,8 +163,8 @@ def test_class_3_non_idempotent_becomes_unknown_and_waits(home: str, workspace: 
     before = log.read_text()
     report = resume(crashed, thread, tool, [Reply("all done")])
     assert log.read_text() == before  # never re-run on a guess
-    assert report["waiting_for_human"] == ["call_1_0"]
-    assert {"kind": "outcome_unknown", "call_id": "call_1_0"} in report["repairs"]
+    assert report.waiting_for_human == ("call_1_0",)
+    assert {"kind": "outcome_unknown", "call_id": "call_1_0"} in report.repairs
     with open_store(crashed) as store:
         state = store.state(thread)
         assert state.tool_calls["call_1_0"].status == "unknown"
@@ -181,6 +189,45 @@ def test_class_3_non_idempotent_becomes_unknown_and_waits(home: str, workspace: 
         assert state.active_turn is None
 
 
+def test_the_recovery_report_is_a_typed_value(home: str, workspace: Path) -> None:
+    """``session.recovery`` is a frozen `RecoveryReport`: each field typed, matching the log's
+    ``thread.resumed``, and its ``to_data`` is what ``threadlog resume --json`` prints."""
+    tool = effect_tool("charge", "non_idempotent", workspace / "effects.txt")
+    crashed = crashed_log(home, workspace, tool, until="tool_call.started")
+    thread = thread_of(crashed)
+    report = resume(crashed, thread, tool, [Reply("all done")], continue_work=True)
+    assert isinstance(report, RecoveryReport)
+    with open_store(crashed) as store:
+        records = store.read(thread)
+        state = store.state(thread)
+    (resumed,) = [r for r in records if r.type == "thread.resumed"]
+    (interrupted,) = [t for t in state.turns.values() if t.status == "interrupted"]
+    (continued,) = [
+        r.data["turn_id"]
+        for r in records
+        if r.type == "turn.started" and r.data.get("resumes") == interrupted.turn_id
+    ]
+    assert report.thread_id == thread
+    assert report.resumed_ord == resumed.ord
+    assert report.repairs == tuple(resumed.data["repairs"])
+    assert report.reconciled == {"call_1_0": "unknown"}  # no reconcile hook: a human decides
+    assert report.interrupted_turn == interrupted.turn_id
+    assert report.continued_by == continued
+    assert report.waiting_for_human == ("call_1_0",)
+    with pytest.raises(AttributeError):
+        report.resumed_ord = 0  # type: ignore[misc]
+    assert report.to_data() == {
+        "thread": thread,
+        "resumed_ord": resumed.ord,
+        "repairs": resumed.data["repairs"],
+        "reconciled": {"call_1_0": "unknown"},
+        "interrupted_turn": interrupted.turn_id,
+        "continued_by": continued,
+        "waiting_for_human": ["call_1_0"],
+    }
+    json.dumps(report.to_data())  # plain JSON
+
+
 @pytest.mark.parametrize(("happened", "decision", "runs"), [(True, "done", 1), (False, "retry", 1)])
 def test_class_3_reconcile_asks_the_downstream_system(
     home: str, workspace: Path, happened: bool, decision: str, runs: int
@@ -192,7 +239,7 @@ def test_class_3_reconcile_asks_the_downstream_system(
     if not happened:
         log.unlink()
     report = resume(crashed, thread, tool, [Reply("all done")])
-    assert report["reconciled"] == {"call_1_0": decision}
+    assert report.reconciled == {"call_1_0": decision}
     assert log.read_text().split() == ["call_1_0"] * runs
     with open_store(crashed) as store:
         state = store.state(thread)
@@ -209,7 +256,7 @@ def test_an_interrupted_model_call_is_recorded_and_issued_again(home: str, works
     thread = thread_of(crashed)
     model_replies = [Reply("the answer")]
     report = resume(crashed, thread, tool, model_replies)
-    step = next(r for r in report["repairs"] if r["kind"] == "step_interrupted")
+    step = next(r for r in report.repairs if r["kind"] == "step_interrupted")
     with open_store(crashed) as store:
         records = store.read(thread)
         interrupted = [r for r in records if r.type == "provider.interrupted"]

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from threadlog import open_store
+from threadlog.model.commands import Approve
 from threadlog.model.envelope import Record
 from threadlog.runtime import (
     BUILTIN_TOOLS,
@@ -464,7 +465,7 @@ def test_inbox_messages_reach_a_live_session(home: str, workspace: Path) -> None
                 post,
                 home,
                 session.thread_id,
-                {"kind": "approve", "call_id": call.call_id, "by": "bob"},
+                Approve(call_id=call.call_id, by="bob"),
             )
             for _ in range(100):
                 if session.state.active_turn is None:

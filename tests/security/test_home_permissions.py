@@ -13,6 +13,7 @@ import pytest
 
 from threadlog import StorageError, open_store
 from threadlog.errors import InsecureHome
+from threadlog.model.commands import Approve, Submit
 from threadlog.runtime import inbox
 from threadlog.store._fileops import FileOps
 from threadlog.store._perms import journal_header
@@ -40,7 +41,7 @@ def test_every_folder_is_0700_and_every_file_0600(tmp_path: Path, loose_umask: N
         store.append(a, "custom.x", {}, durable=False)
         store.append(b, "custom.y", {}, durable=False)
         store.flush()  # a group commit through the journal
-        inbox.post(str(home), a, {"kind": "input", "text": "hi"})
+        inbox.post(str(home), a, Submit(text="hi"))
         store.threads()
         found = modes(home)  # while open: the index's -wal and -shm exist
     assert "index.sqlite3-wal" in found and "secret" in found
@@ -177,10 +178,10 @@ def test_an_inbox_others_may_write_is_refused(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with open_store(home) as store:
         thread = store.create_thread("a")
-    inbox.post(str(home), thread, {"kind": "input", "text": "hi"})
+    inbox.post(str(home), thread, Submit(text="hi"))
     os.chmod(home / "inbox", 0o777)
     with pytest.raises(InsecureHome, match="chmod 700"):
-        inbox.post(str(home), thread, {"kind": "approve", "call_id": "c"})
+        inbox.post(str(home), thread, Approve(call_id="c"))
     with pytest.raises(InsecureHome):
         inbox.read_messages(str(home), thread)
 
@@ -190,8 +191,8 @@ def test_an_inbox_message_someone_else_left_is_never_applied(tmp_path: Path, cha
     home = tmp_path / "home"
     with open_store(home) as store:
         thread = store.create_thread("a")
-    ours = inbox.post(str(home), thread, {"kind": "input", "text": "hi"})
-    forged = inbox.post(str(home), thread, {"kind": "approve", "call_id": "c"})
+    ours = inbox.post(str(home), thread, Submit(text="hi"))
+    forged = inbox.post(str(home), thread, Approve(call_id="c"))
     path = Path(inbox.inbox_dir(str(home), thread)) / f"{forged}.json"
     if change == "stranger":
         os.chown(path, STRANGER, -1)

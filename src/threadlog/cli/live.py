@@ -1,15 +1,16 @@
 """Commands that act on a thread: approve, deny, send, resolve, cancel.
 
-When no process holds the thread, the command opens it and appends the decision itself. When a
-live session holds it (an agent is running), the command leaves a message in the thread's
-inbox and the session applies it within a fraction of a second.
+Each builds a typed `threadlog.model.commands.Command`. When no process holds the thread, the
+command opens it and appends the decision itself. When a live session holds it (an agent is
+running), the command leaves the command in the thread's inbox and the session applies it
+within a fraction of a second.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 import orjson
@@ -17,13 +18,18 @@ import orjson
 from threadlog.cli import EXIT_STORE, cli, handle_errors, store_options
 from threadlog.cli._store import open_disk_store
 from threadlog.errors import IntegrityError, LeaseHeld, UsageError
+from threadlog.model.commands import Approve, Cancel, Command, Deny, Resolve, Submit
+from threadlog.model.events import InputQueued
 from threadlog.runtime import inbox
+from threadlog.runtime.mailbox_watch import apply_command
 from threadlog.runtime.runtime import Runtime
 from threadlog.store._home import default_home
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from threadlog.model.envelope import Record
+    from threadlog.model.events import Resolution
     from threadlog.runtime.session import Session
 
 __all__ = ["approve", "cancel", "deny", "fork", "resolve", "resume_cmd", "send"]
@@ -32,10 +38,12 @@ __all__ = ["approve", "cancel", "deny", "fork", "resolve", "resume_cmd", "send"]
 def _act(
     home: str | None,
     thread: str,
-    message: dict[str, Any],
-    direct: Callable[[Session], Awaitable[Any]],
+    command: Command,
     as_json: bool,
+    direct: Callable[[Session], Awaitable[Record]] | None = None,
 ) -> None:
+    """Apply ``command`` to the thread: directly (``direct``, by default the session's
+    command) when no process holds it, else through its inbox."""
     home = home or default_home()
 
     async def run() -> dict[str, Any]:
@@ -43,9 +51,14 @@ def _act(
             try:
                 session = await runtime.open(thread, resume=False)
             except LeaseHeld as exc:
-                message_id = inbox.post(home, thread, message)
+                message_id = inbox.post(home, thread, command)
                 return {"applied": False, "queued": message_id, "holder": exc.holder}
-            record = await direct(session)
+            if direct is not None:
+                record = await direct(session)
+            else:
+                applied = await apply_command(session, command)
+                assert applied is not None  # Cancel goes to the inbox only
+                record = applied
             return {"applied": True, "ord": record.ord, "type": record.type}
 
     result = asyncio.run(run())
@@ -78,8 +91,7 @@ def approve(
     _act(
         home,
         thread,
-        {"kind": "approve", "call_id": call_id, "by": by, "reason": reason},
-        lambda s: s.approve(call_id, by=by, reason=reason),
+        Approve(call_id=call_id, by=by, reason=reason),
         as_json,
     )
 
@@ -103,8 +115,7 @@ def deny(
     _act(
         home,
         thread,
-        {"kind": "deny", "call_id": call_id, "by": by, "reason": reason},
-        lambda s: s.deny(call_id, by=by, reason=reason),
+        Deny(call_id=call_id, by=by, reason=reason),
         as_json,
     )
 
@@ -125,17 +136,17 @@ def send(home: str | None, as_json: bool, thread: str, text: str, by: str) -> No
     _act(
         home,
         thread,
-        {"kind": "input", "text": text, "by": by},
-        lambda s: s.submit(text, by=by) if s.state.active_turn else _queue(s, text),
+        Submit(text=text, by=by),
         as_json,
+        lambda s: s.submit(text, by=by) if s.state.active_turn else _queue(s, text),
     )
 
 
-async def _queue(session: Session, text: str) -> Any:
+async def _queue(session: Session, text: str) -> Record:
     # Nobody is running the thread: record the input; the next session starts a turn with it.
     from threadlog._clock import new_id
 
-    return await session.append("input.queued", {"input_id": new_id(), "text": text})
+    return await session.append(InputQueued(input_id=new_id(), text=text))
 
 
 @cli.command()
@@ -173,8 +184,7 @@ def resolve(
     _act(
         home,
         thread,
-        {"kind": "resolve", "call_id": call_id, "decision": decision, "by": by, "note": note},
-        lambda s: s.resolve(call_id, decision, by=by, note=note),
+        Resolve(call_id=call_id, decision=cast("Resolution", decision), by=by, note=note),
         as_json,
     )
 
@@ -196,7 +206,7 @@ def cancel(home: str | None, as_json: bool, thread: str) -> None:
             from threadlog.errors import ThreadNotFound
 
             raise ThreadNotFound(thread)
-    message_id = inbox.post(home, thread, {"kind": "cancel"})
+    message_id = inbox.post(home, thread, Cancel())
     if as_json:
         sys.stdout.write(orjson.dumps({"queued": message_id}).decode() + "\n")
     else:
@@ -237,7 +247,7 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
         async with Runtime(home) as runtime:
             session = await runtime.resume(target, continue_work=False)
             assert session.recovery is not None
-            return session.recovery
+            return session.recovery.to_data()
 
     try:
         report = asyncio.run(run(thread))

@@ -1,6 +1,7 @@
 """The live half of threadlog: sessions that run an agent's turns over the event log."""
 
-from threadlog.runtime.approvals import DEFAULT_POLICY, decide
+from threadlog.model.approvals import DEFAULT_POLICY, decide
+from threadlog.runtime.bus import Progress, SubscriberDropped
 from threadlog.runtime.models import (
     Completed,
     Model,
@@ -11,8 +12,9 @@ from threadlog.runtime.models import (
     TextDelta,
     ToolCallSpec,
 )
+from threadlog.runtime.resume import RecoveryReport
 from threadlog.runtime.runtime import Runtime
-from threadlog.runtime.session import Progress, Session, SubscriberDropped
+from threadlog.runtime.session import Session
 from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolContext, ToolError, ToolRegistry
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "ModelRequest",
     "Progress",
     "ProviderError",
+    "RecoveryReport",
     "Reply",
     "Runtime",
     "ScriptedModel",

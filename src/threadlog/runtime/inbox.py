@@ -9,10 +9,17 @@ its normal pipeline and then deletes the file.
 A message is applied with an event id derived from the message id, so a session that crashes
 between applying a message and deleting it does not apply it twice when it reads it again.
 
+A message is a `threadlog.model.commands.Command` (its JSON object, plus the message ``id``):
+the file format is the one the inbox has always had, so a message an older CLI left is still
+applied. `read_messages` parses every message into its command; the session's watcher
+(`threadlog.runtime.mailbox_watch`) applies them.
+
 A message is an instruction to a live agent (approve this call, say this), so only the home's
 owner may leave one: the inbox folders must be ours and not writable by others (else
 `InsecureHome`, on posting and on reading), and a message file that is not ours, or that
-others may write, is refused: logged, renamed ``*.refused`` and never applied.
+others may write, is refused: logged, renamed ``*.refused`` and never applied. So is a file
+that is not a well-formed command (bad JSON, an unknown kind, a missing or ill-typed field):
+it is kept as evidence, never applied, and never stops the messages after it.
 """
 
 from __future__ import annotations
@@ -20,40 +27,45 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import orjson
 
 from threadlog._clock import new_id
 from threadlog.errors import InsecureHome, UsageError
+from threadlog.model.commands import command_from_data
 from threadlog.model.ids import is_uuid
 from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps
 from threadlog.store._perms import check_dir, check_fd
+
+if TYPE_CHECKING:
+    from threadlog.model.commands import Command
 
 __all__ = ["Message", "inbox_dir", "post", "read_messages", "remove"]
 
 log = logging.getLogger("threadlog.runtime")
 
-KINDS = ("approve", "deny", "input", "resolve", "cancel")
-
 
 @dataclass(frozen=True, slots=True)
 class Message:
+    """A pending message: its id (the file name), its path, and the command it carries."""
+
     id: str
     path: str
-    body: dict[str, Any]
+    command: Command
 
 
 def inbox_dir(home: str, thread_id: str) -> str:
+    """The thread's inbox folder (`UsageError` for something that is not a thread id)."""
     if not is_uuid(thread_id):
         raise UsageError(f"not a thread id: {thread_id!r:.80}")
     return os.path.join(home, "inbox", thread_id)
 
 
-def post(home: str, thread_id: str, body: dict[str, Any], fops: FileOps = DEFAULT_FILEOPS) -> str:
-    """Durably leave a message for the thread's live session; returns the message id."""
-    if body.get("kind") not in KINDS:
-        raise UsageError(f"unknown inbox message kind {body.get('kind')!r}")
+def post(home: str, thread_id: str, command: Command, fops: FileOps = DEFAULT_FILEOPS) -> str:
+    """Durably leave a command for the thread's live session; returns the message id."""
+    body = command.to_data()
+    command_from_data(body)  # a command built with ill-typed values is refused here
     directory = inbox_dir(home, thread_id)
     fops.makedirs(directory)
     _check_folders(home, directory)
@@ -65,8 +77,9 @@ def post(home: str, thread_id: str, body: dict[str, Any], fops: FileOps = DEFAUL
 
 
 def read_messages(home: str, thread_id: str) -> list[Message]:
-    """The thread's pending messages, oldest first (unreadable ones are logged and skipped
-    once, then removed: a message is a request, not a record)."""
+    """The thread's pending messages, oldest first. Unreadable ones are logged and removed
+    (a message is a request, not a record); untrusted and malformed ones are refused (logged
+    and renamed ``*.refused``)."""
     directory = inbox_dir(home, thread_id)
     try:
         names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
@@ -91,15 +104,24 @@ def read_messages(home: str, thread_id: str) -> list[Message]:
             log.error("inbox: refusing message %s: %s", path, exc)
             _set_aside(path)
             continue
-        except (OSError, orjson.JSONDecodeError) as exc:
+        except orjson.JSONDecodeError as exc:
+            log.error("inbox: refusing malformed message %s: not JSON: %s", path, exc)
+            _set_aside(path)
+            continue
+        except OSError as exc:
             log.warning("inbox: dropping unreadable message %s: %s", path, exc)
             remove(path)
             continue
-        if not isinstance(body, dict) or body.get("kind") not in KINDS:
-            log.warning("inbox: dropping malformed message %s", path)
-            remove(path)
+        try:
+            if not isinstance(body, dict):
+                raise UsageError(f"a message is a JSON object, not {type(body).__name__}")
+            # the message id the poster added is not part of the command
+            command = command_from_data({k: v for k, v in body.items() if k != "id"})
+        except UsageError as exc:
+            log.error("inbox: refusing malformed message %s: %s", path, exc)
+            _set_aside(path)
             continue
-        messages.append(Message(name[:-5], path, body))
+        messages.append(Message(name[:-5], path, command))
     return messages
 
 
@@ -120,6 +142,7 @@ def _set_aside(path: str) -> None:
 
 
 def remove(path: str) -> None:
+    """Delete a message that was applied (or could not be read)."""
     try:
         os.unlink(path)
     except FileNotFoundError:

@@ -1,0 +1,245 @@
+"""One tool call, run from its durable intent to its recorded outcome.
+
+Theory of operation
+-------------------
+*Intent before effect.* ``tool_call.started`` (with the attempt number and the idempotency
+key) is durable before the tool runs, so a crash leaves either no trace (the tool never ran)
+or a started call without a result, which recovery classifies (`threadlog.model.recovery`).
+
+*Every way out is recorded.* A result, an error (`ToolError`, any exception, a value that is
+not JSON) and a timeout all end as ``tool_call.finished`` with ``ok`` false where it failed.
+Cancellation (the turn cancelled, the session closing) depends on the tool's class: a
+read-only or idempotent call is finished with the error ``cancelled`` (safe to run again, the
+model decides), a non-idempotent one becomes ``tool_call.unknown`` — its effect may have
+happened — and waits for a human (or its ``reconcile`` hook). A cancellation that arrives
+while the start intent is still becoming durable finishes the call ``cancelled before it
+ran``: in this very process the tool never started.
+
+*Orphans.* A call that started in a process that is gone (recovery class 3) is run again
+(attempt + 1) if it is read-only or idempotent; otherwise it is marked unknown and its tool's
+``reconcile`` hook is asked whether the downstream system has the effect (the answer is
+recorded as a resolution by ``reconcile:<tool>``).
+
+The tool itself runs in a task of its own, shielded from the timeout so that it is cancelled
+and awaited explicitly: nothing it does outlives the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from threadlog._clock import new_id
+from threadlog.errors import UsageError
+from threadlog.model import codec
+from threadlog.model.events import (
+    OperationFinished,
+    OperationStarted,
+    ToolCallFinished,
+    ToolCallResolved,
+    ToolCallStarted,
+    ToolCallUnknown,
+)
+from threadlog.model.ids import derived_id
+from threadlog.runtime import procs
+from threadlog.runtime.tools import ToolContext, ToolError
+from threadlog.store.protocol import LocalHome
+
+if TYPE_CHECKING:
+    from threadlog.model.envelope import Record
+    from threadlog.model.events import Event, Resolution
+    from threadlog.model.state import ThreadState, ToolCallState
+    from threadlog.runtime.deps import SessionDeps
+    from threadlog.store.protocol import Store
+
+__all__ = ["ToolHost", "ToolRunner", "runs_dir", "working_dir"]
+
+
+class ToolHost(Protocol):
+    """What a `ToolRunner` needs of its session (`threadlog.runtime.session.Session`)."""
+
+    @property
+    def thread_id(self) -> str:
+        """The thread the calls belong to."""
+        ...
+
+    @property
+    def state(self) -> ThreadState:
+        """The thread's state, current after every append."""
+        ...
+
+    @property
+    def runtime(self) -> SessionDeps:
+        """The tools and the store."""
+        ...
+
+    async def append(
+        self, event: Event, *, durable: bool | None = None, id: str | None = None
+    ) -> Record:
+        """Append through the session's pipeline."""
+        ...
+
+
+def runs_dir(store: Store) -> str | None:
+    """Where a session's tools record the processes they start (`runtime.procs`): a
+    directory of the store's home, or None for a store without one."""
+    if isinstance(store, LocalHome) and os.path.isdir(store.home):
+        return os.path.join(store.home, procs.RUNS_DIR)
+    return None
+
+
+def working_dir(state: ThreadState) -> Path:
+    """The thread's working directory (its ``cwd`` setting, else the process's)."""
+    cwd = state.config.get("cwd")
+    return Path(cwd) if isinstance(cwd, str) and cwd else Path(os.getcwd())
+
+
+class ToolRunner:
+    """Runs a session's tool calls (see the module docstring)."""
+
+    def __init__(self, host: ToolHost) -> None:
+        self._host = host
+        self._tasks: set[asyncio.Task[Any]] = set()
+        """The tools running now (each in a task of its own)."""
+
+    async def cancel_all(self) -> None:
+        """Cancel every running tool and wait for it (the session is closing)."""
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def execute(self, call: ToolCallState) -> None:
+        """Run an approved call (or re-run a safe orphan): intent, run, outcome."""
+        host = self._host
+        tool = host.runtime.tools.get(call.tool)
+        if tool is None:
+            await host.append(ToolCallStarted(call_id=call.call_id, attempt=call.attempt + 1))
+            await host.append(
+                ToolCallFinished(
+                    call_id=call.call_id, ok=False, error=f"unknown tool {call.tool!r}"
+                )
+            )
+            return
+        attempt = call.attempt + 1
+        key = call.idempotency_key or derived_id("threadlog.tool", host.thread_id, call.call_id)
+        try:
+            await host.append(
+                ToolCallStarted(call_id=call.call_id, attempt=attempt, idempotency_key=key)
+            )
+        except asyncio.CancelledError:
+            # Cancelled while the start intent was becoming durable: the tool never ran, in
+            # this very process, so whatever its class the call has certainly no effect.
+            if host.state.tool_calls[call.call_id].status == "running":
+                await host.append(
+                    ToolCallFinished(
+                        call_id=call.call_id, ok=False, error="cancelled before it ran"
+                    )
+                )
+            raise
+        ctx = ToolContext(
+            host.thread_id,
+            call.call_id,
+            attempt,
+            key,
+            working_dir(host.state),
+            runs_dir(host.runtime.store),
+        )
+        task = asyncio.create_task(
+            tool.run(ctx, dict(call.args)), name=f"tool {call.tool} {call.call_id}"
+        )
+        self._tasks.add(task)
+        ok, result, error = False, None, None
+        try:
+            async with asyncio.timeout(tool.timeout):
+                result = await asyncio.shield(task)
+            ok = True
+        except TimeoutError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            error = f"timed out after {tool.timeout:g}s"
+        except ToolError as exc:
+            error = str(exc)
+        except asyncio.CancelledError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            if tool.side_effect != "non_idempotent":
+                # Safe to run again: a plain error result lets the model decide.
+                await host.append(
+                    ToolCallFinished(call_id=call.call_id, ok=False, error="cancelled")
+                )
+            else:
+                await host.append(
+                    ToolCallUnknown(call_id=call.call_id, reason="cancelled while running")
+                )
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._tasks.discard(task)
+        try:
+            codec.canonical(result)
+        except UsageError:
+            ok, result, error = (
+                False,
+                None,
+                f"the tool returned a value that is not JSON: {type(result).__name__}",
+            )
+        await host.append(ToolCallFinished(call_id=call.call_id, ok=ok, result=result, error=error))
+
+    async def settle_orphan(self, call: ToolCallState) -> None:
+        """A call that started in a dead process and has no result (recovery class 3)."""
+        if call.side_effect != "non_idempotent":
+            # Read-only and idempotent tools are safe to run again (attempt + 1).
+            await self.execute(call)
+            return
+        await self.mark_unknown(call)
+
+    async def mark_unknown(self, call: ToolCallState, *, note: str | None = None) -> str:
+        """Record that a non-idempotent call's outcome is unknown, and ask its reconcile hook
+        (see `Session.mark_unknown`)."""
+        reason = "the process running this tool stopped before its result was recorded"
+        await self._host.append(
+            ToolCallUnknown(call_id=call.call_id, reason=f"{reason}; {note}" if note else reason)
+        )
+        return await self.reconcile(call)
+
+    async def reconcile(self, call: ToolCallState) -> str:
+        """Ask the tool's ``reconcile`` hook about a call of unknown outcome (see
+        `Session.reconcile`)."""
+        host = self._host
+        if host.state.tool_calls[call.call_id].status != "unknown":
+            return host.state.tool_calls[call.call_id].status
+        tool = host.runtime.tools.get(call.tool)
+        if tool is None or tool.reconcile is None or not call.idempotency_key:
+            return "unknown"
+        op_id = new_id()
+        await host.append(
+            OperationStarted(
+                op_id=op_id,
+                kind="reconcile",
+                detail={"call_id": call.call_id, "key": call.idempotency_key},
+            )
+        )
+        try:
+            happened = await tool.reconcile(call.idempotency_key)
+        except Exception as exc:
+            await host.append(OperationFinished(op_id=op_id, ok=False, detail={"error": str(exc)}))
+            return "unknown"
+        await host.append(OperationFinished(op_id=op_id, ok=True, detail={"happened": happened}))
+        if happened is None:
+            return "unknown"
+        decision: Resolution = "done" if happened else "retry"
+        await host.append(
+            ToolCallResolved(
+                call_id=call.call_id,
+                decision=decision,
+                by=f"reconcile:{call.tool}",
+                note="the downstream system "
+                + ("has" if happened else "has no")
+                + " record of the effect",
+            )
+        )
+        return decision

@@ -1,0 +1,414 @@
+"""The turn driver: performs what the pure turn logic says the running turn needs next.
+
+Theory of operation
+-------------------
+*The decision is sans-I/O.* `threadlog.model.turns.next_action` reads the state and says
+what the running turn needs: a decision on a proposal, a tool run, a model call, queued input
+to consume, or the end. The driver performs it (which appends events, which change the state)
+and asks again. A session opened on a log whose turn was cut off by a crash asks the same
+question and carries on — except that a tool call that started and has no result is never
+re-run on a guess (see `threadlog.runtime.tool_runner`).
+
+*Approval policy.* A proposal is approved or denied by the thread's policy
+(`threadlog.model.approvals`), recorded as ``by: policy:<rule>``, or left for a human: the
+driver then publishes ``approval_needed`` and *parks*, sleeping until the state changes (an
+``approve`` through the API, the CLI's inbox, another coroutine). The wait is durable — a
+proposal without a decision in the log — so it survives closing the session: closing does
+not end a parked turn, and a reopened session waits again.
+
+*A model call* is a step: ``step.started`` (with the exact context and its hash) and
+``provider.started`` are durable before the request leaves; the stream's deltas are published
+as `Progress` (never logged); the full response is ``model.responded``, and each tool call it
+contains becomes a ``tool_call.proposed`` (an unknown tool is denied at once). A stream that
+fails or is cancelled ends the step ``provider.interrupted`` with what arrived.
+
+*Ending.* A turn ends exactly once: ``completed`` when the model proposes nothing more,
+``failed`` (provider error, step limit, an exception), ``aborted`` when cancelled. If the
+store failed, nothing more can be written and the turn is left for the next resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from threadlog._clock import new_id
+from threadlog.errors import InvalidTransition
+from threadlog.model import codec
+from threadlog.model.approvals import decide
+from threadlog.model.events import (
+    InputConsumed,
+    ModelResponded,
+    ProviderInterrupted,
+    ProviderStarted,
+    StepStarted,
+    ToolCallApproved,
+    ToolCallDenied,
+    ToolCallProposed,
+    TurnEnded,
+)
+from threadlog.model.turns import (
+    AwaitResolution,
+    AwaitTool,
+    CallModel,
+    ConsumeInput,
+    Decide,
+    EndTurn,
+    Idle,
+    RunTool,
+    next_action,
+)
+from threadlog.runtime.bus import Progress
+from threadlog.runtime.models import Completed, ProviderError, TextDelta
+from threadlog.runtime.request import build_request, estimate_tokens
+from threadlog.runtime.tool_runner import working_dir
+from threadlog.runtime.tools import ToolContext
+
+if TYPE_CHECKING:
+    from threadlog.model.context import Context
+    from threadlog.model.envelope import Record
+    from threadlog.model.events import Event, TurnOutcome
+    from threadlog.model.state import ThreadState, ToolCallState
+    from threadlog.runtime.bus import Bus
+    from threadlog.runtime.deps import SessionDeps
+    from threadlog.runtime.tool_runner import ToolRunner
+
+__all__ = ["TurnDriver", "TurnHost"]
+
+log = logging.getLogger("threadlog.runtime")
+
+
+class TurnHost(Protocol):
+    """What a `TurnDriver` needs of its session (`threadlog.runtime.session.Session`)."""
+
+    @property
+    def thread_id(self) -> str:
+        """The thread whose turns run."""
+        ...
+
+    @property
+    def state(self) -> ThreadState:
+        """The thread's state, current after every append."""
+        ...
+
+    @property
+    def context(self) -> Context:
+        """The model-visible messages."""
+        ...
+
+    @property
+    def runtime(self) -> SessionDeps:
+        """The model, the tools and the store."""
+        ...
+
+    @property
+    def _broken(self) -> BaseException | None:
+        """Set once the session's pipeline failed: nothing more can be written."""
+        ...
+
+    async def append(
+        self, event: Event, *, durable: bool | None = None, id: str | None = None
+    ) -> Record:
+        """Append through the session's pipeline."""
+        ...
+
+    async def compact(self, *, keep_last: int = 6) -> Record | None:
+        """Summarize the older part of the context (over the budget)."""
+        ...
+
+
+class _TurnFailed(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class TurnDriver:
+    """Runs a session's turns, one at a time, in a task (see the module docstring)."""
+
+    def __init__(self, host: TurnHost, tools: ToolRunner, bus: Bus) -> None:
+        self._host = host
+        self._runner = tools
+        self._bus = bus
+        self.changed = asyncio.Event()
+        """Set by every append: a parked turn wakes up and looks again."""
+        self._parked = asyncio.Event()
+        """Set while the turn loop sleeps waiting for a human decision."""
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+
+    # -- control ---------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """Whether a turn is running."""
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        """Drive the running turn of the log, unless it is driven already."""
+        if self.busy or self._host.state.active_turn is None:
+            return
+        self._task = asyncio.create_task(self._drive(), name=f"turn {self._host.state.active_turn}")
+
+    async def cancel(self) -> None:
+        """Cancel the running turn (it ends ``aborted``); returns once it has ended."""
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Cancel as the session closes: a turn parked on a human decision is not ended."""
+        self._closing = True
+        await self.cancel()
+
+    async def wait_idle(self, timeout: float | None = None) -> None:
+        """See `Session.wait_idle`."""
+        task = self._task
+        if task is None:
+            return
+        async with asyncio.timeout(timeout):
+            while not task.done() and not self._parked.is_set():
+                parked = asyncio.ensure_future(self._parked.wait())
+                try:
+                    await asyncio.wait([task, parked], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    parked.cancel()
+                    await asyncio.gather(parked, return_exceptions=True)
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+    @property
+    def waiting_for_human(self) -> bool:
+        """Whether the running turn waits for an approval or a resolution."""
+        state = self._host.state
+        action = next_action(state)
+        if isinstance(action, Decide):
+            return (
+                decide(
+                    state.config.get("approval_policy"), action.call.tool, action.call.side_effect
+                )
+                == "ask"
+            )
+        return isinstance(action, AwaitResolution)
+
+    async def _park(self) -> None:
+        """The turn waits for a human: sleep until the state changes."""
+        self._parked.set()
+        try:
+            await self.changed.wait()
+        finally:
+            self._parked.clear()
+
+    # -- the loop --------------------------------------------------------------------------
+
+    async def _drive(self) -> None:
+        host = self._host
+        turn_id = host.state.active_turn
+        assert turn_id is not None
+        max_steps = int(host.state.config.get("max_steps") or 100)
+        try:
+            while True:
+                self.changed.clear()
+                action = next_action(host.state)
+                match action:
+                    case Idle():
+                        return
+                    case Decide(call=call):
+                        if not await self._decide_by_policy(call):
+                            await self._park()
+                    case RunTool(call=call):
+                        await self._runner.execute(call)
+                    case AwaitResolution():
+                        await self._park()
+                    case AwaitTool(call=call):
+                        # Started in a process that is gone (class 3 of recovery).
+                        await self._runner.settle_orphan(call)
+                    case ConsumeInput(input_id=input_id):
+                        await host.append(InputConsumed(input_id=input_id, turn_id=turn_id))
+                    case CallModel(step_number=n):
+                        if n > max_steps:
+                            raise _TurnFailed(f"step limit of {max_steps} reached")
+                        await self._call_model(turn_id, n)
+                    case EndTurn(outcome=outcome, reason=reason):
+                        await host.append(
+                            TurnEnded(
+                                turn_id=turn_id,
+                                outcome=cast("TurnOutcome", outcome),
+                                reason=reason,
+                            )
+                        )
+                        return
+        except asyncio.CancelledError:
+            if not (self._closing and self.waiting_for_human):
+                # A turn parked on a human decision survives closing: the wait is durable
+                # (a proposal without a decision) and a reopened session waits again.
+                await self._end_turn(turn_id, "aborted", "cancelled")
+            raise
+        except _TurnFailed as exc:
+            await self._end_turn(turn_id, "failed", exc.reason)
+        except InvalidTransition as exc:
+            log.exception("turn %s: the runtime produced an illegal event", turn_id)
+            await self._end_turn(turn_id, "failed", f"internal error: {exc}")
+        except Exception as exc:
+            if host._broken is not None:
+                raise  # the store failed: nothing more can be written
+            log.exception("turn %s failed", turn_id)
+            await self._end_turn(turn_id, "failed", f"{type(exc).__name__}: {exc}")
+
+    async def _end_turn(self, turn_id: str, outcome: TurnOutcome, reason: str) -> None:
+        host = self._host
+        if host._broken is not None or host.state.active_turn != turn_id:
+            return
+        try:
+            await host.append(TurnEnded(turn_id=turn_id, outcome=outcome, reason=reason))
+        except Exception:
+            log.exception("turn %s: could not record its end", turn_id)
+
+    async def _decide_by_policy(self, call: ToolCallState) -> bool:
+        """Apply the approval policy; False when the call waits for a human."""
+        policy = self._host.state.config.get("approval_policy")
+        decision = decide(policy, call.tool, call.side_effect)
+        if decision == "ask":
+            self._bus.publish(
+                Progress(
+                    "approval_needed",
+                    {"call_id": call.call_id, "tool": call.tool, "args": call.args},
+                )
+            )
+            return False
+        by_tool = isinstance(policy, dict) and call.tool in (policy.get("tools") or {})
+        by = f"policy:{f'tools.{call.tool}' if by_tool else call.side_effect}"
+        if decision == "auto":
+            await self._host.append(ToolCallApproved(call_id=call.call_id, by=by))
+        else:
+            await self._host.append(ToolCallDenied(call_id=call.call_id, by=by))
+        return True
+
+    # -- a model call ----------------------------------------------------------------------
+
+    async def _call_model(self, turn_id: str, n: int) -> None:
+        host = self._host
+        budget = host.state.config.get("context_budget")
+        if isinstance(budget, int) and estimate_tokens(host.context.messages) > budget:
+            await host.compact(keep_last=int(host.state.config.get("compact_keep") or 6))
+        model = host.runtime.model
+        request = build_request(host)
+        context_snapshot = request.snapshot()
+        context_hash = hashlib.sha256(codec.canonical(context_snapshot)).hexdigest()
+        step_id = f"{turn_id}.{n}"
+        while step_id in host.state.steps:
+            step_id += "+"
+        try:
+            await host.append(
+                StepStarted(
+                    turn_id=turn_id,
+                    step_id=step_id,
+                    context=context_snapshot,
+                    context_hash=context_hash,
+                )
+            )
+            await host.append(
+                ProviderStarted(
+                    turn_id=turn_id, step_id=step_id, provider=model.provider, model=request.model
+                )
+            )
+        except asyncio.CancelledError:
+            # Cancelled while the step was being recorded: the request never left, or its
+            # fate is unknown; either way the step gets its outcome.
+            step = host.state.steps.get(step_id)
+            if step is not None and step.status in ("started", "provider_started"):
+                await host.append(
+                    ProviderInterrupted(
+                        turn_id=turn_id, step_id=step_id, reason="cancelled before the request left"
+                    )
+                )
+            raise
+        partial: list[str] = []
+        completed: Completed | None = None
+        self._bus.publish(Progress("thinking", {"step_id": step_id}))
+        try:
+            async for event in model.stream(request):
+                if isinstance(event, TextDelta):
+                    partial.append(event.text)
+                    self._bus.publish(Progress("text", {"step_id": step_id, "text": event.text}))
+                elif isinstance(event, Completed):
+                    completed = event
+            if completed is None:
+                raise ProviderError(
+                    "the stream ended without a complete response", partial="".join(partial)
+                )
+        except ProviderError as exc:
+            await host.append(
+                ProviderInterrupted(
+                    turn_id=turn_id,
+                    step_id=step_id,
+                    reason=str(exc),
+                    partial="".join(partial) or exc.partial,
+                )
+            )
+            raise _TurnFailed(f"provider error: {exc}") from exc
+        except asyncio.CancelledError:
+            await host.append(
+                ProviderInterrupted(
+                    turn_id=turn_id,
+                    step_id=step_id,
+                    reason="cancelled",
+                    partial="".join(partial) or None,
+                )
+            )
+            raise
+        await self._respond(turn_id, step_id, completed)
+
+    async def _respond(self, turn_id: str, step_id: str, completed: Completed) -> None:
+        """Record the response, and each tool call in it as a proposal."""
+        host = self._host
+        message = dict(completed.message)
+        calls: list[dict[str, Any]] = []
+        for raw in message.get("tool_calls") or []:
+            call_id = str(raw.get("id") or new_id())
+            while call_id in host.state.tool_calls or any(c["id"] == call_id for c in calls):
+                call_id += "+"
+            args = raw.get("arguments")
+            calls.append(
+                {
+                    "id": call_id,
+                    "name": str(raw.get("name") or ""),
+                    "arguments": args if isinstance(args, dict) else {},
+                }
+            )
+        message["tool_calls"] = calls
+        await host.append(
+            ModelResponded(
+                turn_id=turn_id,
+                step_id=step_id,
+                message=message,
+                usage=completed.usage,
+                stop_reason=completed.stop_reason,
+            )
+        )
+        for call in calls:
+            tool = host.runtime.tools.get(call["name"])
+            key = None
+            if tool is not None and tool.idempotency_key is not None:
+                ctx = ToolContext(host.thread_id, call["id"], 1, "", working_dir(host.state))
+                key = tool.idempotency_key(ctx, call["arguments"])
+            await host.append(
+                ToolCallProposed(
+                    turn_id=turn_id,
+                    step_id=step_id,
+                    call_id=call["id"],
+                    tool=call["name"],
+                    args=call["arguments"],
+                    side_effect=tool.side_effect if tool is not None else "non_idempotent",
+                    idempotency_key=key,
+                )
+            )
+            if tool is None:
+                await host.append(
+                    ToolCallDenied(
+                        call_id=call["id"], by="runtime", reason=f"unknown tool {call['name']!r}"
+                    )
+                )
