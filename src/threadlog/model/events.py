@@ -400,11 +400,35 @@ def known_type(name: str) -> bool:
 
 
 def to_data(event: Event) -> tuple[str, Any]:
-    """Split an event into the ``(type, data)`` pair a record stores."""
+    """Split an event into the ``(type, data)`` pair a record stores.
+
+    A field whose default is ``None`` and that is still ``None`` is left out: the record
+    then reads the same as one written from a plain dict (``from_data`` fills the default
+    back in), and carries no null keys.
+    """
     if isinstance(event, Custom):
         return event.type, event.data
-    data = {f.name: getattr(event, f.name) for f in dataclasses.fields(event) if f.name != "type"}
+    required, optional = _FIELDS.get(type(event)) or _fields(type(event))
+    data = {name: getattr(event, name) for name in required}
+    for name in optional:
+        value = getattr(event, name)
+        if value is not None:
+            data[name] = value
     return event.type, data
+
+
+_FIELDS: dict[type[Any], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _fields(cls: type[Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The names of ``cls``'s fields: always written, and left out when ``None``."""
+    fields = [f for f in dataclasses.fields(cls) if f.name != "type"]
+    names = (
+        tuple(f.name for f in fields if f.default is not None),
+        tuple(f.name for f in fields if f.default is None),
+    )
+    _FIELDS[cls] = names
+    return names
 
 
 def from_data(type_name: str, data: Any) -> Event:
