@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from threadlog.runtime.session import Session
-    from threadlog.store.base import Store
+    from threadlog.store.protocol import Store
 
 __all__ = [
     "CHARGES_FILE",

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from threadlog.model.events import Event
     from threadlog.model.memory import MemoryFact
     from threadlog.model.state import ThreadState
-    from threadlog.store.index import IndexedThread
-    from threadlog.store.rollout import TornTail
+    from threadlog.store.embedded.index import IndexedThread
+    from threadlog.store.embedded.rollout import TornTail
 
 __all__ = [
     "Catalog",

@@ -1,4 +1,4 @@
-"""Replaying dead journals into rollouts (see `threadlog.store.journal` for the protocol)."""
+"""Replaying dead journals into rollouts (see `threadlog.store.embedded.journal` for the protocol)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from threadlog.errors import InsecureHome, IntegrityError, StorageError
 from threadlog.model.envelope import BadRecord, Record, parse_line
 from threadlog.store._fileops import move_to_quarantine
 from threadlog.store._perms import check_fd, journal_header
-from threadlog.store.rollout import Scan, scan, scan_file
+from threadlog.store.embedded.rollout import Scan, scan, scan_file
 
 if TYPE_CHECKING:
     from threadlog.store._fileops import FileOps

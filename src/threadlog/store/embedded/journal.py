@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from types import EllipsisType
 
     from threadlog.store._fileops import FileOps
-    from threadlog.store.rollout import Scan
+    from threadlog.store.embedded.rollout import Scan
 
 __all__ = ["Journal", "LogClosed", "RolloutLog"]
 

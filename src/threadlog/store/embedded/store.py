@@ -66,14 +66,14 @@ from threadlog.store._fileops import (
 )
 from threadlog.store._home import default_home
 from threadlog.store._perms import check_dir, load_secret
-from threadlog.store.artifacts import ArtifactStore
-from threadlog.store.index import DamagedIndex, Index, IndexedThread
-from threadlog.store.journal import Journal, LogClosed, RolloutLog
-from threadlog.store.leases import Lease, read_durable_end
+from threadlog.store.embedded.artifacts import ArtifactStore
+from threadlog.store.embedded.deadjournals import DeadJournal, find_dead_journals, recover_rollout
+from threadlog.store.embedded.index import DamagedIndex, Index, IndexedThread
+from threadlog.store.embedded.journal import Journal, LogClosed, RolloutLog
+from threadlog.store.embedded.leases import Lease, read_durable_end
+from threadlog.store.embedded.rollout import Scan, inherited_prefix, scan, scan_file
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.protocol import VerifyReport
-from threadlog.store.recovery import DeadJournal, find_dead_journals, recover_rollout
-from threadlog.store.rollout import Scan, inherited_prefix, scan, scan_file
 from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
 
 if TYPE_CHECKING:
