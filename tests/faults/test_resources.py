@@ -276,7 +276,7 @@ def test_a_thread_of_a_newer_format_is_never_appended_to(
     with open(path, "rb") as f:
         assert f.read() == before  # not a byte changed
     # the lease was given back: the refusal leaves nothing held
-    assert thread not in store._leases
+    assert thread not in store._writers.leases
 
 
 # -- 13d: a parent that names no record is refused ---------------------------------------------
