@@ -266,21 +266,27 @@ class MemoryStore:
     def fork(
         self,
         thread_id: str,
-        at: int | None = None,
+        at: int | str | None = None,
         *,
         principal: str | None = None,
         title: str | None = None,
         kind: str = "fork",
         changes: dict[str, Any] | None = None,
     ) -> str:
-        """As `EmbeddedStore.fork`: the child inherits ords 2..``at`` verbatim (same ids,
-        data and hashes) and records its lineage; all or nothing."""
+        """As `EmbeddedStore.fork`: the child inherits ords 2..``at`` (an ordinal, or the
+        entry id of the last record to inherit) verbatim (same ids, data and hashes) and
+        records its lineage; all or nothing."""
         self._check_open()
         with self._lock:
             held = self._threads.get(thread_id)
             if held is None:
                 raise ThreadNotFound(thread_id)
             source = list(held)
+            if isinstance(at, str):
+                found = self._ids[thread_id].get(at)
+                if found is None:
+                    raise UsageError(f"no entry {at!r} in thread {thread_id}")
+                at = found
         if at is None:
             at = len(source)
         if not 1 <= at <= len(source):

@@ -193,7 +193,7 @@ class Store(Protocol):
     def fork(
         self,
         thread_id: str,
-        at: int | None = None,
+        at: int | str | None = None,
         *,
         principal: str | None = None,
         title: str | None = None,
@@ -202,7 +202,12 @@ class Store(Protocol):
     ) -> str:
         """A new thread inheriting ords 2..``at`` (default: all) verbatim, its lineage in
         ``thread.created`` and ``changes`` as a ``config.changed``; returns its id. All or
-        nothing. Raises `UsageError` for an ``at`` the thread does not have."""
+        nothing.
+
+        ``at`` is the last record to inherit: its ordinal (an ``int``), or its entry id (a
+        ``str``: the record's event id, `Record.id`; a string is always taken for an id,
+        never parsed as a number). Raises `UsageError` for an ordinal the thread does not
+        have, or an entry id none of its records has (the message names the entry)."""
         ...
 
     def verify(self, thread_id: str, *, check_events: bool = True) -> VerifyReport:
