@@ -32,6 +32,7 @@ from threadlog.model.lineage import Copied, copied_prefix
 from threadlog.model.reducer import replay
 from threadlog.model.refs import ArtifactRef
 from threadlog.model.refs import resolve as resolve_refs
+from threadlog.store._forks import child_created
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.protocol import ErrorListener, Listener, VerifyReport
 from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
@@ -296,26 +297,16 @@ class MemoryStore:
         assert isinstance(created, ThreadCreated)
         inherited = _inherited(thread_id, created)
         last = source[at - 1][0]
-        lineage: dict[str, Any] = {
-            "thread": thread_id,
-            "ord": at,
-            "entry": last.id,
-            "hash": last.hash,
-            "kind": kind,
-        }
-        if at > 1:
-            own = 2 if inherited is None else inherited.until + 1  # the first ord it wrote
-            threads = set() if inherited is None else set(inherited.threads)
-            if at >= own:
-                threads.add(thread_id)
-            chain = first.hash if inherited is None else inherited.prev  # what ord 2 follows
-            lineage["copied"] = {"prev": chain, "threads": sorted(threads)}
-        head = ThreadCreated(
-            format=FORMAT_VERSION,
-            principal=principal or created.principal,
-            config=dict(created.config),
-            lineage=lineage,
-            title=title or created.title,
+        head = child_created(
+            thread_id,
+            created,
+            first,
+            inherited,
+            at,
+            last,
+            principal=principal,
+            title=title,
+            kind=kind,
         )
         now = wall_ns()
         child = new_id(now)

@@ -30,7 +30,8 @@ acknowledged (`reader`, `rollout`); a snapshot's anchor lets them start in the m
 
 Modules
 -------
-``store``        the facade: wiring, lifecycle, the append fast path, listeners
+``store``        the facade: wiring, lifecycle, the append fast path, listeners, fork, rebuild
+``queries``      the facade's other half: reads, verify, snapshots loaded, the catalog
 ``layout``       the home's folders, a thread's path, the rollout walk, default sizes
 ``writers``      the threads open for writing: leases, opening and repair, eviction, release
 ``rolloutlog``   one open thread: ordinals, chain, ids, offsets
@@ -47,15 +48,23 @@ Modules
 ``leases``       single-writer leases and the durable-end notice
 ``artifacts``    content-addressed blobs
 
+What the embedded store shares with other backends stays in `threadlog.store`: the port
+(`protocol`), append validation (`validate`), large-value offloading (`offload`), a fork's
+lineage (`_forks`), and the file-operation seam and permission checks that the runtime uses
+too (`_fileops`, `_perms`).
+
 Why composition: each job is a small object the facade builds once and owns, given exactly
 the state it needs (a `Layout`, the `Index`, the `Journal`, the table of open logs, one
-another) rather than a mixin reaching into a shared ``self``; who may change what stays
-visible. The one piece of state several share is the table of open logs: `OpenLogs` alone
-changes it (under its lock); the append fast path, the reader, the snapshots and the fork
-read it without a lock (a dict lookup is atomic), which is what keeps an append to an open
-thread at one dict lookup and one locked submit. The `Index` object lives as long as the
-store: a damaged database is swapped underneath it (`Index.replace`), so nobody holds a
-stale one.
+another) rather than a mixin reaching into a shared ``self``: who may change what stays
+visible, and each part can be read (and tested) on its own. The one piece of state several
+share is the table of open logs: `OpenLogs` alone changes it (under its lock); the append
+fast path, the reader, the snapshots and the fork read it without a lock (a dict lookup is
+atomic), which keeps an append to an open thread at one dict lookup and one locked submit,
+exactly as before the split. The `Index` object lives as long as the store: a damaged
+database is swapped underneath it (`Index.replace`), so nobody holds a stale one. The one
+base class, `Queries`, is not a mixin in that sense: it holds no state and only forwards to
+the collaborators; it exists so that the facade's own module stays about wiring, lifecycle
+and writing.
 """
 
 from threadlog.store._home import default_home

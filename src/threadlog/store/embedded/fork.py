@@ -33,7 +33,6 @@ from threadlog._clock import new_id, rfc3339, wall_ns
 from threadlog.errors import IntegrityError, StorageError, ThreadNotFound, UsageError
 from threadlog.model import codec
 from threadlog.model.envelope import (
-    FORMAT_VERSION,
     HASH_TAIL,
     BadRecord,
     Record,
@@ -44,6 +43,7 @@ from threadlog.model.envelope import (
 from threadlog.model.events import ThreadCreated, from_data, to_data
 from threadlog.model.lineage import Copied, copied_prefix
 from threadlog.model.projection import PROJECTED
+from threadlog.store._forks import child_created
 from threadlog.store.embedded.rollout import scan
 
 if TYPE_CHECKING:
@@ -66,12 +66,11 @@ class Forker:
         logs: the threads this store has open for writing (a source open here has its
             journal flushed first, so that what was acknowledged is in its file).
         reader: how far a source is durable, and the sync of one nobody writes.
-        written: called with each fork written, for the index.
+        written: called with each fork written, for the index (`Indexer.add_fork`).
     """
 
     def __init__(
         self,
-        *,
         layout: Layout,
         fops: FileOps,
         journal: Journal,
@@ -130,30 +129,19 @@ class Forker:
         if isinstance(at, str):
             at = _line_of_entry(thread_id, data, at)
         at, end, last = _fork_point(thread_id, data, complete, at, first, second)
-        # The child inherits ords 2..at; the source may have inherited some of them itself.
-        own = 2 if inherited is None else inherited.until + 1  # the first ord it wrote
-        lineage: dict[str, Any] = {
-            "thread": thread_id,
-            "ord": at,
-            "entry": last.id,
-            "hash": last.hash,
-            "kind": kind,
-        }
-        if at > 1:
-            threads = set() if inherited is None else set(inherited.threads)
-            if at >= own:
-                threads.add(thread_id)
-            chain = first.hash if inherited is None else inherited.prev  # what ord 2 follows
-            lineage["copied"] = {"prev": chain, "threads": sorted(threads)}
+        head = child_created(
+            thread_id,
+            created,
+            first,
+            inherited,
+            at,
+            last,
+            principal=principal,
+            title=title,
+            kind=kind,
+        )
         now = wall_ns()
         child = new_id(now)
-        head = ThreadCreated(
-            format=FORMAT_VERSION,
-            principal=principal or created.principal,
-            config=dict(created.config),
-            lineage=lineage,
-            title=title or created.title,
-        )
         header, digest = encode_record(
             id=new_id(now),
             thread=child,

@@ -1,8 +1,9 @@
-"""The store's answers that write nothing: reads, verification, snapshots, the catalog.
+"""The store's answers that append nothing: reads, verification, snapshots, the catalog.
 
-`Queries` is the read-only half of `EmbeddedStore`'s public surface. Each method is one call
-to the collaborator that knows the answer (`Reader`, `SnapshotKeeper`, `Indexer`, `Recovery`,
-`Layout`); it holds no state of its own and changes none. It is a base class of the facade
+`Queries` is the half of `EmbeddedStore`'s public surface that adds nothing to any thread's
+log (the catalog's queries and `catch_up` may bring the index up to date first). Each method
+is one call to the collaborator that knows the answer (`Reader`, `SnapshotKeeper`, `Indexer`,
+`Recovery`, `Layout`); the class holds no state of its own. It is a base class of the facade
 (`threadlog.store.embedded.store`) only so that the facade's module keeps to wiring,
 lifecycle, the append path and the listeners.
 """

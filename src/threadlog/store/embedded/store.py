@@ -94,9 +94,9 @@ class EmbeddedStore(Queries):
         self.artifact_threshold = artifact_threshold
         self.max_record_bytes = max_record_bytes
         by_fd_limit = default_open_threads()  # (raises the open-files limit: always)
-        self.max_open_threads = max(
-            1, by_fd_limit if max_open_threads is None else max_open_threads
-        )
+        if max_open_threads is None:
+            max_open_threads = by_fd_limit
+        self.max_open_threads = max(1, max_open_threads)
         layout = self._layout = Layout.of(self.home)
         secret, since = layout.prepare(fops)
         self.artifacts = ArtifactStore(layout.artifacts, fops)
@@ -110,9 +110,7 @@ class EmbeddedStore(Queries):
         )
         self._recovery = Recovery(layout, fops, journal, secret, since)
         self.problems: list[dict[str, Any]] = self._recovery.problems
-        """What the open found wrong and skipped so that the rest works (`Recovery.problems`):
-        each a dict with ``kind``, ``message``, ``thread`` and ``path``; logged as errors too;
-        `threadlog verify` lists them."""
+        """What the open found wrong and skipped (`Recovery.problems`)."""
         # the table of open logs: changed by the writers only, read without a lock here
         self._logs: dict[str, RolloutLog] = {}
         self._snapshots = SnapshotKeeper(self.index, self._logs, journal, max_record_bytes)
@@ -132,12 +130,7 @@ class EmbeddedStore(Queries):
         )
         self._indexer = Indexer(self.index, layout, self._reader, self._recovery)
         self._forker = Forker(
-            layout=layout,
-            fops=fops,
-            journal=journal,
-            logs=self._logs,
-            reader=self._reader,
-            written=self._indexer.add_fork,
+            layout, fops, journal, self._logs, self._reader, self._indexer.add_fork
         )
         self._async = AsyncCommits(journal)
         try:
