@@ -104,8 +104,7 @@ class Queries:
     def load_snapshot(self, thread_id: str, version: str) -> tuple[int, bytes] | None:
         """``(ord, payload)`` of the thread's snapshot, if it is of ``version`` and its anchor
         record is still in the rollout with the same hash."""
-        path, durable = self.path_of(thread_id), self.durable_end(thread_id)
-        return self._snapshots.load(thread_id, version, path, durable)
+        return self._snapshots.load(thread_id, version, self._reader.durable_end)
 
     def take_repairs(self, thread_id: str) -> list[dict[str, Any]]:
         """What this store repaired in the thread's files since it opened (torn tails cut,

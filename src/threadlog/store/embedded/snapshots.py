@@ -22,8 +22,11 @@ from threadlog.model.envelope import BadRecord, Record, parse_line
 from threadlog.store.embedded.rollout import Scan, inherited_prefix, scan
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from threadlog.store.embedded.index import Index
     from threadlog.store.embedded.journal import Journal
+    from threadlog.store.embedded.layout import Layout
     from threadlog.store.embedded.rolloutlog import RolloutLog
 
 __all__ = ["SnapshotKeeper"]
@@ -33,6 +36,7 @@ class SnapshotKeeper:
     """Saves and loads snapshots over the index's rows and checks their anchors.
 
     Args:
+        layout: where the rollouts are.
         index: where snapshots are kept.
         logs: the threads this store has open for writing (read only here).
         journal: flushed before a snapshot is saved, so that its anchor is durable.
@@ -40,8 +44,14 @@ class SnapshotKeeper:
     """
 
     def __init__(
-        self, index: Index, logs: dict[str, RolloutLog], journal: Journal, max_record_bytes: int
+        self,
+        layout: Layout,
+        index: Index,
+        logs: dict[str, RolloutLog],
+        journal: Journal,
+        max_record_bytes: int,
     ) -> None:
+        self._layout = layout
         self._index = index
         self._logs = logs
         self._journal = journal
@@ -64,14 +74,16 @@ class SnapshotKeeper:
         return True
 
     def load(
-        self, thread_id: str, version: str, path: str, durable: int | None
+        self, thread_id: str, version: str, durable_end: Callable[[str], int | None]
     ) -> tuple[int, bytes] | None:
         """``(ord, payload)`` of the thread's snapshot, if it is of ``version`` and its anchor
-        record is still in the rollout ``path`` (read up to ``durable``) with the same hash."""
+        record is still in the rollout (read up to ``durable_end(thread_id)``) with the same
+        hash."""
         snap = self._index.get_snapshot(thread_id)
         if snap is None or snap.version != version:
             return None
-        if self.anchored_tail(thread_id, path, durable) is None:
+        path = self._layout.path_of(thread_id)
+        if self.anchored_tail(thread_id, path, durable_end(thread_id)) is None:
             return None
         return snap.ord, snap.payload
 

@@ -113,7 +113,7 @@ class EmbeddedStore(Queries):
         """What the open found wrong and skipped (`Recovery.problems`)."""
         # the table of open logs: changed by the writers only, read without a lock here
         self._logs: dict[str, RolloutLog] = {}
-        self._snapshots = SnapshotKeeper(self.index, self._logs, journal, max_record_bytes)
+        self._snapshots = SnapshotKeeper(layout, self.index, self._logs, journal, max_record_bytes)
         self._reader = Reader(
             layout, self.index, self._logs, self._snapshots, fops, max_record_bytes, self.problems
         )
