@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from threadlog.runtime.runtime import Runtime
     from threadlog.runtime.session import Session
     from threadlog.store.embedded import EmbeddedStore, VerifyReport
-    from threadlog.store.memory import MemoryStore
+    from threadlog.store.inmemory import MemoryStore
     from threadlog.store.protocol import Store
 
 __all__ = [
@@ -71,7 +71,7 @@ _LAZY = {
     "EmbeddedStore": "threadlog.store.embedded",
     "VerifyReport": "threadlog.store.protocol",
     "Store": "threadlog.store.protocol",
-    "MemoryStore": "threadlog.store.memory",
+    "MemoryStore": "threadlog.store.inmemory",
     "Runtime": "threadlog.runtime.runtime",
     "Session": "threadlog.runtime.session",
 }

@@ -177,7 +177,7 @@ def test_records_only_a_journal_knows_are_reported_missing(tmp_path: Path) -> No
 def test_acknowledged_marks_outlive_an_index_set_aside(tmp_path: Path) -> None:
     """A damaged index is set aside and rebuilt from the rollouts; the marks, which no
     rollout can give back, are copied from it wherever they can still be read."""
-    from threadlog.store.index import Index
+    from threadlog.store.embedded.index import Index
 
     thread, path = _thread(tmp_path / "home")
     aside = tmp_path / "aside.sqlite3"

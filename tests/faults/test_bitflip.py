@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from threadlog import EmbeddedStore, IntegrityError
-from threadlog.store.rollout import scan
+from threadlog.store.embedded.rollout import scan
 
 
 @dataclass(frozen=True)

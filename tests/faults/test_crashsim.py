@@ -76,26 +76,26 @@ NOT_DETECTED: dict[str, str] = {
     # again; no acknowledged record depends on it. They are worth keeping (they make recovery
     # converge instead of repeating itself after every power cut, and cost one sync per
     # repair), but the sweep cannot show that any of them is needed for INV-1..6.
-    "store/embedded.py EmbeddedStore._open_for_writing: self._fops.fsync(fd)": (
+    "store/embedded/writers.py OpenLogs._open_leased: self._fops.fsync(fd)": (
         "the fsync when a thread is opened for writing (it also persists a torn-tail cut): the "
         "sweep's stores always read a thread before writing it, and the read syncs too; "
         "test_a_writer_that_never_read_does_not_build_on_unsynced_records fails without it"
     ),
-    "store/embedded.py EmbeddedStore._sync_file: fops.fdatasync(fd)": (
+    "store/embedded/reader.py Reader.sync_file: fops.fdatasync(fd)": (
         "the sync after a read (durable before visible): the sweep never reads a record that a "
         "killed writer left unsynced, then cuts the power; "
         "test_a_record_read_after_its_writer_was_killed_survives_a_power_cut fails without it"
     ),
-    "store/embedded.py EmbeddedStore._remove_unborn: self._fops.fsync_dir(os.path.dirname(path))": (
+    "store/embedded/recovery.py Recovery.remove_unborn: self._fops.fsync_dir(directory)": (
         "the directory sync after deleting an unborn thread's empty rollout: if the unlink is "
         "lost the empty file comes back and is removed again; it never held a record"
     ),
-    "store/journal.py Journal._checkpoint: fops.fsync_dir(self.directory)": (
+    "store/embedded/journal.py Journal._checkpoint: fops.fsync_dir(self.directory)": (
         "the directory sync after deleting the old journal at a checkpoint: every rollout was "
         "fsynced before the unlink (B2), so a journal that comes back holds only records its "
         "rollouts already hold durably; the next open replays it as a no-op and deletes it"
     ),
-    "store/recovery.py DeadJournal.try_delete: fops.fsync_dir(os.path.dirname(self.path))": (
+    "store/embedded/deadjournals.py DeadJournal.try_delete: fops.fsync_dir(os.path.dirname(self.path))": (
         "the same for a dead journal deleted by recovery: recover_rollout fsynced every rollout "
         "it covers first, so a resurrected journal is replayed as a no-op"
     ),
@@ -107,7 +107,7 @@ NOT_DETECTED: dict[str, str] = {
         "folder, and without this sync a power cut could lose the secret and with it every "
         "journal keyed by it"
     ),
-    "store/artifacts.py ArtifactStore._sync_parents: self._fops.fsync_dir(os.path.dirname(path))": (
+    "store/embedded/artifacts.py ArtifactStore._sync_parents: self._fops.fsync_dir(os.path.dirname(path))": (
         "the sync of a blob directory's parent when this process did not create the directory "
         "itself: only needed when its creator died between the mkdir and that sync, which the "
         "sweep's workload never does (its directories are synced by the makedirs that made "

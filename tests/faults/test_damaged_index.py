@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from threadlog import StorageError, open_store
 from threadlog.cli import cli
 from threadlog.cli import inspect as _inspect  # noqa: F401 - registers commands
-from threadlog.store import index as index_module
+from threadlog.store.embedded import index as index_module
 
 DAMAGE = [
     "garbage",

@@ -37,8 +37,7 @@ def _quiet() -> None:
 def kill(store: EmbeddedStore) -> None:
     """kill -9 of a store in this process: no sync, no checkpoint; its locks go away."""
     store._closed = True
-    store._stop.set()
-    store._background.join()
+    store._committer.stop(timeout=None)
     journal = store._journal
     if journal._fd is not None:
         os.close(journal._fd)
@@ -47,7 +46,7 @@ def kill(store: EmbeddedStore) -> None:
     for thread_id, rollout in list(store._logs.items()):
         rollout.closed = True
         os.close(rollout.fd)
-        store._leases.pop(thread_id).release()
+        store._writers.leases.pop(thread_id).release()
     store._logs.clear()
 
 
@@ -223,7 +222,7 @@ def test_a_journal_is_kept_while_another_store_holds_one_of_its_threads(
     t, _, acknowledged = journal_acknowledged(a)
     kill(a)
     seen: dict[str, object] = {}
-    replay = b._recover_thread
+    replay = b._recovery.recover_thread
 
     def paused(thread_id: str, path: str) -> object:
         # b holds t's lease and has not replayed it yet; a third store opens meanwhile
@@ -233,7 +232,7 @@ def test_a_journal_is_kept_while_another_store_holds_one_of_its_threads(
         kill(c)
         return replay(thread_id, path)
 
-    b._recover_thread = paused  # type: ignore[method-assign,assignment]
+    b._recovery.recover_thread = paused  # type: ignore[method-assign,assignment]
     b.acquire(t)
     b.close()
     assert seen["journals"]

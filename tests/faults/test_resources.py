@@ -26,13 +26,13 @@ from threadlog.model import codec
 from threadlog.model.envelope import FORMAT_VERSION, encode_record
 from threadlog.runtime import Runtime
 from threadlog.store._fileops import FileOps
-from threadlog.store.memory import MemoryStore
+from threadlog.store.inmemory import MemoryStore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from threadlog.store.base import Store
+    from threadlog.store.protocol import Store
 
 COMMIT_INTERVAL = 3600.0
 """The background committer never runs on its own: every commit comes from the test."""
@@ -276,7 +276,7 @@ def test_a_thread_of_a_newer_format_is_never_appended_to(
     with open(path, "rb") as f:
         assert f.read() == before  # not a byte changed
     # the lease was given back: the refusal leaves nothing held
-    assert thread not in store._leases
+    assert thread not in store._writers.leases
 
 
 # -- 13d: a parent that names no record is refused ---------------------------------------------

@@ -86,7 +86,7 @@ def test_a_new_threads_first_record_is_published_whoever_commits_it(tmp_path: Pa
     try:
         store.create_thread("tester")
         created: list[str] = []
-        with store._logs_lock:  # a slow open of another thread holds the lock meanwhile
+        with store._writers.lock:  # a slow open of another thread holds the lock meanwhile
             worker = threading.Thread(target=lambda: created.append(store.create_thread("t")))
             worker.start()
             time.sleep(0.3)

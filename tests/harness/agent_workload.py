@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
     from threadlog.runtime.resume import RecoveryReport
     from threadlog.runtime.session import Session
-    from threadlog.store.base import Store
+    from threadlog.store.protocol import Store
 
 __all__ = [
     "CHARGES_FILE",

@@ -18,14 +18,14 @@ from threadlog import EmbeddedStore
 from threadlog.model.context import Context, tool_result_text
 from threadlog.model.refs import is_artifact_ref
 from threadlog.store._fileops import FileOps
-from threadlog.store.memory import MemoryStore
+from threadlog.store.inmemory import MemoryStore
 from threadlog.testing.crashsim import CrashSimFS
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from threadlog.store.base import Store
+    from threadlog.store.protocol import Store
 
 DIGEST = "ab" * 32
 LOOKALIKE: dict[str, Any] = {"$artifact": {"sha256": DIGEST, "size": 3}}
@@ -92,7 +92,7 @@ def test_put_syncs_a_blob_another_process_left_unsynced(tmp_path: Path) -> None:
 def test_a_second_store_in_another_process_syncs_the_blob_it_finds(tmp_path: Path) -> None:
     """The brief's shape: the first store's process is gone (here: its cache is forgotten);
     a fresh store's put of the same content must sync the blob it finds."""
-    from threadlog.store import artifacts as artifacts_module
+    from threadlog.store.embedded import artifacts as artifacts_module
 
     content = b"stored by an earlier process"
     home = str(tmp_path / "home")

@@ -15,12 +15,12 @@ import pytest
 
 from threadlog import EmbeddedStore
 from threadlog.runtime import Runtime
-from threadlog.store.memory import MemoryStore
+from threadlog.store.inmemory import MemoryStore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from threadlog.store.base import Store
+    from threadlog.store.protocol import Store
 
 
 @pytest.fixture(params=["embedded", "memory"])

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from threadlog.store.memory import MemoryStore
+from threadlog.store.inmemory import MemoryStore
 from threadlog.testing import StoreContract
 
 

@@ -297,6 +297,32 @@ def test_a_fork_ignores_a_torn_tail_holding_a_newline(store: EmbeddedStore) -> N
     assert store.verify(child).ok
 
 
+def test_an_entry_only_in_a_torn_tail_is_no_entry(store: EmbeddedStore) -> None:
+    thread = source_thread(store)
+    records = store.read(thread)
+    store.release(thread)
+    path = Path(store.path_of(thread))
+    path.write_bytes(path.read_bytes()[:-100])  # the last line, cut after its id
+    torn = path.read_bytes()
+    assert not torn.endswith(b"\n") and records[-1].id.encode() in torn
+    with pytest.raises(UsageError, match="no entry"):
+        store.fork(thread, records[-1].id)
+    child = store.fork(thread, records[-2].id)
+    assert store.read(child)[1:] == records[1:-1]
+
+
+def test_an_entry_past_damage_in_the_source_fails_the_fork(store: EmbeddedStore) -> None:
+    thread = source_thread(store)
+    records = store.read(thread)
+    store.release(thread)
+    path = Path(store.path_of(thread))
+    path.write_bytes(path.read_bytes().replace(b'"i":2', b'"i":7'))
+    with pytest.raises(IntegrityError) as info:
+        store.fork(thread, records[5].id)
+    assert info.value.ord == 4
+    assert store.thread_ids() == [thread]
+
+
 def test_a_forks_index_rows_are_those_a_rebuild_gives(store: EmbeddedStore) -> None:
     thread = store.create_thread("alice", title="source")
     store.append(thread, "turn.started", {"turn_id": "t1", "input": "go"})

@@ -99,8 +99,9 @@ print("NOT REACHED", flush=True)
 
 def test_a_kill_inside_create_thread_leaves_no_damaged_thread(tmp_path: Path) -> None:
     """A kill between create_thread's file creation and its journal commit leaves an empty
-    rollout: "no thread at all" (embedded.py, create_thread). It must not turn into a thread
-    that every later `verify` (and ``threadlog verify``) reports as damaged."""
+    rollout: "no thread at all" (store/embedded/writers.py, OpenLogs.create). It must not
+    turn into a thread that every later `verify` (and ``threadlog verify``) reports as
+    damaged."""
     home = str(tmp_path / "home")
     child = subprocess.run(
         [sys.executable, "-c", DIE_IN_CREATE_THREAD, home], capture_output=True, text=True

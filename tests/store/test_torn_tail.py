@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from threadlog import EmbeddedStore, IntegrityError, Record
-from threadlog.store.rollout import scan
+from threadlog.store.embedded.rollout import scan
 
 RECORDS = 30
 MIDDLE = 15

@@ -5,10 +5,10 @@
 optional capabilities (check them with ``isinstance``); `open_store` opens a backend by target.
 """
 
-from threadlog.store.artifacts import ArtifactStore
 from threadlog.store.embedded import EmbeddedStore, default_home
-from threadlog.store.index import IndexedThread
-from threadlog.store.memory import MemoryStore
+from threadlog.store.embedded.artifacts import ArtifactStore
+from threadlog.store.embedded.index import IndexedThread
+from threadlog.store.inmemory import MemoryStore
 from threadlog.store.open import open_store
 from threadlog.store.protocol import (
     Catalog,

@@ -14,7 +14,7 @@ words in an agent's log. The rules:
 Journals also carry a header keyed by the home's *secret* (32 random bytes in
 ``<home>/secret``, 0600): a journal whose header is not the one this home's secret gives for
 its name was not written by this home's stores, and is never replayed (see
-`threadlog.store.recovery`).
+`threadlog.store.embedded.deadjournals`).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlsplit
 from threadlog.errors import UsageError
 
 if TYPE_CHECKING:
-    from threadlog.store.memory import MemoryStore
+    from threadlog.store.inmemory import MemoryStore
     from threadlog.store.protocol import Store
 
 __all__ = ["open_store", "parse_target"]
@@ -98,7 +98,7 @@ def open_store(target: str | os.PathLike[str] | None = None, **options: Any) -> 
     """
     kind, where = parse_target(target)
     if kind == "memory":
-        from threadlog.store.memory import MemoryStore
+        from threadlog.store.inmemory import MemoryStore
 
         if where is None:
             return MemoryStore(**options)

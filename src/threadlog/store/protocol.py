@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from threadlog.model.events import Event
     from threadlog.model.memory import MemoryFact
     from threadlog.model.state import ThreadState
-    from threadlog.store.index import IndexedThread
-    from threadlog.store.rollout import TornTail
+    from threadlog.store.embedded.index import IndexedThread
+    from threadlog.store.embedded.rollout import TornTail
 
 __all__ = [
     "Catalog",
@@ -193,7 +193,7 @@ class Store(Protocol):
     def fork(
         self,
         thread_id: str,
-        at: int | None = None,
+        at: int | str | None = None,
         *,
         principal: str | None = None,
         title: str | None = None,
@@ -202,7 +202,12 @@ class Store(Protocol):
     ) -> str:
         """A new thread inheriting ords 2..``at`` (default: all) verbatim, its lineage in
         ``thread.created`` and ``changes`` as a ``config.changed``; returns its id. All or
-        nothing. Raises `UsageError` for an ``at`` the thread does not have."""
+        nothing.
+
+        ``at`` is the last record to inherit: its ordinal (an ``int``), or its entry id (a
+        ``str``: the record's event id, `Record.id`; a string is always taken for an id,
+        never parsed as a number). Raises `UsageError` for an ordinal the thread does not
+        have, or an entry id none of its records has (the message names the entry)."""
         ...
 
     def verify(self, thread_id: str, *, check_events: bool = True) -> VerifyReport:

@@ -54,7 +54,7 @@ Simplifications
   the truncation, and directory renames are not used by the store and only modelled simply.
 * Garbage is random bytes from a seeded generator, without newlines: a complete line that
   is not a record (and not zero-filled) is damage by design, never a torn tail (a flipped bit
-  must not pass for a crash, `threadlog.store.rollout`). Stale-block garbage needs ext4
+  must not pass for a crash, `threadlog.store.embedded.rollout`). Stale-block garbage needs ext4
   ``data=writeback``; the file systems threadlog supports leave a prefix, or zeros.
 * Metadata other than names and content (modes, times, sizes of holes) is not modelled;
   images are materialized with the store's own modes (folders 0700, files 0600).

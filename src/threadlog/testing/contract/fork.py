@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from threadlog.errors import ThreadNotFound, UsageError
-from threadlog.testing.contract._common import MISSING_THREAD
+from threadlog.testing.contract._common import EVENT_ID, MISSING_THREAD, OTHER_ID
 
 if TYPE_CHECKING:
     from threadlog.store.protocol import Store
@@ -81,4 +81,39 @@ class ForkTests:
                 store.fork(source, at)
         with pytest.raises(ThreadNotFound):
             store.fork(MISSING_THREAD)
+        assert set(store.thread_ids()) == before
+
+    def test_fork_at_an_entry_id(self, store: Store) -> None:
+        source = store.create_thread("a")
+        # ord 2's data spells the id ord 3 is appended with: only a record's own id counts
+        store.append(source, "custom.n", {"id": EVENT_ID, "ref": EVENT_ID})
+        store.append(source, "custom.n", {"i": 3}, id=EVENT_ID)
+        store.append(source, "custom.n", {"i": 4})
+        records = store.read(source)
+        child = store.fork(source, EVENT_ID, changes={"model": "m2"})
+        got = store.read(child)
+        assert got[1:3] == records[1:3] and got[3].type == "config.changed"
+        lineage = got[0].data["lineage"]
+        assert (lineage["ord"], lineage["entry"], lineage["hash"]) == (3, EVENT_ID, records[2].hash)
+        assert store.verify(child).ok
+        # the entry of ord 1 (thread.created): only the header is inherited
+        bare = store.fork(source, records[0].id)
+        assert [r.ord for r in store.read(bare)] == [1]
+        # an entry the thread inherited from its own fork source
+        store.append(child, "custom.n", {"i": 5})
+        grandchild = store.fork(child, records[1].id)
+        assert store.read(grandchild)[1:] == records[1:2]
+        assert store.read(grandchild)[0].data["lineage"]["ord"] == 2
+        assert store.verify(grandchild).ok
+
+    def test_fork_refuses_an_entry_the_thread_does_not_have(self, store: Store) -> None:
+        source = store.create_thread("a")
+        store.append(source, "custom.n", {"i": 1})
+        other = store.create_thread("b")
+        elsewhere = store.append(other, "custom.n", {}).id
+        before = set(store.thread_ids())
+        for entry in (elsewhere, OTHER_ID, "2", "not an id"):
+            with pytest.raises(UsageError, match="no entry") as info:
+                store.fork(source, entry)
+            assert repr(entry) in str(info.value)
         assert set(store.thread_ids()) == before

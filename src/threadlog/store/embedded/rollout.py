@@ -23,7 +23,7 @@ id, unique event ids. It stops at the first bad line and classifies it:
   moves on from it.
 
 Appending (and the group commit that makes appends durable) lives in
-`threadlog.store.journal`.
+`threadlog.store.embedded.journal`.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from threadlog.model.lineage import Copied, copied_prefix
 from threadlog.model.reducer import replay
 from threadlog.model.refs import ArtifactRef
 from threadlog.model.refs import resolve as resolve_refs
+from threadlog.store._forks import child_created
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.protocol import ErrorListener, Listener, VerifyReport
 from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
@@ -266,21 +267,27 @@ class MemoryStore:
     def fork(
         self,
         thread_id: str,
-        at: int | None = None,
+        at: int | str | None = None,
         *,
         principal: str | None = None,
         title: str | None = None,
         kind: str = "fork",
         changes: dict[str, Any] | None = None,
     ) -> str:
-        """As `EmbeddedStore.fork`: the child inherits ords 2..``at`` verbatim (same ids,
-        data and hashes) and records its lineage; all or nothing."""
+        """As `EmbeddedStore.fork`: the child inherits ords 2..``at`` (an ordinal, or the
+        entry id of the last record to inherit) verbatim (same ids, data and hashes) and
+        records its lineage; all or nothing."""
         self._check_open()
         with self._lock:
             held = self._threads.get(thread_id)
             if held is None:
                 raise ThreadNotFound(thread_id)
             source = list(held)
+            if isinstance(at, str):
+                found = self._ids[thread_id].get(at)
+                if found is None:
+                    raise UsageError(f"no entry {at!r} in thread {thread_id}")
+                at = found
         if at is None:
             at = len(source)
         if not 1 <= at <= len(source):
@@ -290,26 +297,16 @@ class MemoryStore:
         assert isinstance(created, ThreadCreated)
         inherited = _inherited(thread_id, created)
         last = source[at - 1][0]
-        lineage: dict[str, Any] = {
-            "thread": thread_id,
-            "ord": at,
-            "entry": last.id,
-            "hash": last.hash,
-            "kind": kind,
-        }
-        if at > 1:
-            own = 2 if inherited is None else inherited.until + 1  # the first ord it wrote
-            threads = set() if inherited is None else set(inherited.threads)
-            if at >= own:
-                threads.add(thread_id)
-            chain = first.hash if inherited is None else inherited.prev  # what ord 2 follows
-            lineage["copied"] = {"prev": chain, "threads": sorted(threads)}
-        head = ThreadCreated(
-            format=FORMAT_VERSION,
-            principal=principal or created.principal,
-            config=dict(created.config),
-            lineage=lineage,
-            title=title or created.title,
+        head = child_created(
+            thread_id,
+            created,
+            first,
+            inherited,
+            at,
+            last,
+            principal=principal,
+            title=title,
+            kind=kind,
         )
         now = wall_ns()
         child = new_id(now)

@@ -1,4 +1,13 @@
-"""Replaying dead journals into rollouts (see `threadlog.store.journal` for the protocol)."""
+"""Dead journals: finding, checking and parsing them, and replaying one thread's records.
+
+A journal nobody holds a lock on belongs to a store that crashed before its checkpoint
+(`threadlog.store.embedded.journal` describes the protocol). `find_dead_journals` opens each
+under a shared lock, replays only those this home wrote (their header, keyed by the home's
+secret) and sets any other aside in ``quarantine/``; `recover_rollout` brings one thread's
+rollout up to date with the records the journals hold for it, or raises `IntegrityError` when
+they cannot be chained on. Deciding which threads to replay when is
+`threadlog.store.embedded.recovery`'s job.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +23,7 @@ from threadlog.errors import InsecureHome, IntegrityError, StorageError
 from threadlog.model.envelope import BadRecord, Record, parse_line
 from threadlog.store._fileops import move_to_quarantine
 from threadlog.store._perms import check_fd, journal_header
-from threadlog.store.rollout import Scan, scan, scan_file
+from threadlog.store.embedded.rollout import Scan, scan, scan_file
 
 if TYPE_CHECKING:
     from threadlog.store._fileops import FileOps

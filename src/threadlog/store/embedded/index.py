@@ -10,166 +10,52 @@ It holds every prompt of every thread, so it is created 0600 (SQLite gives its `
 ``-shm`` files the database's mode); one left 0644 by an older version is restricted. An index
 that is not a sound SQLite database (garbage, truncated, a page overwritten: ``PRAGMA
 quick_check`` at open, a directory in its place) raises `DamagedIndex`, and the store sets it
-aside and rebuilds it. Waiting for another process's write lock is bounded by `BUSY_TIMEOUT`
-and then says who to wait for.
+aside and rebuilds it (`Index.open`, `Index.replace`: the same object then serves the new
+file, so whoever holds the index never holds a closed one). Waiting for another process's
+write lock is bounded by `BUSY_TIMEOUT` and then says who to wait for. The schema, the opening
+checks and the row types are in `threadlog.store.embedded.schema`.
 """
 
 from __future__ import annotations
 
-import errno
 import functools
+import logging
 import os
 import sqlite3
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from threadlog.errors import StorageError
 from threadlog.model.projection import project
-from threadlog.store._perms import check_fd, restrict_file
+from threadlog.store.embedded.schema import (
+    THREAD_COLUMNS,
+    AckMark,
+    DamagedIndex,
+    IndexBatch,
+    IndexedThread,
+    IndexPosition,
+    SnapshotRow,
+    connect,
+    translate,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from threadlog.model.envelope import Record
 
-__all__ = ["BUSY_TIMEOUT", "DamagedIndex", "Index", "IndexedThread"]
+__all__ = ["BUSY_TIMEOUT", "DamagedIndex", "Index", "IndexedThread", "SnapshotRow"]
+
+log = logging.getLogger("threadlog.store")
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-SCHEMA_VERSION = 2
 
 BUSY_TIMEOUT = 5.0
 """Seconds to wait for another process's lock on the index before giving up with a
 `StorageError` that says so (its writes are short; a rebuild of a large store is not)."""
-
-
-class DamagedIndex(StorageError):
-    """The index file is not a sound SQLite database; it is only a projection: set it aside
-    and rebuild it from the rollouts."""
-
-
-def _error(path: str, exc: sqlite3.Error, timeout: float, doing: str = "") -> StorageError:
-    """A SQLite error as threadlog's: a lock held too long, damage, or another failure."""
-    text = str(exc)
-    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
-        return StorageError(
-            f"the index {path} is locked by another process (waited {timeout:g} s); retry "
-            "when it is done (a `threadlog rebuild` of a large store takes a while)"
-        )
-    if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError):
-        return DamagedIndex(f"the index {path} is damaged: {text}")
-    return StorageError(f"{doing}index {path}: {text}")
-
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS threads (
-    thread_id   TEXT PRIMARY KEY,
-    path        TEXT NOT NULL,
-    principal   TEXT,
-    created_at  TEXT,
-    title       TEXT,
-    forked_from TEXT,
-    status      TEXT NOT NULL DEFAULT 'idle',
-    last_ord    INTEGER NOT NULL DEFAULT 0,
-    last_hash   TEXT,
-    last_ts     TEXT,
-    bytes       INTEGER NOT NULL DEFAULT 0,
-    turns       INTEGER NOT NULL DEFAULT 0,
-    tool_calls  INTEGER NOT NULL DEFAULT 0,
-    damage      TEXT
-);
-CREATE INDEX IF NOT EXISTS threads_by_activity ON threads (last_ts);
-CREATE TABLE IF NOT EXISTS acknowledged (
-    thread_id TEXT PRIMARY KEY,
-    last_ord  INTEGER NOT NULL,
-    last_hash TEXT,
-    bytes     INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS turns (
-    thread_id   TEXT NOT NULL,
-    turn_id     TEXT NOT NULL,
-    status      TEXT,
-    started_ord INTEGER,
-    ended_ord   INTEGER,
-    started_at  TEXT,
-    ended_at    TEXT,
-    input       TEXT,
-    PRIMARY KEY (thread_id, turn_id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS memories (
-    thread_id    TEXT NOT NULL,
-    memory_id    TEXT NOT NULL,
-    fact         TEXT,
-    scope        TEXT,
-    key          TEXT,
-    source_event TEXT,
-    written_at   TEXT,
-    expires_at   TEXT,
-    revoked      INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (thread_id, memory_id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS snapshots (
-    thread_id   TEXT PRIMARY KEY,
-    ord         INTEGER NOT NULL,
-    hash        TEXT NOT NULL,
-    end_offset  INTEGER NOT NULL,
-    version     TEXT NOT NULL,
-    payload     BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS tool_calls (
-    thread_id   TEXT NOT NULL,
-    call_id     TEXT NOT NULL,
-    turn_id     TEXT,
-    tool        TEXT,
-    side_effect TEXT,
-    status      TEXT,
-    proposed_ord INTEGER,
-    last_ord    INTEGER,
-    PRIMARY KEY (thread_id, call_id)
-) WITHOUT ROWID;
-"""
-
-_THREAD_COLUMNS = (
-    "thread_id",
-    "path",
-    "principal",
-    "created_at",
-    "title",
-    "forked_from",
-    "status",
-    "last_ord",
-    "last_hash",
-    "last_ts",
-    "bytes",
-    "turns",
-    "tool_calls",
-    "damage",
-)
-
-
-class IndexedThread(NamedTuple):
-    """A row of the ``threads`` projection (a named tuple: listing 10,000 is cheap)."""
-
-    thread_id: str
-    path: str
-    principal: str | None
-    created_at: str | None
-    title: str | None
-    forked_from: str | None
-    status: str
-    last_ord: int
-    last_hash: str | None
-    last_ts: str | None
-    bytes: int
-    turns: int
-    tool_calls: int
-    damage: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in _THREAD_COLUMNS}
 
 
 def _translated(method: _F) -> _F:
@@ -180,7 +66,7 @@ def _translated(method: _F) -> _F:
         try:
             return method(self, *args, **kwargs)
         except sqlite3.Error as exc:
-            raise _error(self.path, exc, self.timeout) from exc
+            raise translate(self.path, exc, self.timeout) from exc
 
     return wrapper  # type: ignore[return-value]
 
@@ -192,38 +78,33 @@ class Index:
         self.path = path
         self.timeout = BUSY_TIMEOUT if timeout is None else timeout
         self._lock = threading.RLock()
-        _create_private(path)
-        for suffix in ("-wal", "-shm"):
-            restrict_file(path + suffix, "the index")
+        self._db = connect(path, self.timeout)
+
+    @classmethod
+    def open(cls, path: str) -> Index:
+        """Open the index; a damaged one (see `DamagedIndex`) is set aside and a new, empty
+        one opened (it is only a projection). A locked or unwritable one is an error that
+        says so."""
         try:
-            self._db = sqlite3.connect(
-                path, check_same_thread=False, isolation_level=None, timeout=self.timeout
-            )
-        except sqlite3.Error as exc:
-            raise _error(path, exc, self.timeout, "cannot open the ") from exc
-        try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            # Damage that opening does not notice (a page overwritten, a truncated file)
-            # would otherwise surface in some later query, as an error in the middle of a
-            # command. quick_check reads every page once: 15-30 ms for the 13 MB index of a
-            # 100k-record store (page cache warm).
-            check = self._db.execute("PRAGMA quick_check").fetchall()
-            if check != [("ok",)]:
-                raise sqlite3.DatabaseError("; ".join(str(row[0]) for row in check[:3]))
-            self._db.executescript(_DDL)
-            row = self._db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-            if row is not None and row[0] != str(SCHEMA_VERSION):
-                # Projections of another schema: drop the rows; catch-up rebuilds them.
-                for table in ("threads", "turns", "tool_calls", "memories", "snapshots"):
-                    self._db.execute(f"DELETE FROM {table}")
-            self._db.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)",
-                (str(SCHEMA_VERSION),),
-            )
-        except sqlite3.Error as exc:
+            return cls(path)
+        except DamagedIndex as exc:
+            aside = _set_aside(path, exc)
+            index = cls(path)
+            index._salvage(aside)
+            return index
+
+    def replace(self, exc: DamagedIndex) -> None:
+        """Set this damaged index aside and go on with a new, empty one in its place."""
+        with self._lock:
             self._db.close()
-            raise _error(path, exc, self.timeout, "cannot open the ") from exc
+            aside = _set_aside(self.path, exc)
+            self._db = connect(self.path, self.timeout)
+        self._salvage(aside)
+
+    def _salvage(self, aside: str) -> None:
+        saved = self.salvage_acknowledged(aside)
+        if saved:
+            log.warning("kept the acknowledged marks of %d thread(s) from %s", saved, aside)
 
     def close(self) -> None:
         with self._lock:
@@ -236,7 +117,7 @@ class Index:
         self, *, principal: str | None = None, limit: int | None = None
     ) -> list[IndexedThread]:
         """Threads, most recently active first."""
-        sql = f"SELECT {', '.join(_THREAD_COLUMNS)} FROM threads"
+        sql = f"SELECT {', '.join(THREAD_COLUMNS)} FROM threads"
         args: list[Any] = []
         if principal is not None:
             sql += " WHERE principal = ?"
@@ -253,20 +134,20 @@ class Index:
     def thread(self, thread_id: str) -> IndexedThread | None:
         with self._lock:
             row = self._db.execute(
-                f"SELECT {', '.join(_THREAD_COLUMNS)} FROM threads WHERE thread_id = ?",
+                f"SELECT {', '.join(THREAD_COLUMNS)} FROM threads WHERE thread_id = ?",
                 (thread_id,),
             ).fetchone()
         return IndexedThread(*row) if row else None
 
     @_translated
-    def positions(self) -> dict[str, tuple[int, int, str | None]]:
+    def positions(self) -> dict[str, IndexPosition]:
         """``thread_id → (bytes, last_ord, last_hash)`` for catch-up."""
         with self._lock:
             rows = self._db.execute("SELECT thread_id, bytes, last_ord, last_hash FROM threads")
             return {t: (b, o, h) for t, b, o, h in rows}
 
     @_translated
-    def acknowledged(self, thread_id: str | None = None) -> dict[str, tuple[int, str | None, int]]:
+    def acknowledged(self, thread_id: str | None = None) -> dict[str, AckMark]:
         """``thread_id → (last_ord, last_hash, bytes)``: the furthest each thread was ever
         indexed, which only durable records reach. Unlike the projections, `clear`,
         `reset_thread` and `forget` keep it, so a rollout that lost records it once held
@@ -356,7 +237,7 @@ class Index:
     @_translated
     def apply(
         self,
-        batches: Iterable[tuple[str, str, Sequence[Record], int]],
+        batches: Iterable[IndexBatch],
         *,
         acknowledged: bool = True,
     ) -> None:
@@ -415,14 +296,14 @@ class Index:
             )
 
     @_translated
-    def get_snapshot(self, thread_id: str) -> tuple[int, str, int, str, bytes] | None:
-        """``(ord, hash, end_offset, version, payload)`` of the thread's snapshot, if any."""
+    def get_snapshot(self, thread_id: str) -> SnapshotRow | None:
+        """The thread's snapshot, if any."""
         with self._lock:
             row = self._db.execute(
                 "SELECT ord, hash, end_offset, version, payload FROM snapshots WHERE thread_id = ?",
                 (thread_id,),
             ).fetchone()
-        return (row[0], row[1], row[2], row[3], bytes(row[4])) if row else None
+        return SnapshotRow(row[0], row[1], row[2], row[3], bytes(row[4])) if row else None
 
     @_translated
     def reset_thread(self, thread_id: str, *, damage: str | None = None) -> None:
@@ -552,21 +433,17 @@ class Index:
         )
 
 
-def _create_private(path: str) -> None:
-    """Create the index file 0600 before SQLite does (SQLite would make it 0644, and its
-    ``-wal``/``-shm`` files after it), or check the existing one (see `check_fd`)."""
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, 0o600)
-    except OSError as exc:
-        if exc.errno in (errno.EISDIR, errno.ELOOP):
-            raise DamagedIndex(f"the index {path} is not a file") from exc
-        raise StorageError(f"cannot open the index {path}: {exc}") from exc
-    try:
-        check_fd(fd, path, "the index")
-    except StorageError as exc:
-        if os.path.islink(path) or not os.path.isfile(path):
-            raise DamagedIndex(f"the index {path} is not a file") from exc
-        raise
-    finally:
-        os.close(fd)
+def _set_aside(path: str, exc: DamagedIndex) -> str:
+    """Move a damaged index (and its -wal/-shm) aside; where it went."""
+    aside = f"{path}.damaged-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    log.warning("%s; moved it to %s and rebuilding it", exc, aside)
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.replace(path + suffix, aside + suffix)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            raise StorageError(
+                f"{exc}, and it cannot be moved aside ({err}); move {path}{suffix} away and retry"
+            ) from err
+    return aside

@@ -1,0 +1,338 @@
+"""Reading a thread back: verified records, never past what is durable, nothing lost unnoticed.
+
+A read scans the rollout file itself (`threadlog.store.embedded.rollout`), not the index, and
+holds it to three rules:
+
+* **Durable before visible.** A live writer (this store, or another process, through its
+  lease's notice) publishes how far the file is durable (`Reader.durable_end`); readers stop
+  there, since bytes past it may not be on disk yet and a failed fsync would cut them. With no
+  live writer, a killed one may have left records it never synced: the file is synced after it
+  is read (`Reader.sync_file`), so nothing returned can be lost by a power cut.
+* **Nothing acknowledged goes missing unnoticed.** The index keeps, per thread, the furthest
+  ordinal and hash ever acknowledged (`Reader.acknowledged`); a log that holds fewer records,
+  or another record at that ordinal (a file cut at a line boundary, or restored from an old
+  copy), is damage no scan can see by itself (`lost_acknowledged`).
+* **Damage raises; a torn tail does not.** An interrupted final write is not returned;
+  anything else is `IntegrityError` with the first bad ordinal.
+
+Shortcuts that keep those rules: the scan a thread was just opened for writing with (one read
+after an open is usually a session replaying it), the first ``limit`` lines alone for a read
+from the start, and the tail after a snapshot's anchor for a read after it. `Reader.follow`
+tails a thread that another process may be writing. `Reader.verify` reports instead of
+raising, and also replays the events through the reducer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING
+
+from threadlog.errors import (
+    IntegrityError,
+    InvalidTransition,
+    StorageError,
+    ThreadNotFound,
+    UsageError,
+)
+from threadlog.model.events import from_data
+from threadlog.model.reducer import replay
+from threadlog.store.embedded.leases import read_durable_end
+from threadlog.store.embedded.rollout import Scan, scan, scan_file
+from threadlog.store.protocol import VerifyReport
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
+    from threadlog.model.envelope import Record
+    from threadlog.store._fileops import FileOps
+    from threadlog.store.embedded.index import Index
+    from threadlog.store.embedded.layout import Layout
+    from threadlog.store.embedded.rolloutlog import RolloutLog
+    from threadlog.store.embedded.schema import AckMark
+    from threadlog.store.embedded.snapshots import SnapshotKeeper
+
+__all__ = ["Reader", "lost_acknowledged"]
+
+log = logging.getLogger("threadlog.store")
+
+
+class Reader:
+    """Reads and verifies threads' rollouts (see the module docstring).
+
+    Args:
+        layout: where the rollouts and the lease notices are.
+        index: the acknowledged marks.
+        logs: the threads this store has open for writing (read only here).
+        snapshots: anchors to read after.
+        fops: the file-operation layer (for the syncs).
+        max_record_bytes: the longest line a rollout may hold.
+        problems: what the store's open skipped (`verify` reports a thread a refused journal
+            names as damaged).
+    """
+
+    def __init__(
+        self,
+        layout: Layout,
+        index: Index,
+        logs: dict[str, RolloutLog],
+        snapshots: SnapshotKeeper,
+        fops: FileOps,
+        max_record_bytes: int,
+        problems: list[dict[str, Any]],
+    ) -> None:
+        self._layout = layout
+        self._index = index
+        self._logs = logs
+        self._snapshots = snapshots
+        self._fops = fops
+        self._max_record_bytes = max_record_bytes
+        self._problems = problems
+
+    def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
+        """Durable records of a thread with ``ord > after``, verified, in order.
+
+        A torn tail (an interrupted write) is not returned; damage raises `IntegrityError`.
+        With ``limit``, from the start of the log, only the lines needed are read and verified
+        (damage further on is not looked for).
+        """
+        path = self._layout.path_of(thread_id)
+        rollout = self._logs.get(thread_id)
+        fresh = rollout.take_fresh() if rollout is not None else None
+        if fresh:  # just verified by opening the thread (and synced), only this store writes it
+            return fresh[after:] if limit is None else fresh[after : after + limit]
+        known = self.acknowledged(thread_id)
+        end = self.durable_end(thread_id)
+        records = self._read_file(path, thread_id, after, limit, end, known)
+        if end is None:
+            # Durable before visible: no live writer says how far the file is durable, and a
+            # killed one may have left records it never synced; sync the file now that it is
+            # read, so that nothing returned here can be lost by a power cut.
+            self.sync_file(path)
+        return records
+
+    def follow(self, thread_id: str, after: int = 0, *, interval: float = 0.2) -> Iterator[Record]:
+        """`Store.follow`: the durable records after ``after``, then each new one. Reads the
+        rollout itself, so it works beside a live writer in another process; it stops where
+        the writer publishes its records durable (`durable_end`)."""
+        path = self._layout.path_of(thread_id)
+        known = self.acknowledged(thread_id)
+        scanned = self.scan_whole(path, thread_id, self.durable_end(thread_id), known)
+        yield from scanned.records[after:]
+        last = scanned.records[-1]
+        ord_, prev, offset = last.ord, last.hash, scanned.end
+        with open(path, "rb") as f:
+            while True:
+                durable = self.durable_end(thread_id)
+                f.seek(offset)
+                chunk = f.read() if durable is None else f.read(max(0, durable - offset))
+                tail = scan(
+                    chunk, thread_id, base_offset=offset, start_ord=ord_ + 1, prev_hash=prev
+                )
+                if tail.error is not None:
+                    raise tail.error
+                if tail.records:
+                    if durable is None:
+                        self.sync_file(path)  # durable before visible (as `read`)
+                    yield from tail.records
+                    ord_, prev, offset = tail.records[-1].ord, tail.records[-1].hash, tail.end
+                time.sleep(interval)
+
+    def durable_end(self, thread_id: str) -> int | None:
+        """The byte offset up to which the thread's rollout is known durable while a live
+        writer holds it (this store, or another process, which publishes it after every
+        commit); None when nobody writes it. Readers stop there: bytes past it may not be on
+        disk yet, and a failed fsync would cut them (issue 9)."""
+        rollout = self._logs.get(thread_id)
+        if rollout is not None:
+            return rollout.size
+        return read_durable_end(self._layout.locks, thread_id)
+
+    def sync_file(self, path: str) -> None:
+        """fdatasync a file through a read-only descriptor (about 40 µs when nothing is dirty)."""
+        fops = self._fops
+        try:
+            fd = fops.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StorageError(f"cannot sync {path}: {exc}") from exc
+        try:
+            fops.fdatasync(fd)
+        except OSError as exc:
+            raise StorageError(f"cannot sync {path}: {exc}") from exc
+        finally:
+            fops.close(fd)
+
+    def _read_file(
+        self,
+        path: str,
+        thread_id: str,
+        after: int,
+        limit: int | None,
+        end: int | None,
+        known: AckMark | None,
+    ) -> list[Record]:
+        if limit is not None and after == 0:
+            head = self._read_head(path, thread_id, limit, end)
+            if head is not None:
+                return head
+        if after > 0 and self._snapshots.covers(thread_id, after):
+            fast = self._snapshots.anchored_tail(thread_id, path, end)
+            if fast is not None:  # read only what follows the snapshot's anchor
+                lost = lost_acknowledged(thread_id, fast[1], known, fast[0])
+                if lost is not None:
+                    raise lost
+                records = [r for r in fast[1].records if r.ord > after]
+                return records[:limit] if limit is not None else records
+        scanned = self.scan_whole(path, thread_id, end, known)
+        records = scanned.records[after:] if after > 0 else scanned.records
+        return records[:limit] if limit is not None else records
+
+    def scan_whole(self, path: str, thread_id: str, end: int | None, known: AckMark | None) -> Scan:
+        """The whole log up to ``end``, checked as a reader must: damage, records lost below
+        the acknowledged mark ``known`` (taken before ``end``), a thread that has none."""
+        try:
+            scanned = scan_file(path, thread_id, end=end)
+        except FileNotFoundError:
+            raise ThreadNotFound(thread_id) from None
+        if scanned.error is not None:
+            raise scanned.error
+        lost = lost_acknowledged(thread_id, scanned, known)
+        if lost is not None:
+            raise lost
+        if not scanned.records:
+            raise ThreadNotFound(thread_id)
+        return scanned
+
+    def _read_head(
+        self, path: str, thread_id: str, count: int, end: int | None
+    ) -> list[Record] | None:
+        """The first ``count`` records, from the first ``count`` lines alone; None when there
+        are fewer or they are not all valid (the full scan then tells a torn tail from damage)."""
+        lines = []
+        read = 0
+        try:
+            with open(path, "rb") as f:
+                for _ in range(count):
+                    line = f.readline(self._max_record_bytes + 2)
+                    if not line.endswith(b"\n") or (end is not None and read + len(line) > end):
+                        break
+                    lines.append(line)
+                    read += len(line)
+        except FileNotFoundError:
+            raise ThreadNotFound(thread_id) from None
+        scanned = scan(b"".join(lines), thread_id, whole=False)
+        if scanned.error is not None or scanned.torn is not None:
+            return None
+        if len(scanned.records) < count:
+            return None  # a short log: the full scan checks how it ends
+        return scanned.records
+
+    def acknowledged(self, thread_id: str) -> AckMark | None:
+        """The index's acknowledged mark of a thread ``(last_ord, last_hash, bytes)``, if any.
+
+        Take it *before* `durable_end` and the read it bounds: a writer publishes an end before
+        its index acknowledges anything up to it, so a mark taken first is never ahead of the
+        file read after it (taken after, a busy writer's mark is, and reads as lost records)."""
+        try:
+            return self._index.acknowledged(thread_id).get(thread_id)
+        except StorageError as exc:
+            log.warning(
+                "thread %s: the index cannot say what was acknowledged (%s)", thread_id, exc
+            )
+            return None
+
+    def missing_threads(self) -> list[str]:
+        """Threads with acknowledged records whose rollout file is gone (deleted or moved):
+        `verify` reports them as damaged, since nothing of threadlog deletes a rollout."""
+        try:
+            known = self._index.acknowledged()
+        except StorageError:
+            return []
+        path_of = self._layout.path_of
+        return sorted(t for t in known if not os.path.exists(path_of(t)))
+
+    def verify(self, thread_id: str, *, check_events: bool = True) -> VerifyReport:
+        """Check a thread's framing, hashes, chain and ordinals (and, by default, that every
+        event is legal for the reducer). Reports; never repairs."""
+        path = self._layout.path_of(thread_id)
+        try:
+            known = self.acknowledged(thread_id)
+            scanned = scan_file(path, thread_id, end=self.durable_end(thread_id))
+        except FileNotFoundError:
+            if thread_id not in self.missing_threads():
+                raise ThreadNotFound(thread_id) from None
+            scanned = Scan()
+        error: IntegrityError | InvalidTransition | None = scanned.error
+        if error is None:
+            error = lost_acknowledged(thread_id, scanned, known)
+        if error is None:
+            # a crashed store's journal holds records of the thread that could not be replayed
+            journal = next((p for p in self._problems if p["thread"] == thread_id), None)
+            if journal is not None:
+                last_ord = scanned.records[-1].ord if scanned.records else 0
+                error = IntegrityError(thread_id, last_ord + 1, journal["message"])
+        if error is None and not scanned.records:
+            raise ThreadNotFound(thread_id)  # never born: its first record was never acknowledged
+        if error is None and check_events:
+            try:
+                replay(scanned.records)
+            except (InvalidTransition, IntegrityError) as exc:
+                error = exc
+            except UsageError as exc:  # data that does not fit its type
+                bad = _first_undecodable(scanned.records)
+                error = InvalidTransition(str(exc), ord=bad)
+        last = scanned.records[-1].ord if scanned.records else 0
+        return VerifyReport(
+            thread_id, error is None, len(scanned.records), last, scanned.torn, error
+        )
+
+
+def lost_acknowledged(
+    thread_id: str,
+    scanned: Scan,
+    known: AckMark | None,
+    anchor: Record | None = None,
+    prefix: int = 0,
+) -> IntegrityError | None:
+    """Damage no scan can see: the log holds fewer records than ``known`` (the thread's
+    `Reader.acknowledged` mark) says were acknowledged (a cut at a line boundary, a file
+    restored from an old copy), or another record at the last acknowledged ordinal. None when
+    it holds them all (or the index, only a projection, cannot say)."""
+    if known is None:
+        return None
+    ord_, hash_, _ = known
+    records = scanned.records
+    last = records[-1] if records else anchor
+    have = last.ord if last is not None else prefix  # (``prefix``: ords known before)
+    if have < ord_:
+        return IntegrityError(
+            thread_id,
+            have + 1,
+            f"{ord_ - have} acknowledged record(s) missing: the log ends at ord {have} but "
+            f"ord {ord_} was acknowledged (the index knew it); restore the file from a "
+            "backup, or salvage what is left with `threadlog fork`",
+            offset=scanned.end,
+        )
+    at = ord_ - records[0].ord if records else -1
+    if 0 <= at < len(records) and records[at].hash != hash_:
+        return IntegrityError(
+            thread_id,
+            ord_,
+            "this is not the record that was acknowledged at this ordinal (the index knew "
+            "another hash): the file was replaced",
+            offset=scanned.offsets[at],
+        )
+    return None
+
+
+def _first_undecodable(records: list[Record]) -> int | None:
+    for record in records:
+        try:
+            from_data(record.type, record.data)
+        except UsageError:
+            return record.ord
+    return None

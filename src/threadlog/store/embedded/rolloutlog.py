@@ -1,0 +1,289 @@
+"""One thread's rollout while this store writes it: ordinals, the hash chain, the id index.
+
+A `RolloutLog` is the in-memory side of a rollout file this store holds the lease of. It
+assigns each record its ordinal and chains it under the log's own lock, encodes it and hands
+the line to the store's journal (`threadlog.store.embedded.journal`), which makes it durable
+and writes it into the file (`written`). It answers what an append must know without reading
+the file: the last ordinal and hash, which ids the thread holds (an idempotent retry returns
+the stored record), where each record ends (a snapshot's anchor). A log opened from a snapshot
+anchor knows only what follows it at first and loads the prefix lazily, the first time an id
+or an offset before the anchor is asked for.
+
+Closing a log (released, evicted) makes further submissions raise `LogClosed`; the store then
+reopens the thread.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+from threadlog.errors import (
+    DuplicateEventConflict,
+    IntegrityError,
+    OrdinalConflict,
+    RecordTooLarge,
+    StorageError,
+    UsageError,
+)
+from threadlog.model.envelope import BadRecord, Record, encode_record, parse_line
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import EllipsisType
+
+    from threadlog.store.embedded.rollout import Scan
+
+__all__ = ["Enqueue", "LogClosed", "RolloutLog"]
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+class Enqueue(Protocol):
+    """Where a log queues its lines: the store's journal (`Journal.enqueue`)."""
+
+    def enqueue(self, rollout: RolloutLog, line: bytes, record: Record) -> int:
+        """Queue ``line`` (the caller holds ``rollout``'s lock); its journal sequence."""
+        ...
+
+
+class LogClosed(StorageError):
+    """The rollout was closed (released or evicted); reopen the thread to append."""
+
+
+class RolloutLog:
+    """One thread's rollout while this store holds its lease: ordinals, chain, id index."""
+
+    def __init__(
+        self,
+        *,
+        thread_id: str,
+        path: str,
+        fd: int,
+        journal: Enqueue,
+        scanned: Scan,
+        max_record_bytes: int,
+        anchor: Record | None = None,
+        load_prefix: Callable[[], Scan] | None = None,
+        publish: Callable[[int], None] | None = None,
+    ) -> None:
+        """``scanned`` covers the file from its start, or (with ``anchor``, the verified record
+        just before it, e.g. a snapshot's) only its tail; the prefix's offsets and ids are
+        then loaded with ``load_prefix`` the first time they are needed."""
+        self.thread_id = thread_id
+        self.path = path
+        self.fd = fd
+        self.publish = publish
+        """Announces the durable end to readers in other processes (the lease's notice)."""
+        self._journal = journal
+        self._max_record_bytes = max_record_bytes
+        self._lock = threading.Lock()
+        records = scanned.records
+        last = records[-1] if records else anchor
+        self.last_ord = last.ord if last else 0
+        self.last_hash: str | None = last.hash if last else None
+        self.last_id: str | None = last.id if last else None
+        self._first_ord = anchor.ord + 1 if anchor else 1
+        """The first ord whose offset and id are loaded (the prefix is loaded lazily)."""
+        self._prefix_end = (scanned.offsets[0] if scanned.offsets else scanned.end) if anchor else 0
+        """Where the records before ``_first_ord`` end in the file."""
+        self._load_prefix = load_prefix
+        self.durable_ord = self.last_ord
+        """Highest ord that is durable (in the journal) and written to the rollout file."""
+        self.size = scanned.end
+        """Bytes of the rollout file written so far."""
+        self.last_seq = 0
+        """Journal sequence of this log's latest queued record."""
+        self._offsets: list[int] = list(scanned.offsets)
+        self._queued_bytes = 0
+        self._ids: dict[str, int] = {r.id: r.ord for r in records}
+        self._unwritten: dict[int, Record] = {}
+        self.closed = False
+        self.uses = 0
+        """Appends so far (the store evicts the least used idle logs)."""
+        self.fresh: Scan | None = scanned if anchor is None else None
+        """The whole-file scan the log was opened with, kept for the one read that usually
+        follows (a session replaying the thread) and dropped at the first append."""
+
+    def submit(
+        self,
+        *,
+        id: str,
+        type: str,
+        data: Any,
+        data_json: bytes,
+        parent: str | None | EllipsisType,
+        ts: str,
+        expect_ord: int | None,
+        check: Callable[[Record], object] | None = None,
+        explicit_id: bool = True,
+    ) -> tuple[Record, int]:
+        """Assign the next ordinal, chain, encode and queue one record; ``(record, seq)``.
+
+        ``parent=...`` means "the previous record". An id that is already in the log returns
+        the stored record if the content is the same (with the sequence to wait for), and
+        raises `DuplicateEventConflict` if not. ``check(record)`` runs before the record is
+        queued; if it raises, nothing is queued and the ordinal stays free.
+        """
+        with self._lock:
+            if self.closed:
+                raise LogClosed(f"thread {self.thread_id}: the log is closed")
+            self.uses += 1
+            self.fresh = None
+            # The record's data must equal what a later read returns. A flat object of plain
+            # scalars already does (and is kept: no allocation on the hot path); anything else
+            # is replaced by the decoded bytes (orjson writes UUIDs and enums as their values).
+            flat = data.__class__ is dict and len(data) <= 32  # (`type` is a parameter here)
+            if flat:
+                for value in data.values():
+                    if value.__class__ not in _SCALARS:
+                        flat = False
+                        break
+            if not flat:
+                data = orjson.loads(data_json)
+            existing = self._ids.get(id)
+            if existing is None and explicit_id and self._first_ord > 1:
+                self._complete_prefix()
+                existing = self._ids.get(id)
+            if existing is not None:
+                stored = self._record_at(existing)
+                want_parent = stored.parent if parent is ... else parent
+                if not stored.same_content(type, data, want_parent):
+                    raise DuplicateEventConflict(self.thread_id, id, existing)
+                return stored, (self.last_seq if existing > self.durable_ord else 0)
+            ord_ = self.last_ord + 1
+            if expect_ord is not None and expect_ord != ord_:
+                raise OrdinalConflict(self.thread_id, expect_ord, ord_)
+            parent_id = self.last_id if parent is ... else parent
+            if parent_id is not None and parent_id != self.last_id:
+                self._check_parent(parent_id)
+            prev = self.last_hash
+            line, digest = encode_record(
+                id=id,
+                thread=self.thread_id,
+                ord=ord_,
+                parent=parent_id,
+                ts=ts,
+                type=type,
+                data_json=data_json,
+                prev=prev,
+            )
+            if len(line) > self._max_record_bytes:
+                raise RecordTooLarge(
+                    f"record of {len(line)} bytes is over the limit of {self._max_record_bytes}"
+                )
+            record = Record(1, id, self.thread_id, ord_, parent_id, ts, type, data, prev, digest)
+            if check is not None:
+                check(record)
+            seq = self._journal.enqueue(self, line, record)
+            self._offsets.append(self.size + self._queued_bytes)
+            self._queued_bytes += len(line)
+            self._unwritten[ord_] = record
+            self._ids[id] = ord_
+            self.last_ord, self.last_hash, self.last_id, self.last_seq = ord_, digest, id, seq
+            return record, seq
+
+    def _check_parent(self, parent: str) -> None:
+        """Refuse a parent that names no record of this thread (a dangling edge would make
+        the conversation tree lie about where a record continues). Lock held."""
+        if parent not in self._ids and self._first_ord > 1:
+            self._find_in_prefix(parent)
+        if parent not in self._ids:
+            raise UsageError(
+                f"thread {self.thread_id} has no record {parent!r:.80} to continue: pass the "
+                "id of one of its records as parent, None for a new root, or leave it out "
+                "for the previous record"
+            )
+
+    def _find_in_prefix(self, id_: str) -> None:
+        """Look a record id up in the part of the file before ``_first_ord`` (a log opened
+        from a snapshot anchor), adding it to the id index if it is there. Lock held.
+
+        A byte search, confirmed by parsing the one line it lands in, instead of the whole
+        scan `_complete_prefix` does: a session resumed from a snapshot names its conversation
+        leaf, often before the anchor, as the parent of its first record.
+        """
+        prefix = os.pread(self.fd, self._prefix_end, 0)
+        needle = b'"id":"' + id_.encode("utf-8", "replace") + b'"'
+        pos = prefix.find(needle)
+        while pos >= 0:
+            start = prefix.rfind(b"\n", 0, pos) + 1
+            end = prefix.find(b"\n", pos) + 1 or len(prefix)
+            try:
+                record = parse_line(prefix[start:end])
+            except BadRecord:
+                record = None
+            if record is not None and record.id == id_ and record.ord < self._first_ord:
+                self._ids[id_] = record.ord
+                return
+            pos = prefix.find(needle, end)
+
+    def close(self) -> None:
+        """Refuse further submissions (they raise `LogClosed`); waits for one under way.
+        What was queued stays queued: the journal still writes it into the file."""
+        with self._lock:
+            self.closed = True
+
+    def take_fresh(self) -> list[Record] | None:
+        """The records of the opening scan, once, if nothing was appended since."""
+        with self._lock:
+            scanned, self.fresh = self.fresh, None
+            if scanned is None or self.size != scanned.end or self._unwritten:
+                return None
+            return scanned.records
+
+    def _complete_prefix(self) -> None:
+        """Load the offsets and ids of the records before ``_first_ord``. Lock held."""
+        assert self._load_prefix is not None
+        full = self._load_prefix()
+        if full.error is not None:
+            raise full.error
+        prefix = [
+            (r, off)
+            for r, off in zip(full.records, full.offsets, strict=True)
+            if r.ord < self._first_ord
+        ]
+        if len(prefix) != self._first_ord - 1:
+            raise IntegrityError(
+                self.thread_id, len(prefix) + 1, "the rollout's prefix is incomplete"
+            )
+        self._offsets = [off for _, off in prefix] + self._offsets
+        for record, _ in prefix:
+            self._ids[record.id] = record.ord
+        self._first_ord = 1
+
+    def offset_after(self, ord_: int) -> int | None:
+        """The byte offset just after record ``ord_`` if it is written, else None."""
+        with self._lock:
+            if ord_ > self.durable_ord or ord_ < self._first_ord - 1:
+                return None
+            index = ord_ + 1 - self._first_ord
+            return self._offsets[index] if index < len(self._offsets) else self.size
+
+    def written(self, records: list[Record], nbytes: int) -> None:
+        """Called by the journal leader once ``records`` are durable and in the file."""
+        with self._lock:
+            self.size += nbytes
+            self._queued_bytes -= nbytes
+            self.durable_ord = records[-1].ord
+            for record in records:
+                del self._unwritten[record.ord]
+
+    def _record_at(self, ord_: int) -> Record:
+        """A record of this log by ordinal (queued ones from memory). Lock held."""
+        unwritten = self._unwritten.get(ord_)
+        if unwritten is not None:
+            return unwritten
+        if ord_ < self._first_ord:
+            self._complete_prefix()
+        index = ord_ - self._first_ord
+        start = self._offsets[index]
+        end = self._offsets[index + 1] if index + 1 < len(self._offsets) else self.size
+        line = os.pread(self.fd, end - start, start)
+        try:
+            return parse_line(line)
+        except BadRecord as exc:
+            raise IntegrityError(self.thread_id, ord_, str(exc), offset=start) from None
