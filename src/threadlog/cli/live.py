@@ -17,7 +17,7 @@ import orjson
 
 from threadlog.cli import EXIT_STORE, cli, handle_errors, store_options
 from threadlog.cli._store import open_disk_store
-from threadlog.errors import IntegrityError, LeaseHeld, UsageError
+from threadlog.errors import IntegrityError, LeaseHeld
 from threadlog.model.commands import Approve, Cancel, Command, Deny, Resolve, Submit
 from threadlog.model.events import InputQueued
 from threadlog.runtime import inbox
@@ -307,16 +307,8 @@ def fork(home: str | None, as_json: bool, thread: str, at: str | None, title: st
       threadlog fork THREAD --at 12 --title "try the other approach"
     """
     with open_disk_store(home) as store:
-        ord_: int | None = None
-        if at is not None:
-            if at.isdigit():
-                ord_ = int(at)
-            else:
-                matches = [r.ord for r in store.read(thread) if r.id == at]
-                if not matches:
-                    raise UsageError(f"no entry {at!r} in thread {thread}")
-                ord_ = matches[0]
-        child = store.fork(thread, ord_, title=title)
+        target: int | str | None = None if at is None else int(at) if at.isdigit() else at
+        child = store.fork(thread, target, title=title)
         lineage = store.read(child, limit=1)[0].data["lineage"]  # its thread.created
     if as_json:
         sys.stdout.write(orjson.dumps({"thread": child, "lineage": lineage}).decode() + "\n")
