@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from threadlog.model.codec import canonical
 from threadlog.model.envelope import Record, encode_record, parse_line
-from threadlog.model.events import Event, ThreadCreated, to_data
+from threadlog.model.eventdata import to_data
+from threadlog.model.events import Event, ThreadCreated
 from threadlog.model.ids import uuid7
 from threadlog.model.reducer import replay
 

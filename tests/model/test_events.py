@@ -10,6 +10,7 @@ import pytest
 from threadlog.errors import InvalidData, InvalidEventType, UsageError
 from threadlog.model.codec import canonical, loads
 from threadlog.model.envelope import valid_type_name
+from threadlog.model.eventdata import from_data, to_data
 from threadlog.model.events import (
     CATALOGUE,
     SIDE_EFFECTS,
@@ -44,9 +45,7 @@ from threadlog.model.events import (
     ToolCallUnknown,
     TurnEnded,
     TurnStarted,
-    from_data,
     known_type,
-    to_data,
 )
 from threadlog.model.refs import ArtifactRef
 

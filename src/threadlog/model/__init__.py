@@ -4,7 +4,8 @@ Nothing in this package does I/O or reads a clock (a test enforces it).
 """
 
 from threadlog.model.envelope import FORMAT_VERSION, Record
-from threadlog.model.events import CATALOGUE, Event, from_data, to_data
+from threadlog.model.eventdata import from_data, to_data
+from threadlog.model.events import CATALOGUE, Event
 from threadlog.model.reducer import apply, apply_all, replay
 from threadlog.model.state import ThreadState, ToolCallState, TurnState
 

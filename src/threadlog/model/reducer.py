@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, assert_never
 
 from threadlog.errors import InvalidTransition
+from threadlog.model.eventdata import from_data
 from threadlog.model.events import (
     ArtifactStored,
     BranchSummarized,
@@ -56,7 +57,6 @@ from threadlog.model.events import (
     ToolCallUnknown,
     TurnEnded,
     TurnStarted,
-    from_data,
 )
 from threadlog.model.state import (
     InputState,

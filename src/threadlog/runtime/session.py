@@ -45,6 +45,7 @@ from threadlog.errors import RunError, UsageError
 from threadlog.model import snapshot
 from threadlog.model.approvals import check_policy
 from threadlog.model.context import Context
+from threadlog.model.eventdata import from_data
 from threadlog.model.events import (
     BranchSummarized,
     ConfigChanged,
@@ -57,7 +58,6 @@ from threadlog.model.events import (
     ToolCallDenied,
     ToolCallResolved,
     TurnStarted,
-    from_data,
 )
 from threadlog.model.reducer import apply, replay
 from threadlog.runtime import mailbox_watch, request

@@ -26,7 +26,8 @@ from threadlog.errors import (
 )
 from threadlog.model import codec
 from threadlog.model.envelope import FORMAT_VERSION, Record, encode_record, record_hash
-from threadlog.model.events import Event, ThreadCreated, from_data, to_data
+from threadlog.model.eventdata import from_data, to_data
+from threadlog.model.events import Event, ThreadCreated
 from threadlog.model.ids import is_uuid
 from threadlog.model.lineage import Copied, copied_prefix
 from threadlog.model.reducer import replay

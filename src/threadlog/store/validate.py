@@ -7,13 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 from threadlog.errors import InvalidData, InvalidEventType, UsageError
 from threadlog.model.envelope import valid_type_name
-from threadlog.model.events import Event, from_data, to_data
+from threadlog.model.eventdata import from_data, to_data
 from threadlog.model.ids import is_uuid
 from threadlog.model.lineage import check_new_lineage
 from threadlog.model.refs import escape_encoded
 
 if TYPE_CHECKING:
     from types import EllipsisType
+
+    from threadlog.model.events import Event
 
 __all__ = [
     "check_new_thread",

@@ -40,7 +40,8 @@ from threadlog.model.envelope import (
     parse_line,
     verify_lines,
 )
-from threadlog.model.events import ThreadCreated, from_data, to_data
+from threadlog.model.eventdata import from_data, to_data
+from threadlog.model.events import ThreadCreated
 from threadlog.model.lineage import Copied, copied_prefix
 from threadlog.model.projection import PROJECTED
 from threadlog.store._forks import child_created

@@ -36,7 +36,7 @@ from threadlog.errors import (
     ThreadNotFound,
     UsageError,
 )
-from threadlog.model.events import from_data
+from threadlog.model.eventdata import from_data
 from threadlog.model.reducer import replay
 from threadlog.store.embedded.leases import read_durable_end
 from threadlog.store.embedded.rollout import Scan, scan, scan_file

@@ -33,7 +33,8 @@ from threadlog._clock import new_id, rfc3339, wall_ns
 from threadlog.errors import IntegrityError, StorageError, ThreadNotFound, UsageError
 from threadlog.model import codec
 from threadlog.model.envelope import FORMAT_VERSION, BadRecord, Record, parse_line
-from threadlog.model.events import ThreadCreated, to_data
+from threadlog.model.eventdata import to_data
+from threadlog.model.events import ThreadCreated
 from threadlog.store.embedded.layout import MiB
 from threadlog.store.embedded.leases import Lease
 from threadlog.store.embedded.reader import lost_acknowledged
