@@ -588,7 +588,7 @@ def test_builtin_tools_declarations() -> None:
     assert {t.name: t.side_effect for t in BUILTIN_TOOLS} == {
         "read_file": "read_only",
         "list_dir": "read_only",
-        "write_file": "idempotent",
+        "write_file": "non_idempotent",
         "append_file": "non_idempotent",
         "run_command": "non_idempotent",
     }

@@ -6,6 +6,12 @@ Theory of operation
 key) is durable before the tool runs, so a crash leaves either no trace (the tool never ran)
 or a started call without a result, which recovery classifies (`threadlog.model.recovery`).
 
+*Intent, with what it takes to check it.* A tool with an ``intent`` hook (the file tools)
+records in ``tool_call.started`` what the world looks like before it acts and what it will
+look like after (hashes and sizes); if the hook fails the call finishes with that error and
+the tool never runs. The record is what lets the ``reconcile`` hook prove an unknown outcome
+later (`threadlog.runtime.tools._tool.Reconciling`).
+
 *Every way out is recorded.* A result, an error (`ToolError`, any exception, a value that is
 not JSON) and a timeout all end as ``tool_call.finished`` with ``ok`` false where it failed.
 Cancellation (the turn cancelled, the session closing) depends on the tool's class: a
@@ -45,6 +51,7 @@ from threadlog.model.events import (
 from threadlog.model.ids import derived_id
 from threadlog.runtime import procs
 from threadlog.runtime.tools import ToolContext, ToolError
+from threadlog.runtime.tools._tool import Reconciling, ask_reconcile
 from threadlog.store.protocol import LocalHome
 
 if TYPE_CHECKING:
@@ -52,6 +59,7 @@ if TYPE_CHECKING:
     from threadlog.model.events import Event, Resolution
     from threadlog.model.state import ThreadState, ToolCallState
     from threadlog.runtime.deps import SessionDeps
+    from threadlog.runtime.tools import Tool
     from threadlog.store.protocol import Store
 
 __all__ = ["ToolHost", "ToolRunner", "runs_dir", "working_dir"]
@@ -125,9 +133,13 @@ class ToolRunner:
             return
         attempt = call.attempt + 1
         key = call.idempotency_key or derived_id("threadlog.tool", host.thread_id, call.call_id)
+        ctx = self._context(call, attempt, key)
+        intent, refused = await _intent_of(tool, ctx, call)
         try:
             await host.append(
-                ToolCallStarted(call_id=call.call_id, attempt=attempt, idempotency_key=key)
+                ToolCallStarted(
+                    call_id=call.call_id, attempt=attempt, idempotency_key=key, intent=intent
+                )
             )
         except asyncio.CancelledError:
             # Cancelled while the start intent was becoming durable: the tool never ran, in
@@ -139,14 +151,10 @@ class ToolRunner:
                     )
                 )
             raise
-        ctx = ToolContext(
-            host.thread_id,
-            call.call_id,
-            attempt,
-            key,
-            working_dir(host.state),
-            runs_dir(host.runtime.store),
-        )
+        if refused is not None:
+            # the intent could not be recorded: the tool does not run (nothing to reconcile)
+            await host.append(ToolCallFinished(call_id=call.call_id, ok=False, error=refused))
+            return
         task = asyncio.create_task(
             tool.run(ctx, dict(call.args)), name=f"tool {call.tool} {call.call_id}"
         )
@@ -189,6 +197,17 @@ class ToolRunner:
             )
         await host.append(ToolCallFinished(call_id=call.call_id, ok=ok, result=result, error=error))
 
+    def _context(self, call: ToolCallState, attempt: int, key: str) -> ToolContext:
+        host = self._host
+        return ToolContext(
+            host.thread_id,
+            call.call_id,
+            attempt,
+            key,
+            working_dir(host.state),
+            runs_dir(host.runtime.store),
+        )
+
     async def settle_orphan(self, call: ToolCallState) -> None:
         """A call that started in a dead process and has no result (recovery class 3)."""
         if call.side_effect != "non_idempotent":
@@ -223,8 +242,11 @@ class ToolRunner:
                 detail={"call_id": call.call_id, "key": call.idempotency_key},
             )
         )
+        asked = Reconciling(
+            self._context(call, call.attempt, call.idempotency_key), dict(call.args), call.intent
+        )
         try:
-            happened = await tool.reconcile(call.idempotency_key)
+            happened = await ask_reconcile(tool.reconcile, call.idempotency_key, asked)
         except Exception as exc:
             await host.append(OperationFinished(op_id=op_id, ok=False, detail={"error": str(exc)}))
             return "unknown"
@@ -243,3 +265,23 @@ class ToolRunner:
             )
         )
         return decision
+
+
+async def _intent_of(tool: Tool, ctx: ToolContext, call: ToolCallState) -> tuple[Any, str | None]:
+    """``(intent, None)`` from the tool's ``intent`` hook (None without one), or ``(None,
+    error)`` when the hook failed: the call then finishes with the error, unrun."""
+    if tool.intent is None:
+        return None, None
+    try:
+        async with asyncio.timeout(tool.timeout):
+            intent = await tool.intent(ctx, dict(call.args))
+        if intent is not None and not isinstance(intent, dict):
+            raise TypeError(f"the intent hook returned {type(intent).__name__}, not an object")
+        codec.canonical(intent)
+    except TimeoutError:
+        return None, f"timed out recording the call's intent after {tool.timeout:g}s; not run"
+    except ToolError as exc:
+        return None, str(exc)
+    except Exception as exc:
+        return None, f"could not record the call's intent, so it did not run: {exc}"
+    return intent, None
