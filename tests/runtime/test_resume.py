@@ -226,6 +226,7 @@ def test_the_recovery_report_is_a_typed_value(home: str, workspace: Path) -> Non
         "interrupted_turn": interrupted.turn_id,
         "continued_by": continued,
         "waiting_for_human": ["call_1_0"],
+        "damaged_artifacts": [],
     }
     json.dumps(report.to_data())  # plain JSON
 

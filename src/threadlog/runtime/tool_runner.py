@@ -41,6 +41,7 @@ from threadlog._clock import new_id
 from threadlog.errors import UsageError
 from threadlog.model import codec
 from threadlog.model.events import (
+    ArtifactStored,
     OperationFinished,
     OperationStarted,
     ToolCallFinished,
@@ -51,8 +52,9 @@ from threadlog.model.events import (
 from threadlog.model.ids import derived_id
 from threadlog.runtime import procs
 from threadlog.runtime.tools import ToolContext, ToolError
+from threadlog.runtime.tools._artifacts import CallArtifacts
 from threadlog.runtime.tools._tool import Reconciling, ask_reconcile
-from threadlog.store.protocol import LocalHome
+from threadlog.store.protocol import Artifacts, LocalHome
 
 if TYPE_CHECKING:
     from threadlog.model.envelope import Record
@@ -195,18 +197,35 @@ class ToolRunner:
                 None,
                 f"the tool returned a value that is not JSON: {type(result).__name__}",
             )
+        await self._record_artifacts(ctx)
         await host.append(ToolCallFinished(call_id=call.call_id, ok=ok, result=result, error=error))
 
     def _context(self, call: ToolCallState, attempt: int, key: str) -> ToolContext:
         host = self._host
+        store = host.runtime.store
         return ToolContext(
             host.thread_id,
             call.call_id,
             attempt,
             key,
             working_dir(host.state),
-            runs_dir(host.runtime.store),
+            runs_dir(store),
+            CallArtifacts(store) if isinstance(store, Artifacts) else None,
         )
+
+    async def _record_artifacts(self, ctx: ToolContext) -> None:
+        """An ``artifact.stored`` for every blob the call stored (before its result, which
+        may reference them): the log names every blob, and ``verify`` checks each."""
+        if isinstance(ctx.artifacts, CallArtifacts):
+            for ref in ctx.artifacts.stored:
+                await self._host.append(
+                    ArtifactStored(
+                        sha256=ref.sha256,
+                        size=ref.size,
+                        media_type=ref.media_type,
+                        summary=ref.summary,
+                    )
+                )
 
     async def settle_orphan(self, call: ToolCallState) -> None:
         """A call that started in a dead process and has no result (recovery class 3)."""
