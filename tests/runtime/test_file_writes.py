@@ -102,3 +102,36 @@ def test_a_human_edit_since_the_crash_is_never_overwritten(home: str, workspace:
     assert (workspace / "notes.txt").read_text() == "a human's edit\n"
     with open_store(crashed) as store:
         assert store.state(thread).tool_calls["call_1_0"].status == "unknown"
+
+
+def test_an_append_that_happened_is_settled_done_and_not_repeated(
+    home: str, workspace: Path
+) -> None:
+    args = {"path": "notes.txt", "text": "more\n"}
+    crashed = crashed_log(
+        home, workspace, builtin("append_file"), until="tool_call.started", args=args
+    )
+    assert (workspace / "notes.txt").read_text() == "before\nmore\n"
+    call = _resume(crashed, thread_of(crashed))
+    assert call == {"status": "done", "by": "reconcile:append_file", "attempt": 1}
+    assert (workspace / "notes.txt").read_text() == "before\nmore\n"
+
+
+def test_a_reconcile_hook_taking_only_the_key_still_works() -> None:
+    """Hooks written for ``reconcile(key)`` are called with the key alone."""
+    from threadlog.runtime.tools._tool import Reconciling, ask_reconcile
+
+    seen: list[Any] = []
+
+    async def one(key: str) -> bool:
+        seen.append(key)
+        return True
+
+    async def two(key: str, call: Reconciling) -> bool | None:
+        seen.append((key, call.intent))
+        return None
+
+    call = Reconciling(None, {}, {"x": 1})  # type: ignore[arg-type]
+    assert run(ask_reconcile(one, "k", call)) is True
+    assert run(ask_reconcile(two, "k", call)) is None
+    assert seen == ["k", ("k", {"x": 1})]
