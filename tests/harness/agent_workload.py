@@ -7,7 +7,7 @@ scripted model (a pure function of the request, so that it makes sense again aft
 crash: it looks at the messages to see which tool results already exist):
 
 1. reads ``inputs/goal-<k>.txt`` (``read_file``, read-only),
-2. writes ``outputs/goal-<k>.txt`` (``write_file``, idempotent),
+2. writes ``outputs/goal-<k>.txt`` (``write_file``; a crash is settled by its reconcile hook),
 3. calls ``charge`` (non-idempotent): it appends one line ``<call_id>`` to
    ``<workspace>/charges.txt`` with fsync. Its idempotency key is the call id, and its
    ``reconcile(key)`` hook answers by looking for the key in ``charges.txt`` (for some keys,

@@ -89,7 +89,9 @@ SAMPLES: dict[str, Any] = {
     ),
     "tool_call.approved": ToolCallApproved(call_id="c1", by="bob", reason="fine"),
     "tool_call.denied": ToolCallDenied(call_id="c1", by="bob", reason="no"),
-    "tool_call.started": ToolCallStarted(call_id="c1", attempt=2, idempotency_key="k"),
+    "tool_call.started": ToolCallStarted(
+        call_id="c1", attempt=2, idempotency_key="k", intent={"before": "absent"}
+    ),
     "tool_call.finished": ToolCallFinished(call_id="c1", ok=False, result=[1], error="boom"),
     "tool_call.unknown": ToolCallUnknown(call_id="c1", reason="crash"),
     "tool_call.resolved": ToolCallResolved(call_id="c1", decision="retry", by="bob", note="n"),

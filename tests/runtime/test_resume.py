@@ -65,12 +65,14 @@ def effect_tool(name: str, side_effect: str, log: Path, *, reconcile: bool = Fal
     )
 
 
-def crashed_log(home: str, workspace: Path, tool: Tool, *, until: str) -> str:
+def crashed_log(
+    home: str, workspace: Path, tool: Tool, *, until: str, args: dict[str, Any] | None = None
+) -> str:
     """A thread whose process 'died' right after the first ``until`` record: the live records
     are copied to a fresh home, as a kill -9 would leave them."""
 
     async def main() -> str:
-        model = ScriptedModel([Reply("", [ToolCallSpec(tool.name)]), Reply("finished")])
+        model = ScriptedModel([Reply("", [ToolCallSpec(tool.name, args or {})]), Reply("finished")])
         async with Runtime(home, model=model, tools=[tool]) as runtime:
             session = await runtime.create(
                 "u", cwd=str(workspace), approval_policy={"non_idempotent": "auto"}
@@ -224,6 +226,7 @@ def test_the_recovery_report_is_a_typed_value(home: str, workspace: Path) -> Non
         "interrupted_turn": interrupted.turn_id,
         "continued_by": continued,
         "waiting_for_human": ["call_1_0"],
+        "damaged_artifacts": [],
     }
     json.dumps(report.to_data())  # plain JSON
 

@@ -455,12 +455,16 @@ def test_run_command_has_no_stdin(ctx: ToolContext) -> None:
     assert result == {"exit_code": 0, "stdout": "done\n", "stderr": ""}
 
 
-def test_run_command_keeps_the_tail_of_long_output(ctx: ToolContext) -> None:
-    code = "import sys; sys.stdout.write('x' * 70000 + 'END')"
+def test_run_command_summarizes_long_output_without_an_artifact_store(ctx: ToolContext) -> None:
+    """Without the store's `Artifacts` (this context has none), a long output is cut to its
+    head and tail, and the marker says the rest was not kept."""
+    code = "import sys; sys.stdout.write('BEGIN' + 'x' * 70000 + 'END')"
     result = call(run_command, ctx, {"command": [sys.executable, "-c", code]})
     assert result["exit_code"] == 0
-    assert len(result["stdout"]) == 64 * 1024
-    assert result["stdout"].endswith("xEND")
+    assert result["stdout"].startswith("BEGINx") and result["stdout"].endswith("xEND")
+    assert "bytes of 70008 left out here; the rest was not kept" in result["stdout"]
+    assert len(result["stdout"]) < 17 * 1024
+    assert "stdout_artifact" not in result
 
 
 def test_run_command_reports_a_signal_as_a_negative_exit_code(ctx: ToolContext) -> None:
@@ -588,7 +592,7 @@ def test_builtin_tools_declarations() -> None:
     assert {t.name: t.side_effect for t in BUILTIN_TOOLS} == {
         "read_file": "read_only",
         "list_dir": "read_only",
-        "write_file": "idempotent",
+        "write_file": "non_idempotent",
         "append_file": "non_idempotent",
         "run_command": "non_idempotent",
     }

@@ -243,8 +243,9 @@ def events(home: str | None, as_json: bool, thread: str, after: int, limit: int 
 )
 @handle_errors
 def verify(home: str | None, as_json: bool, thread: str | None, no_events: bool) -> None:
-    """Verify logs: framing, hashes, the hash chain, gap-free ordinals and (unless
-    --no-events) that every event is legal for its thread's state.
+    """Verify logs: framing, hashes, the hash chain, gap-free ordinals, (unless
+    --no-events) that every event is legal for its thread's state, and that every artifact
+    a record references (a command's full output, a large value) exists and matches its hash.
 
     Exits 1 and names the first bad ordinal of each damaged thread. A torn tail (an
     interrupted final write, never acknowledged) is reported but is not a failure: it is

@@ -200,6 +200,10 @@ class ToolCallStarted:
     call_id: str
     attempt: int = 1
     idempotency_key: str | None = None
+    intent: dict[str, Any] | None = None
+    """What the tool recorded before it ran (its ``intent`` hook: for the file tools, the
+    file's pre-image and the intended content, by hash and size), so that a reconcile hook
+    can later tell from the world whether the effect happened (000 §17.5)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -296,7 +296,7 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
             call.status = next_state(call.status, event.type, call_id)
             call.decided_by = by
             call.last_ord = ord_
-        case ToolCallStarted(call_id=call_id, attempt=attempt, idempotency_key=key):
+        case ToolCallStarted(call_id=call_id, attempt=attempt, idempotency_key=key, intent=intent):
             call = _call(state, call_id, "tool_call.started")
             status = next_state(call.status, "tool_call.started", call_id)
             if attempt <= call.attempt:
@@ -307,6 +307,7 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
             call.attempt = attempt
             if key is not None:
                 call.idempotency_key = key
+            call.intent = intent
             call.last_ord = ord_
         case ToolCallFinished(call_id=call_id, ok=ok, result=result, error=error):
             call = _call(state, call_id, "tool_call.finished")

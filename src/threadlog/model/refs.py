@@ -34,6 +34,7 @@ __all__ = [
     "escape_encoded",
     "is_artifact_ref",
     "is_escaped",
+    "referenced",
     "resolve",
     "unescape",
 ]
@@ -172,3 +173,22 @@ def resolve(data: Any, load: Callable[[ArtifactRef], Any]) -> Any:
             out = dict(data)
         out[key] = value
     return data if out is None else out
+
+
+def referenced(type_name: str, data: Any) -> list[ArtifactRef]:
+    """The artifacts a record's data references: those at the reference positions (the
+    store's own), and the blob an ``artifact.stored`` record declares (how a tool's blob,
+    such as a command's full output, is recorded: its reference deeper in a result is not
+    at a reference position, where only the store makes references)."""
+    if type_name == "artifact.stored" and isinstance(data, dict):
+        sha256, size = data.get("sha256"), data.get("size")
+        if isinstance(sha256, str) and _DIGEST_RE.fullmatch(sha256) and type(size) is int:
+            media_type = data.get("media_type")
+            return [ArtifactRef(sha256, size, media_type or "application/octet-stream")]
+        return []
+    found = []
+    for value in [data, *(data.values() if data.__class__ is dict else ())]:
+        ref = ArtifactRef.from_data(value)
+        if ref is not None:
+            found.append(ref)
+    return found

@@ -62,6 +62,8 @@ class ToolCallState:
     last_ord: int
     idempotency_key: str | None = None
     attempt: int = 0
+    intent: dict[str, Any] | None = None
+    """The latest attempt's recorded intent (``tool_call.started``), for its reconcile hook."""
     ok: bool | None = None
     result: Any = None
     error: str | None = None

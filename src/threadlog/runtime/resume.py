@@ -46,6 +46,7 @@ from threadlog.model.events import (
 from threadlog.model.recovery import plan_recovery
 from threadlog.model.turns import is_parked
 from threadlog.runtime import procs
+from threadlog.runtime.artifact_audit import damaged_artifacts
 
 if TYPE_CHECKING:
     from threadlog.model.envelope import Record
@@ -118,6 +119,9 @@ class RecoveryReport:
     """The turn that carries on with the interrupted one's task (``continue_work``)."""
     waiting_for_human: tuple[str, ...]
     """Calls of unknown outcome that wait for ``threadlog resolve``."""
+    damaged_artifacts: tuple[dict[str, Any], ...] = ()
+    """Referenced blobs that are missing or do not match their hash (``ord``, ``sha256``,
+    ``problem``): not repairable, reported (`threadlog.runtime.artifact_audit`)."""
 
     def to_data(self) -> dict[str, Any]:
         """The report as JSON-ready data (``threadlog resume --json``)."""
@@ -129,6 +133,7 @@ class RecoveryReport:
             "interrupted_turn": self.interrupted_turn,
             "continued_by": self.continued_by,
             "waiting_for_human": list(self.waiting_for_human),
+            "damaged_artifacts": list(self.damaged_artifacts),
         }
 
 
@@ -247,6 +252,7 @@ async def recover(session: Resumable, store: Store, *, continue_work: bool) -> R
     # First end what a dead agent's commands left running, so that the effect of a call
     # of unknown outcome is over before anyone (a reconcile hook, a human) decides on it.
     orphans, notes, over = await _reap_orphans(session)
+    damaged = await damaged_artifacts(store, session.thread_id)
     repairs = (
         store.take_repairs(session.thread_id)
         + orphans
@@ -303,4 +309,5 @@ async def recover(session: Resumable, store: Store, *, continue_work: bool) -> R
         waiting_for_human=tuple(
             c.call_id for c in state.tool_calls.values() if c.status == "unknown"
         ),
+        damaged_artifacts=tuple(damaged),
     )

@@ -6,6 +6,12 @@ Theory of operation
 key) is durable before the tool runs, so a crash leaves either no trace (the tool never ran)
 or a started call without a result, which recovery classifies (`threadlog.model.recovery`).
 
+*Intent, with what it takes to check it.* A tool with an ``intent`` hook (the file tools)
+records in ``tool_call.started`` what the world looks like before it acts and what it will
+look like after (hashes and sizes); if the hook fails the call finishes with that error and
+the tool never runs. The record is what lets the ``reconcile`` hook prove an unknown outcome
+later (`threadlog.runtime.tools._tool.Reconciling`).
+
 *Every way out is recorded.* A result, an error (`ToolError`, any exception, a value that is
 not JSON) and a timeout all end as ``tool_call.finished`` with ``ok`` false where it failed.
 Cancellation (the turn cancelled, the session closing) depends on the tool's class: a
@@ -35,6 +41,7 @@ from threadlog._clock import new_id
 from threadlog.errors import UsageError
 from threadlog.model import codec
 from threadlog.model.events import (
+    ArtifactStored,
     OperationFinished,
     OperationStarted,
     ToolCallFinished,
@@ -45,13 +52,16 @@ from threadlog.model.events import (
 from threadlog.model.ids import derived_id
 from threadlog.runtime import procs
 from threadlog.runtime.tools import ToolContext, ToolError
-from threadlog.store.protocol import LocalHome
+from threadlog.runtime.tools._artifacts import CallArtifacts
+from threadlog.runtime.tools._tool import Reconciling, ask_reconcile
+from threadlog.store.protocol import Artifacts, LocalHome
 
 if TYPE_CHECKING:
     from threadlog.model.envelope import Record
     from threadlog.model.events import Event, Resolution
     from threadlog.model.state import ThreadState, ToolCallState
     from threadlog.runtime.deps import SessionDeps
+    from threadlog.runtime.tools import Tool
     from threadlog.store.protocol import Store
 
 __all__ = ["ToolHost", "ToolRunner", "runs_dir", "working_dir"]
@@ -125,9 +135,13 @@ class ToolRunner:
             return
         attempt = call.attempt + 1
         key = call.idempotency_key or derived_id("threadlog.tool", host.thread_id, call.call_id)
+        ctx = self._context(call, attempt, key)
+        intent, refused = await _intent_of(tool, ctx, call)
         try:
             await host.append(
-                ToolCallStarted(call_id=call.call_id, attempt=attempt, idempotency_key=key)
+                ToolCallStarted(
+                    call_id=call.call_id, attempt=attempt, idempotency_key=key, intent=intent
+                )
             )
         except asyncio.CancelledError:
             # Cancelled while the start intent was becoming durable: the tool never ran, in
@@ -139,14 +153,10 @@ class ToolRunner:
                     )
                 )
             raise
-        ctx = ToolContext(
-            host.thread_id,
-            call.call_id,
-            attempt,
-            key,
-            working_dir(host.state),
-            runs_dir(host.runtime.store),
-        )
+        if refused is not None:
+            # the intent could not be recorded: the tool does not run (nothing to reconcile)
+            await host.append(ToolCallFinished(call_id=call.call_id, ok=False, error=refused))
+            return
         task = asyncio.create_task(
             tool.run(ctx, dict(call.args)), name=f"tool {call.tool} {call.call_id}"
         )
@@ -187,7 +197,35 @@ class ToolRunner:
                 None,
                 f"the tool returned a value that is not JSON: {type(result).__name__}",
             )
+        await self._record_artifacts(ctx)
         await host.append(ToolCallFinished(call_id=call.call_id, ok=ok, result=result, error=error))
+
+    def _context(self, call: ToolCallState, attempt: int, key: str) -> ToolContext:
+        host = self._host
+        store = host.runtime.store
+        return ToolContext(
+            host.thread_id,
+            call.call_id,
+            attempt,
+            key,
+            working_dir(host.state),
+            runs_dir(store),
+            CallArtifacts(store) if isinstance(store, Artifacts) else None,
+        )
+
+    async def _record_artifacts(self, ctx: ToolContext) -> None:
+        """An ``artifact.stored`` for every blob the call stored (before its result, which
+        may reference them): the log names every blob, and ``verify`` checks each."""
+        if isinstance(ctx.artifacts, CallArtifacts):
+            for ref in ctx.artifacts.stored:
+                await self._host.append(
+                    ArtifactStored(
+                        sha256=ref.sha256,
+                        size=ref.size,
+                        media_type=ref.media_type,
+                        summary=ref.summary,
+                    )
+                )
 
     async def settle_orphan(self, call: ToolCallState) -> None:
         """A call that started in a dead process and has no result (recovery class 3)."""
@@ -223,8 +261,11 @@ class ToolRunner:
                 detail={"call_id": call.call_id, "key": call.idempotency_key},
             )
         )
+        asked = Reconciling(
+            self._context(call, call.attempt, call.idempotency_key), dict(call.args), call.intent
+        )
         try:
-            happened = await tool.reconcile(call.idempotency_key)
+            happened = await ask_reconcile(tool.reconcile, call.idempotency_key, asked)
         except Exception as exc:
             await host.append(OperationFinished(op_id=op_id, ok=False, detail={"error": str(exc)}))
             return "unknown"
@@ -243,3 +284,23 @@ class ToolRunner:
             )
         )
         return decision
+
+
+async def _intent_of(tool: Tool, ctx: ToolContext, call: ToolCallState) -> tuple[Any, str | None]:
+    """``(intent, None)`` from the tool's ``intent`` hook (None without one), or ``(None,
+    error)`` when the hook failed: the call then finishes with the error, unrun."""
+    if tool.intent is None:
+        return None, None
+    try:
+        async with asyncio.timeout(tool.timeout):
+            intent = await tool.intent(ctx, dict(call.args))
+        if intent is not None and not isinstance(intent, dict):
+            raise TypeError(f"the intent hook returned {type(intent).__name__}, not an object")
+        codec.canonical(intent)
+    except TimeoutError:
+        return None, f"timed out recording the call's intent after {tool.timeout:g}s; not run"
+    except ToolError as exc:
+        return None, str(exc)
+    except Exception as exc:
+        return None, f"could not record the call's intent, so it did not run: {exc}"
+    return intent, None

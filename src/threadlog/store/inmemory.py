@@ -34,6 +34,8 @@ from threadlog.model.reducer import replay
 from threadlog.model.refs import ArtifactRef
 from threadlog.model.refs import resolve as resolve_refs
 from threadlog.store._forks import child_created
+from threadlog.store.artifact_check import first_bad_artifact, worse
+from threadlog.store.memory_blobs import MemoryBlobs
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.protocol import ErrorListener, Listener, VerifyReport
 from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
@@ -54,7 +56,7 @@ def _copy(record: Record, data_json: bytes) -> Record:
     return record._replace(data=codec.loads(data_json))
 
 
-class MemoryStore:
+class MemoryStore(MemoryBlobs):
     """Threads as lists of records in memory. Thread-safe; use as a context manager.
 
     Args:
@@ -384,6 +386,8 @@ class MemoryStore:
                 error = exc
             except UsageError as exc:  # data that does not fit its type
                 error = InvalidTransition(str(exc))
+        bad = first_bad_artifact(thread_id, [r for r, _ in records], self.check_artifact)
+        error = worse(error, bad)
         return VerifyReport(thread_id, error is None, len(records), records[-1][0].ord, None, error)
 
     def save_snapshot(

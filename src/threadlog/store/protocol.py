@@ -9,6 +9,8 @@ which a consumer checks with ``isinstance(store, Snapshots)`` (they are all
 * `Catalog`: list threads with their projections (status, counts) and remembered facts.
 * `LocalHome`: the store lives in a local directory, beside which the runtime keeps a session's
   inbox and the records of the processes its tools start.
+* `Artifacts`: store and fetch blobs by hash (a tool's full output, streamed in with bounded
+  memory: 000 §17.2); the records that reference them say so, and `Store.verify` checks them.
 
 Every backend implements the whole `Store`; `threadlog.testing.StoreContract` is the test
 suite that holds one to it (a backend's tests subclass it and say how to make a store).
@@ -28,14 +30,18 @@ from threadlog.model.envelope import Record
 
 if TYPE_CHECKING:
     from types import EllipsisType, TracebackType
+    from typing import BinaryIO
 
     from threadlog.model.events import Event
     from threadlog.model.memory import MemoryFact
+    from threadlog.model.refs import ArtifactRef
     from threadlog.model.state import ThreadState
     from threadlog.store.embedded.index import IndexedThread
     from threadlog.store.embedded.rollout import TornTail
 
 __all__ = [
+    "ArtifactWriter",
+    "Artifacts",
     "Catalog",
     "ErrorListener",
     "Listener",
@@ -212,7 +218,8 @@ class Store(Protocol):
 
     def verify(self, thread_id: str, *, check_events: bool = True) -> VerifyReport:
         """Check the log's hashes, chain and ordinals (and, by default, that the reducer
-        accepts every event). Reports damage; never repairs it."""
+        accepts every event), and that every blob a record references (`Artifacts`) is there
+        and matches its hash, naming the record's ordinal. Reports damage; never repairs it."""
         ...
 
     def resolve(self, data: Any) -> Any:
@@ -349,4 +356,73 @@ class Maintenance(Protocol):
     def durable_end(self, thread_id: str) -> int | None:
         """The byte offset up to which the thread's log is known durable while a live writer
         holds it; None when nobody writes it."""
+        ...
+
+
+@runtime_checkable
+class ArtifactWriter(Protocol):
+    """A blob being written (`Artifacts.artifact_writer`): bytes in, then one `commit` or
+    `abort`. Holds no more than a buffer in memory (a durable backend spools to a file); a
+    context manager that aborts what was not committed."""
+
+    def write(self, data: bytes) -> None:
+        """Add bytes to the blob."""
+        ...
+
+    def commit(self, *, summary: str | None = None) -> ArtifactRef:
+        """Store the blob durably (named by its SHA-256) and return its reference."""
+        ...
+
+    def abort(self) -> None:
+        """Drop what was written (a no-op after `commit`)."""
+        ...
+
+    def __enter__(self) -> Self:
+        """The writer itself."""
+        ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """`abort` unless committed."""
+        ...
+
+
+@runtime_checkable
+class Artifacts(Protocol):
+    """Blobs by content hash, beside the logs: what a tool stores that is too large for a
+    record (000 §17.2). A record that references a blob carries its `ArtifactRef` (hash,
+    size, media type, summary); `Store.verify` reports a referenced blob that is missing or
+    does not match its hash, with the ordinal of the record that references it."""
+
+    def put_artifact(
+        self,
+        content: bytes,
+        *,
+        media_type: str = "application/octet-stream",
+        summary: str | None = None,
+    ) -> ArtifactRef:
+        """Store ``content`` durably (a no-op if it is there already); its reference."""
+        ...
+
+    def artifact_writer(self, *, media_type: str = "application/octet-stream") -> ArtifactWriter:
+        """A writer that streams a blob in (bounded memory) and commits it by its hash."""
+        ...
+
+    def get_artifact(self, sha256: str) -> bytes:
+        """A blob's bytes, checked against its hash. Raises `UsageError` (malformed hash, no
+        such blob) or `IntegrityError` (the blob does not match its hash)."""
+        ...
+
+    def open_artifact(self, sha256: str) -> BinaryIO:
+        """A blob opened for reading (seekable, to page through a large one), not checked
+        against its hash as a whole (`check_artifact` does that). Raises `UsageError`."""
+        ...
+
+    def check_artifact(self, ref: ArtifactRef) -> str | None:
+        """What is wrong with a referenced blob (missing, another size, not matching its
+        hash), or None when it is there and sound. Reads the blob in chunks."""
         ...

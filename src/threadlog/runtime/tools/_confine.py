@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from threadlog.store.protocol import Artifacts
+
 __all__ = ["ToolContext", "ToolError"]
 
 _T = TypeVar("_T")
@@ -258,6 +260,10 @@ class ToolContext:
     """Where ``run_command`` records the process groups it starts (`threadlog.runtime.procs`),
     so that a session resumed after the agent died ends the ones still running. The runtime
     sets it to a directory of the store's home; None: nothing is recorded."""
+    artifacts: Artifacts | None = None
+    """Where the tool may store blobs too large for its result (``run_command``'s full
+    output): the store's `Artifacts` capability, through which the runtime learns what the
+    call stored and records it. None: the store has no such capability."""
 
     def resolve(self, path: str) -> Path:
         """``path`` (relative to ``cwd``, or absolute) resolved, or `ToolError` if it escapes.

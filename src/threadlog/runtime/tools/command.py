@@ -7,6 +7,10 @@ context has a ``runs_dir``, the run is recorded durably *before* the child exist
 (`threadlog.runtime.procs`), with a token in the child's environment, so that a session
 resumed after the agent died finds and ends what it left running.
 
+Every byte of the command's output is kept (`threadlog.runtime.tools._output`): small output
+in the result, larger output streamed to a blob of the store's artifacts, the result holding
+its head and tail and the blob's reference.
+
 Cancellation and timeouts end the whole process group and reap it. The blocking steps run in a
 worker thread through `_undoable`, which undoes their result (closes the fd, finishes the
 record) if the caller was cancelled meanwhile. The spawn itself is shielded: cancelling it
@@ -26,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from threadlog.runtime import procs
 from threadlog.runtime.tools._confine import _DIR_OPEN, ToolError, _at, _open_last
+from threadlog.runtime.tools._output import collect
 from threadlog.runtime.tools._tool import PATH_ARG, Tool
 
 if TYPE_CHECKING:
@@ -172,7 +177,7 @@ async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
                 except OSError as exc:  # the token in the command's environment still finds it
                     log.warning("could not record process group %d: %s", proc.pid, exc)
             async with asyncio.timeout(timeout):
-                out, err = await proc.communicate()
+                result = await collect(proc, ctx.artifacts)
         except TimeoutError:
             _kill_group(proc.pid)
             await proc.wait()
@@ -187,12 +192,7 @@ async def _run_command(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
             os.close(cwd_fd)  # never got as far as the spawn
         if run is not None:
             procs.finish(run)
-    limit = 64 * 1024
-    return {
-        "exit_code": proc.returncode,
-        "stdout": out.decode("utf-8", "replace")[-limit:],
-        "stderr": err.decode("utf-8", "replace")[-limit:],
-    }
+    return result
 
 
 def _after_spawn(

@@ -8,9 +8,13 @@ in a worker thread (the walk and the I/O block), never on a path string:
 * ``list_dir`` lists the held directory (``fdopendir``), directories ending with ``/``.
 * ``write_file`` replaces the file durably: a temporary file beside it (a unique name per
   write, so racing writes of one path never share one), ``fsync``, ``renameat`` within the held
-  directory (which never follows a symlink at the name), ``fsync`` of the directory. It is
-  ``idempotent``: the same call run again leaves the same file.
-* ``append_file`` appends and ``fsync``s; ``non_idempotent``, since a second run appends twice.
+  directory (which never follows a symlink at the name), ``fsync`` of the directory.
+* ``append_file`` appends and ``fsync``s.
+
+Both writers are ``non_idempotent`` (000 §17.5): run again blindly after a crash, a write
+would replace a human's edit made since, and an append appends twice. Each records the file's
+pre-image and intended content before it runs, and its reconcile hook settles a crash from the
+file itself (`threadlog.runtime.tools._fileintent`).
 
 Both writers create missing directories (each made durable), and refuse a file with other hard
 links (it may be a file outside the workspace).
@@ -35,6 +39,7 @@ from threadlog.runtime.tools._confine import (
     _open_last,
     _refuse_hard_links,
 )
+from threadlog.runtime.tools._fileintent import append_intent, reconcile_file, write_intent
 from threadlog.runtime.tools._tool import PATH_ARG, Tool
 from threadlog.store._fileops import DEFAULT_FILEOPS
 
@@ -209,8 +214,10 @@ write_file = Tool(
         "properties": {"path": PATH_ARG, "text": {"type": "string"}},
         "required": ["path", "text"],
     },
-    "idempotent",
+    "non_idempotent",
     _write_file,
+    reconcile=reconcile_file,
+    intent=write_intent,
 )
 append_file = Tool(
     "append_file",
@@ -222,4 +229,6 @@ append_file = Tool(
     },
     "non_idempotent",
     _append_file,
+    reconcile=reconcile_file,
+    intent=append_intent,
 )

@@ -10,21 +10,32 @@ place and died before it synced the directory, or a power cut may have left only
 The first `put` of it in a process reads it back, checks its hash (rewriting it if it does
 not match), and fsyncs it and its directories; only then is it remembered, for the rest of
 the process, as durable (`_DURABLE`), so later puts of the same content cost one ``stat``.
+
+A blob too large to hold in memory (a command's full output, 000 §17.2) is streamed in by a
+`BlobWriter`: the bytes go to a temporary file under ``sha256/tmp/`` as they come, hashed on
+the way; `BlobWriter.commit` fsyncs it and renames it to its hash's name (or drops it, if
+that blob is already there and sound), then fsyncs the directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
 import re
+import secrets
 import stat
+from typing import TYPE_CHECKING, BinaryIO, Self
 
 from threadlog.errors import IntegrityError, StorageError, UsageError
 from threadlog.model.refs import ArtifactRef, is_artifact_ref
 from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps, remove_orphan_temps
 
-__all__ = ["ArtifactRef", "ArtifactStore", "is_artifact_ref"]
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["ArtifactRef", "ArtifactStore", "BlobWriter", "is_artifact_ref"]
 
 _DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -155,6 +166,45 @@ class ArtifactStore:
             raise IntegrityError("artifacts", 0, f"artifact {digest} does not match its hash")
         return content
 
+    def writer(self, media_type: str = "application/octet-stream") -> BlobWriter:
+        """A `BlobWriter` that streams a blob into this store."""
+        return BlobWriter(self, media_type)
+
+    def open(self, digest: str) -> BinaryIO:
+        """The blob's file, opened for reading (no symlink, a regular file); not hashed."""
+        path = self.path(digest)
+        try:
+            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            raise UsageError(f"no artifact {digest}") from None
+        except OSError as exc:
+            raise StorageError(f"could not open artifact {digest}: {exc}") from exc
+        f = os.fdopen(fd, "rb")
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            f.close()
+            raise IntegrityError("artifacts", 0, f"artifact {digest} is not a regular file")
+        return f
+
+    def check(self, ref: ArtifactRef) -> str | None:
+        """What is wrong with a referenced blob, or None if it is there, of its size and
+        matching its hash (read in chunks: a large blob is never held in memory)."""
+        try:
+            with self.open(ref.sha256) as f:
+                hasher = hashlib.sha256()
+                size = 0
+                while chunk := f.read(1 << 20):
+                    hasher.update(chunk)
+                    size += len(chunk)
+        except UsageError:
+            return f"artifact {ref.sha256} is missing"
+        except (IntegrityError, StorageError, OSError) as exc:
+            return f"artifact {ref.sha256} cannot be read: {exc}"
+        if hasher.hexdigest() != ref.sha256:
+            return f"artifact {ref.sha256} does not match its hash"
+        if size != ref.size:
+            return f"artifact {ref.sha256} holds {size} bytes, not the {ref.size} referenced"
+        return None
+
     def sweep_temp_files(self) -> int:
         """Delete the temporary files of writes interrupted by a dead process (B3)."""
         removed = 0
@@ -166,3 +216,86 @@ class ArtifactStore:
                 continue
             removed += remove_orphan_temps(sub.path)
         return removed
+
+
+class BlobWriter:
+    """A blob streamed to a temporary file and committed by its hash (module docstring)."""
+
+    def __init__(self, store: ArtifactStore, media_type: str) -> None:
+        self._store = store
+        self._fops = store._fops
+        self.media_type = media_type
+        spool = os.path.join(store.root, "sha256", "tmp")
+        self._hasher = hashlib.sha256()
+        self.size = 0
+        self._done = False
+        try:
+            self._fops.makedirs(spool)
+            self._tmp = os.path.join(spool, f".blob.{secrets.token_hex(8)}.{os.getpid()}.tmp")
+            self._fd: int | None = self._fops.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        except OSError as exc:
+            raise StorageError(f"could not start an artifact: {exc}") from exc
+
+    def write(self, data: bytes) -> None:
+        """Append bytes to the blob (written through to the temporary file)."""
+        if self._fd is None:
+            raise UsageError("this artifact writer is closed")
+        try:
+            self._fops.write_all(self._fd, data)
+        except OSError as exc:
+            raise StorageError(f"could not write an artifact: {exc}") from exc
+        self._hasher.update(data)
+        self.size += len(data)
+
+    def commit(self, *, summary: str | None = None) -> ArtifactRef:
+        """fsync, rename to the hash's name (or drop it: the blob is there and sound), fsync
+        the directory; the blob's reference."""
+        if self._fd is None:
+            raise UsageError("this artifact writer is closed")
+        digest = self._hasher.hexdigest()
+        store, fops = self._store, self._fops
+        final = store.path(digest)
+        directory = os.path.dirname(final)
+        try:
+            fd, self._fd = self._fd, None
+            try:
+                fops.fsync(fd)
+            finally:
+                fops.close(fd)
+            if (final in _DURABLE and os.path.isfile(final)) or store._sync_existing(final, digest):
+                os.unlink(self._tmp)
+            else:
+                made = [p for p in store._ancestors(directory) if not os.path.isdir(p)]
+                fops.makedirs(directory)
+                _DURABLE_DIRS.update(made)
+                fops.rename(self._tmp, final)
+                fops.fsync_dir(directory)
+                store._sync_parents(directory)
+        except OSError as exc:
+            self.abort()
+            raise StorageError(f"could not store artifact {digest}: {exc}") from exc
+        self._done = True
+        _DURABLE.add(final)
+        return ArtifactRef(digest, self.size, self.media_type, summary)
+
+    def abort(self) -> None:
+        """Drop the temporary file (a no-op once committed)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                self._fops.close(self._fd)
+            self._fd = None
+        if not self._done:
+            self._done = True
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.abort()

@@ -84,8 +84,11 @@ class Queries:
 
     def verify(self, thread_id: str, *, check_events: bool = True) -> VerifyReport:
         """Check a thread's framing, hashes, chain and ordinals (and, by default, that every
-        event is legal for the reducer). Reports; never repairs."""
-        return self._reader.verify(thread_id, check_events=check_events)
+        event is legal for the reducer), and that every blob a record references is there
+        and matches its hash. Reports; never repairs."""
+        return self._reader.verify(
+            thread_id, check_events=check_events, check_artifact=self.artifacts.check
+        )
 
     def missing_threads(self) -> list[str]:
         """Threads with acknowledged records whose rollout file is gone."""

@@ -38,15 +38,17 @@ from threadlog.errors import (
 )
 from threadlog.model.eventdata import from_data
 from threadlog.model.reducer import replay
+from threadlog.store.artifact_check import first_bad_artifact, worse
 from threadlog.store.embedded.leases import read_durable_end
 from threadlog.store.embedded.rollout import Scan, scan, scan_file
 from threadlog.store.protocol import VerifyReport
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from typing import Any
 
     from threadlog.model.envelope import Record
+    from threadlog.model.refs import ArtifactRef
     from threadlog.store._fileops import FileOps
     from threadlog.store.embedded.index import Index
     from threadlog.store.embedded.layout import Layout
@@ -255,9 +257,16 @@ class Reader:
         path_of = self._layout.path_of
         return sorted(t for t in known if not os.path.exists(path_of(t)))
 
-    def verify(self, thread_id: str, *, check_events: bool = True) -> VerifyReport:
+    def verify(
+        self,
+        thread_id: str,
+        *,
+        check_events: bool = True,
+        check_artifact: Callable[[ArtifactRef], str | None] | None = None,
+    ) -> VerifyReport:
         """Check a thread's framing, hashes, chain and ordinals (and, by default, that every
-        event is legal for the reducer). Reports; never repairs."""
+        event is legal for the reducer; with ``check_artifact``, that every blob a record
+        references is there and sound). Reports; never repairs."""
         path = self._layout.path_of(thread_id)
         try:
             known = self.acknowledged(thread_id)
@@ -285,6 +294,8 @@ class Reader:
             except UsageError as exc:  # data that does not fit its type
                 bad = _first_undecodable(scanned.records)
                 error = InvalidTransition(str(exc), ord=bad)
+        if check_artifact is not None and scanned.error is None:
+            error = worse(error, first_bad_artifact(thread_id, scanned.records, check_artifact))
         last = scanned.records[-1].ord if scanned.records else 0
         return VerifyReport(
             thread_id, error is None, len(scanned.records), last, scanned.torn, error

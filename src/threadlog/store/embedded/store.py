@@ -24,6 +24,7 @@ from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps, remove_orphan_tem
 from threadlog.store._home import default_home
 from threadlog.store.embedded.aio import AsyncCommits
 from threadlog.store.embedded.artifacts import ArtifactStore
+from threadlog.store.embedded.blobs import Blobs
 from threadlog.store.embedded.fork import Forker
 from threadlog.store.embedded.index import Index
 from threadlog.store.embedded.indexer import Committer, Indexer
@@ -58,7 +59,7 @@ __all__ = ["EmbeddedStore"]
 log = logging.getLogger("threadlog.store")
 
 
-class EmbeddedStore(Queries):
+class EmbeddedStore(Queries, Blobs):
     """An event store in a directory. Thread-safe; use as a context manager.
 
     Args:

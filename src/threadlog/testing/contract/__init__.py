@@ -22,7 +22,8 @@ The tests live in one module per topic, each a plain class of test methods that
 * ``refusals``: bad input is refused and writes nothing; thread settings.
 * ``hooks``: the ``check`` hook, listeners and error listeners.
 * ``concurrency``: appends from threads, ``aappend``, ``follow``.
-* ``artifacts``: large values and look-alike references.
+* ``artifacts``: large values and look-alike references; the `Artifacts` capability (blobs
+  put, streamed and checked; verify reports a missing one).
 * ``fork``: inherited prefixes and lineage.
 * ``lifecycle``: verify, leases, flush, snapshots, close.
 
@@ -44,7 +45,7 @@ from threadlog.testing.contract._common import MISSING_THREAD as MISSING_THREAD
 from threadlog.testing.contract._common import OTHER_ID as OTHER_ID
 from threadlog.testing.contract._common import check_chain
 from threadlog.testing.contract.append import AppendReadTests
-from threadlog.testing.contract.artifacts import ArtifactTests
+from threadlog.testing.contract.artifacts import ArtifactTests, BlobTests
 from threadlog.testing.contract.concurrency import ConcurrencyTests
 from threadlog.testing.contract.fork import ForkTests
 from threadlog.testing.contract.hooks import HookTests
@@ -68,6 +69,7 @@ class StoreContract(
     HookTests,
     ConcurrencyTests,
     ArtifactTests,
+    BlobTests,
     ForkTests,
     LifecycleTests,
 ):

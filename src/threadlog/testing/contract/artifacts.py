@@ -4,22 +4,28 @@ A value over the store's threshold is stored as an artifact and the record holds
 `Store.resolve` brings the data back. Data that merely *looks* like a reference (or like the
 escape) round-trips unchanged and loads nothing; a look-alike where only text may go, or in a
 thread's settings, is refused.
+
+A store with the `Artifacts` capability stores and fetches blobs directly (whole, or streamed
+in by a writer), and its `Store.verify` reports a referenced blob that is missing, naming the
+record (000 §17.2). A store without the capability skips those tests.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from threadlog.errors import InvalidData, UsageError
-from threadlog.model.refs import is_artifact_ref
+from threadlog.model.refs import ArtifactRef, is_artifact_ref
+from threadlog.store.protocol import Artifacts
 from threadlog.testing.contract._common import BIG, LOOKALIKE, LOOKALIKES
 
 if TYPE_CHECKING:
     from threadlog.store.protocol import Store
 
-__all__ = ["ArtifactTests"]
+__all__ = ["ArtifactTests", "BlobTests"]
 
 
 class ArtifactTests:
@@ -83,3 +89,71 @@ class ArtifactTests:
             else:
                 store.create_thread("u", title=settings["title"])
         assert store.thread_ids() == []
+
+
+def _blobs(store: Store) -> Artifacts:
+    if not isinstance(store, Artifacts):
+        pytest.skip("the store has no Artifacts capability")
+    return store
+
+
+class BlobTests:
+    """The `Artifacts` capability: blobs put, streamed, fetched, checked; verify checks them."""
+
+    def test_a_blob_put_is_fetched_opened_and_checked(self, store: Store) -> None:
+        blobs = _blobs(store)
+        content = bytes(range(256)) * 100
+        ref = blobs.put_artifact(content, media_type="text/plain", summary="s")
+        assert ref == ArtifactRef(
+            hashlib.sha256(content).hexdigest(), len(content), "text/plain", "s"
+        )
+        assert blobs.get_artifact(ref.sha256) == content
+        with blobs.open_artifact(ref.sha256) as f:
+            f.seek(25_000)
+            assert f.read(10) == content[25_000:25_010]
+        assert blobs.check_artifact(ref) is None
+        assert blobs.put_artifact(content).sha256 == ref.sha256  # stored once, by content
+
+    def test_a_missing_blob_is_refused_and_reported(self, store: Store) -> None:
+        blobs = _blobs(store)
+        missing = ArtifactRef("0" * 64, 3)
+        with pytest.raises(UsageError):
+            blobs.get_artifact(missing.sha256)
+        with pytest.raises(UsageError):
+            blobs.open_artifact(missing.sha256)
+        assert "missing" in (blobs.check_artifact(missing) or "")
+        sound = blobs.put_artifact(b"abc")
+        wrong_size = ArtifactRef(sound.sha256, 4)
+        assert blobs.check_artifact(wrong_size) is not None
+
+    def test_a_streamed_blob_keeps_every_byte(self, store: Store) -> None:
+        blobs = _blobs(store)
+        chunks = [bytes([i % 251]) * 65_536 for i in range(48)]  # 3 MiB
+        with blobs.artifact_writer(media_type="text/plain") as writer:
+            for chunk in chunks:
+                writer.write(chunk)
+            ref = writer.commit(summary="head")
+        whole = b"".join(chunks)
+        assert (ref.sha256, ref.size, ref.media_type, ref.summary) == (
+            hashlib.sha256(whole).hexdigest(),
+            len(whole),
+            "text/plain",
+            "head",
+        )
+        assert blobs.get_artifact(ref.sha256) == whole
+        with blobs.artifact_writer() as dropped:
+            dropped.write(b"never committed")
+        assert blobs.check_artifact(ArtifactRef(hashlib.sha256(b"never committed").hexdigest(), 15))
+
+    def test_verify_reports_a_referenced_blob_that_is_missing(self, store: Store) -> None:
+        blobs = _blobs(store)
+        thread = store.create_thread("u")
+        ref = blobs.put_artifact(b"kept")
+        store.append(thread, "artifact.stored", {"sha256": ref.sha256, "size": ref.size})
+        assert store.verify(thread).ok
+        gone = store.append(thread, "artifact.stored", {"sha256": "ab" * 32, "size": 5})
+        store.append(thread, "custom.after", {"n": 1})
+        report = store.verify(thread)
+        assert not report.ok
+        assert report.first_bad_ord == gone.ord
+        assert "ab" * 32 in str(report.error)
