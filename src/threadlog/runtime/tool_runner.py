@@ -27,6 +27,7 @@ and awaited explicitly: nothing it does outlives the call.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -44,6 +45,7 @@ from threadlog.model.events import (
 )
 from threadlog.model.ids import derived_id
 from threadlog.runtime import procs
+from threadlog.runtime.large_values import load_artifact
 from threadlog.runtime.tools import ToolContext, ToolError
 from threadlog.store.protocol import LocalHome
 
@@ -146,6 +148,7 @@ class ToolRunner:
             key,
             working_dir(host.state),
             runs_dir(host.runtime.store),
+            load_artifact=functools.partial(load_artifact, host.runtime.store),
         )
         task = asyncio.create_task(
             tool.run(ctx, dict(call.args)), name=f"tool {call.tool} {call.call_id}"

@@ -35,7 +35,7 @@ import stat
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -258,6 +258,10 @@ class ToolContext:
     """Where ``run_command`` records the process groups it starts (`threadlog.runtime.procs`),
     so that a session resumed after the agent died ends the ones still running. The runtime
     sets it to a directory of the store's home; None: nothing is recorded."""
+    load_artifact: Callable[[str], Any] | None = None
+    """Read access to the store's artifacts, for ``read_artifact``: the value the artifact
+    with this sha256 holds, loaded through the Store port (`threadlog.runtime.large_values`);
+    it raises `ToolError` for an artifact the store does not have. None: no store given."""
 
     def resolve(self, path: str) -> Path:
         """``path`` (relative to ``cwd``, or absolute) resolved, or `ToolError` if it escapes.
