@@ -156,3 +156,12 @@ def test_resume_reports_a_missing_blob(home: str, workspace: Path) -> None:
     report = asyncio.run(main())
     assert [(d["ord"], d["sha256"]) for d in report.damaged_artifacts] == [(ord_, ref.sha256)]
     assert report.to_data()["damaged_artifacts"][0]["ord"] == ord_
+
+
+def test_read_artifact_pages_through_a_command_output_blob(home: str) -> None:
+    from threadlog.runtime.large_values import load_artifact
+
+    with open_store(home) as store:
+        text = "line of output\n" * 10_000
+        ref = store.put_artifact(text.encode(), media_type="text/plain")
+        assert load_artifact(store, ref.sha256) == text

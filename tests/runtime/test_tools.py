@@ -588,6 +588,7 @@ def test_builtin_tools_declarations() -> None:
         "write_file",
         "append_file",
         "run_command",
+        "read_artifact",
     ]
     assert {t.name: t.side_effect for t in BUILTIN_TOOLS} == {
         "read_file": "read_only",
@@ -595,6 +596,7 @@ def test_builtin_tools_declarations() -> None:
         "write_file": "non_idempotent",
         "append_file": "non_idempotent",
         "run_command": "non_idempotent",
+        "read_artifact": "read_only",
     }
     for tool in BUILTIN_TOOLS:
         spec = tool.spec()

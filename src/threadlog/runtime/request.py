@@ -10,6 +10,11 @@ remembered facts it may see (`threadlog.model.memory.select_memories`), offered 
 system message. Its snapshot and hash are what ``step.started`` records, so a step can
 always be told what exactly the model saw.
 
+*Large values are cut, not hidden.* The state and context hold values, never artifact
+references (the session loads them); a text longer than the thread's value limit is cut in
+the request to its head and tail around a marker naming the artifact that holds it, which
+the model can page through with ``read_artifact`` (`threadlog.runtime.large_values`).
+
 *Compaction* keeps a long context within the thread's ``context_budget``: the older part of
 the active branch is replaced, in model context only, by a summary from the runtime's
 summarizer. The last ``keep_last`` messages stay verbatim, and the cut moves back to a user
@@ -26,6 +31,7 @@ from threadlog._clock import new_id, rfc3339, wall_ns
 from threadlog.model import codec
 from threadlog.model.events import Compaction, OperationFinished, OperationStarted
 from threadlog.model.memory import MemoryFact, memory_message, select_memories
+from threadlog.runtime.large_values import value_limit
 from threadlog.runtime.models import ModelRequest
 from threadlog.store.protocol import Catalog
 
@@ -35,8 +41,16 @@ if TYPE_CHECKING:
     from threadlog.model.events import Event
     from threadlog.model.state import ThreadState
     from threadlog.runtime.deps import SessionDeps
+    from threadlog.runtime.large_values import LargeValues
 
-__all__ = ["RequestHost", "build_request", "compact", "estimate_tokens", "memories"]
+__all__ = [
+    "RequestHost",
+    "build_request",
+    "compact",
+    "estimate_tokens",
+    "memories",
+    "model_messages",
+]
 
 
 def estimate_tokens(messages: list[dict[str, Any]]) -> int:
@@ -68,6 +82,11 @@ class RequestHost(Protocol):
         """The model, the tools, the summarizer and the store."""
         ...
 
+    @property
+    def large_values(self) -> LargeValues:
+        """Cuts a text too long for a model call (naming its artifact)."""
+        ...
+
     async def append(
         self, event: Event, *, durable: bool | None = None, id: str | None = None
     ) -> Record:
@@ -75,11 +94,17 @@ class RequestHost(Protocol):
         ...
 
 
+def model_messages(host: RequestHost) -> list[dict[str, Any]]:
+    """The context's messages as a model call shows them: each text over the thread's value
+    limit cut (`threadlog.runtime.large_values`)."""
+    return host.large_values.fit_messages(host.context.messages, value_limit(host.state.config))
+
+
 def build_request(host: RequestHost) -> ModelRequest:
     """The request the next model call of the thread sends."""
     config = host.state.config
     active = config.get("tools")
-    messages = list(host.context.messages)
+    messages = model_messages(host)
     offered = memory_message(memories(host))
     if offered is not None:
         messages.insert(0, offered)
@@ -88,7 +113,9 @@ def build_request(host: RequestHost) -> ModelRequest:
         model=str(config.get("model") or host.runtime.model.name),
         messages=messages,
         tools=host.runtime.tools.specs(active if isinstance(active, list) else None),
-        instructions=instructions if isinstance(instructions, str) else None,
+        instructions=host.large_values.fit_text(instructions, value_limit(config))
+        if isinstance(instructions, str)
+        else None,
         thinking=config.get("thinking"),
     )
 
@@ -131,7 +158,9 @@ async def compact(host: RequestHost, *, keep_last: int = 6) -> Record | None:
         cut -= 1
     if cut < 2:
         return None
-    older = [message for _, message in entries[:cut]]
+    older = host.large_values.fit_messages(
+        [message for _, message in entries[:cut]], value_limit(host.state.config)
+    )
     before = estimate_tokens(context.messages)
     op_id = new_id()
     await host.append(OperationStarted(op_id=op_id, kind="compaction", detail={"messages": cut}))

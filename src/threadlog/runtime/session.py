@@ -10,6 +10,10 @@ record durable according to its class; ``append`` returns only then for critical
 Subscribers are fed by the store's durable-record listener (`threadlog.runtime.bus`), so
 nobody ever sees a record that is not on disk, and they see every record once, in order.
 
+*Values, never references.* A record whose large values the store keeps as artifacts is
+applied with them loaded (`threadlog.runtime.large_values`): the state and the context hold
+the values, each blob read once, when its record is applied.
+
 *Typed events, decoded once.* The runtime appends the catalogue's event objects
 (``TurnStarted(turn_id=…, input=…)``), which the store splits into ``(type, data)`` without
 decoding; the hook decodes the record once, from the data as stored, for the reducer. (A
@@ -63,6 +67,7 @@ from threadlog.model.reducer import apply, replay
 from threadlog.runtime import mailbox_watch, request
 from threadlog.runtime.bus import Bus, Progress, SubscriberDropped
 from threadlog.runtime.deps import SessionDeps
+from threadlog.runtime.large_values import LargeValues
 from threadlog.runtime.tool_runner import ToolRunner, runs_dir, working_dir
 from threadlog.runtime.turn import TurnDriver
 from threadlog.store.protocol import LocalHome, Snapshots
@@ -124,6 +129,9 @@ class Session:
     ) -> None:
         self.runtime = runtime
         self.thread_id = thread_id
+        self.large_values = LargeValues(runtime.store)
+        """Loads the records' artifact references, and cuts what a model call cannot take."""
+        records = [self.large_values.load(record) for record in records]
         if base is None:
             self.state: ThreadState = replay(records)
             self.context = Context.from_records(records)
@@ -190,7 +198,8 @@ class Session:
 
     def _apply(self, record: Record) -> None:
         # The one decode of the record (the store does not decode a typed event): it checks
-        # the data as stored, and the reducer gets the result.
+        # the data as stored (references loaded), and the reducer gets the result.
+        record = self.large_values.load(record)
         event = from_data(record.type, record.data)
         apply(self.state, record, event)  # raises InvalidTransition: nothing is written
         self.context.apply(record)

@@ -33,6 +33,7 @@ and awaited explicitly: nothing it does outlives the call.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -51,6 +52,7 @@ from threadlog.model.events import (
 )
 from threadlog.model.ids import derived_id
 from threadlog.runtime import procs
+from threadlog.runtime.large_values import load_artifact
 from threadlog.runtime.tools import ToolContext, ToolError
 from threadlog.runtime.tools._artifacts import CallArtifacts
 from threadlog.runtime.tools._tool import Reconciling, ask_reconcile
@@ -211,6 +213,7 @@ class ToolRunner:
             working_dir(host.state),
             runs_dir(store),
             CallArtifacts(store) if isinstance(store, Artifacts) else None,
+            load_artifact=functools.partial(load_artifact, store),
         )
 
     async def _record_artifacts(self, ctx: ToolContext) -> None:

@@ -62,7 +62,7 @@ from threadlog.model.turns import (
 )
 from threadlog.runtime.bus import Progress
 from threadlog.runtime.models import Completed, ProviderError, TextDelta
-from threadlog.runtime.request import build_request, estimate_tokens
+from threadlog.runtime.request import build_request, estimate_tokens, model_messages
 from threadlog.runtime.tool_runner import working_dir
 from threadlog.runtime.tools import ToolContext
 
@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from threadlog.model.state import ThreadState, ToolCallState
     from threadlog.runtime.bus import Bus
     from threadlog.runtime.deps import SessionDeps
+    from threadlog.runtime.large_values import LargeValues
     from threadlog.runtime.tool_runner import ToolRunner
 
 __all__ = ["TurnDriver", "TurnHost"]
@@ -101,6 +102,11 @@ class TurnHost(Protocol):
     @property
     def runtime(self) -> SessionDeps:
         """The model, the tools and the store."""
+        ...
+
+    @property
+    def large_values(self) -> LargeValues:
+        """Cuts a text too long for a model call (see `threadlog.runtime.request`)."""
         ...
 
     @property
@@ -292,7 +298,7 @@ class TurnDriver:
     async def _call_model(self, turn_id: str, n: int) -> None:
         host = self._host
         budget = host.state.config.get("context_budget")
-        if isinstance(budget, int) and estimate_tokens(host.context.messages) > budget:
+        if isinstance(budget, int) and estimate_tokens(model_messages(host)) > budget:
             await host.compact(keep_last=int(host.state.config.get("compact_keep") or 6))
         model = host.runtime.model
         request = build_request(host)

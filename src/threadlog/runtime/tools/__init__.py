@@ -17,6 +17,7 @@ The package, by job:
   path goes through (its docstring tells how, and what it cannot prevent).
 * ``files``: ``read_file``, ``list_dir``, ``write_file``, ``append_file``.
 * ``command``: ``run_command`` (process groups, the durable run record, cancellation).
+* ``artifacts``: ``read_artifact`` (pages through a value cut to fit the model's context).
 
 Everything public is imported from here: ``from threadlog.runtime.tools import Tool``.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 from threadlog.runtime.tools._confine import ToolContext, ToolError
 from threadlog.runtime.tools._tool import Tool, ToolRegistry
 from threadlog.runtime.tools._tool import ToolFn as ToolFn  # the type of `Tool.run`
+from threadlog.runtime.tools.artifacts import read_artifact
 from threadlog.runtime.tools.command import run_command
 from threadlog.runtime.tools.files import append_file, list_dir, read_file, write_file
 
@@ -37,9 +39,17 @@ __all__ = [
     "ToolRegistry",
     "append_file",
     "list_dir",
+    "read_artifact",
     "read_file",
     "run_command",
     "write_file",
 ]
 
-BUILTIN_TOOLS: tuple[Tool, ...] = (read_file, list_dir, write_file, append_file, run_command)
+BUILTIN_TOOLS: tuple[Tool, ...] = (
+    read_file,
+    list_dir,
+    write_file,
+    append_file,
+    run_command,
+    read_artifact,
+)

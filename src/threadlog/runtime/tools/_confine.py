@@ -35,7 +35,7 @@ import stat
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -264,6 +264,10 @@ class ToolContext:
     """Where the tool may store blobs too large for its result (``run_command``'s full
     output): the store's `Artifacts` capability, through which the runtime learns what the
     call stored and records it. None: the store has no such capability."""
+    load_artifact: Callable[[str], Any] | None = None
+    """Read access to the store's artifacts, for ``read_artifact``: the value the artifact
+    with this sha256 holds, loaded through the Store port (`threadlog.runtime.large_values`);
+    it raises `ToolError` for an artifact the store does not have. None: no store given."""
 
     def resolve(self, path: str) -> Path:
         """``path`` (relative to ``cwd``, or absolute) resolved, or `ToolError` if it escapes.
