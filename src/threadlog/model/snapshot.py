@@ -26,7 +26,7 @@ from threadlog.model.state import (
 
 __all__ = ["SNAPSHOT_VERSION", "dump", "load"]
 
-SNAPSHOT_VERSION = f"2/{__version__}"
+SNAPSHOT_VERSION = f"3/{__version__}"
 """Snapshots are only used by the code that wrote them (a reducer change must not read an
 old snapshot as if it were its own)."""
 
