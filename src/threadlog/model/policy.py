@@ -8,8 +8,9 @@
 
 A model response is critical because it is the record of what was paid for: its ``usage``
 is how a restarted session knows the budget already spent (seed 002; `threadlog.model.budget`),
-and a lost response would be asked (and paid) again. The price is one fsync per model call
-(about 0.2 ms on an SSD, against the hundreds of milliseconds the call itself takes).
+and a lost response would be asked (and paid) again. The price is one more fsync per model
+call (~150 µs on the benchmark machine, docs/benchmarks.md), against the hundreds of
+milliseconds the call itself takes.
 * ``transient`` — never persisted (token deltas, tool progress): live subscribers only. No
   catalogued type is transient; the runtime keeps such updates out of the log.
 
