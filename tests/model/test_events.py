@@ -96,7 +96,9 @@ SAMPLES: dict[str, Any] = {
     "tool_call.unknown": ToolCallUnknown(call_id="c1", reason="crash"),
     "tool_call.resolved": ToolCallResolved(call_id="c1", decision="retry", by="bob", note="n"),
     "turn.ended": TurnEnded(turn_id="turn-1", outcome="interrupted", reason="stop"),
-    "plan.versioned": PlanVersioned(version=3, plan=["a", "b"], reason="r"),
+    "plan.versioned": PlanVersioned(
+        version=3, plan=["a", "b"], reason="r", by="alice", caused_by="e7", call_id="c1"
+    ),
     "compaction": Compaction(
         summary="s", first_entry="e1", last_entry="e9", tokens_before=100, tokens_after=10
     ),

@@ -73,12 +73,14 @@ def test_a_digest_with_a_trailing_newline_is_not_a_reference() -> None:
 
 
 def test_durability_classes() -> None:
-    assert frozenset({"config.changed", "model.responded", "label.set"}) == BUFFERED
+    # model.responded is critical: its usage is the durable record of the budget spent
+    assert frozenset({"config.changed", "label.set"}) == BUFFERED
     assert set(BUFFERED) <= set(CATALOGUE)
     for type_name in CATALOGUE:
         expected = "buffered" if type_name in BUFFERED else "critical"
         assert durability_of(type_name) == expected
     for critical in (
+        "model.responded",
         "tool_call.started",
         "tool_call.finished",
         "turn.ended",

@@ -120,7 +120,7 @@ def test_large_values_go_to_the_artifact_store(store: EmbeddedStore) -> None:
 def test_buffered_appends_are_flushed(home: str) -> None:
     with open_store(home, commit_interval=3600) as store:
         thread = store.create_thread("a")
-        store.append(thread, "model.responded", {"turn_id": "t", "step_id": "s", "message": {}})
+        store.append(thread, "label.set", {"entry": "e", "label": "l"})  # buffered by class
         store.append(thread, "custom.x", {}, durable=False)
         assert len(store.read(thread)) == 1  # not durable, so not visible yet
         store.flush()

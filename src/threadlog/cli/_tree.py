@@ -3,7 +3,7 @@
 A thread's records form a tree by ``parent``; most of them are bookkeeping (steps, approvals,
 provider records) that a reader does not want to see. `render_tree` draws the *entries* only
 (`threadlog.model.tree.ENTRY_TYPES`: user input, model responses, tool outcomes, compactions,
-branch summaries), hanging each under the nearest entry above it, and marks what
+branch summaries, settings changes), hanging each under the nearest entry above it, and marks what
 `threadlog.model.reducer.replay` knows about them: the active leaf, labels, tool calls of
 unknown outcome, and the start of every branch but the first.
 """
@@ -61,6 +61,11 @@ def _entry_text(record: Record) -> str:
             return "[cyan]branch summary[/cyan]: " + short(data.get("summary"))
         case "provider.interrupted":
             return "[red]model call interrupted[/red]"
+        case "config.changed":
+            changes = data.get("changes") or {}
+            return "[blue]settings[/blue]: " + short(
+                ", ".join(f"{k}={v}" for k, v in sorted(changes.items()))
+            )
     return record.type
 
 

@@ -249,10 +249,21 @@ class TurnEnded:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanVersioned:
+    """A new version of the thread's plan (000 §17.1: plan versions produced by an approval
+    or a re-plan); see `threadlog.model.plans`."""
+
     type: Literal["plan.versioned"] = "plan.versioned"
     version: int
     plan: Any
     reason: str | None = None
+    """Why this version: for a re-plan, what made the previous one wrong."""
+    by: str | None = None
+    """Who set it: a person, ``model`` (the ``update_plan`` tool), an application."""
+    caused_by: str | None = None
+    """The id of the record that produced this version: the approval of a proposed plan, or
+    the entry (a result, a user message) that prompted a re-plan."""
+    call_id: str | None = None
+    """The ``update_plan`` tool call whose result this version is."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

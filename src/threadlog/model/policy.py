@@ -1,11 +1,16 @@
 """Durability classes: how soon each event type must be on disk.
 
 * ``critical`` — durable (fsync / commit) before the append returns and before anyone sees it:
-  user input, approvals, a tool call's start intent and result, plan versions, artifacts,
-  turn boundaries, memory, lineage.
+  user input, approvals, a tool call's start intent and result, model responses, plan
+  versions, artifacts, turn boundaries, memory, lineage.
 * ``buffered`` — group-committed within a bound (100 ms by default); ``flush()`` forces it:
-  model responses, config changes, labels. (A lost model response is re-asked from the
-  durable ``step.started`` context; it drove no side effect that was not itself recorded.)
+  config changes, labels.
+
+A model response is critical because it is the record of what was paid for: its ``usage``
+is how a restarted session knows the budget already spent (seed 002; `threadlog.model.budget`),
+and a lost response would be asked (and paid) again. The price is one more fsync per model
+call (~150 µs on the benchmark machine, docs/benchmarks.md), against the hundreds of
+milliseconds the call itself takes.
 * ``transient`` — never persisted (token deltas, tool progress): live subscribers only. No
   catalogued type is transient; the runtime keeps such updates out of the log.
 
@@ -23,7 +28,6 @@ Durability = Literal["critical", "buffered", "transient"]
 BUFFERED: Final = frozenset(
     {
         "config.changed",
-        "model.responded",
         "label.set",
     }
 )

@@ -16,6 +16,11 @@ Rules enforced here (the rest of threadlog relies on them):
 * Tool calls follow `threadlog.model.toolcalls.TRANSITIONS` (no result before a start, no
   approval for an unknown call, …); a re-start must raise the attempt number.
 * Queued input is consumed at most once.
+* Plan versions count up by one; one that names a tool call names a call of the thread.
+
+Beyond the rules, the reducer folds in what a restarted session must know: the token usage
+and cost of every model response (`threadlog.model.budget`), and the branch-carried settings
+of the active leaf (`threadlog.model.settings`).
 
 The reducer does no I/O and keeps no clock: time comes from the records.
 """
@@ -25,6 +30,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, assert_never
 
 from threadlog.errors import InvalidTransition
+from threadlog.model import settings
+from threadlog.model.budget import add_usage
 from threadlog.model.eventdata import from_data
 from threadlog.model.events import (
     ArtifactStored,
@@ -77,6 +84,7 @@ if TYPE_CHECKING:
 
 from threadlog.model.envelope import FORMAT_VERSION
 from threadlog.model.lineage import inherits
+from threadlog.model.plans import plan_source
 from threadlog.model.upcast import upcast
 
 __all__ = ["apply", "apply_all", "replay"]
@@ -146,8 +154,10 @@ def apply(state: ThreadState | None, record: Record, event: Event | None = None)
     state.last_ord = record.ord
     state.last_hash = record.hash
     state.last_id = record.id
-    if _on_tree(event):
+    entry = _on_tree(event)
+    if entry:
         state.leaf = record.id
+    settings.follow(state, record, entry or isinstance(event, LeafMoved))
     return state
 
 
@@ -193,11 +203,8 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
         case ThreadCreated():
             raise _illegal("thread.created may only be ord 1")
         case ConfigChanged(changes=changes):
-            for key, value in changes.items():
-                if value is None:
-                    state.config.pop(key, None)
-                else:
-                    state.config[key] = value
+            # model, thinking and tools follow the branch (`threadlog.model.settings`)
+            settings.apply_change(state, record, changes)
         case TurnStarted(turn_id=turn_id, input=text, input_id=input_id):
             if state.active_turn is not None:
                 raise _illegal(
@@ -264,13 +271,15 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
             if step.status not in ("started", "provider_started"):
                 raise _illegal(f"provider.interrupted: step {step_id!r} is {step.status}")
             step.status = "interrupted"
-        case ModelResponded(turn_id=turn_id, step_id=step_id, stop_reason=stop_reason):
-            _running_turn(state, turn_id, "model.responded")
+        case ModelResponded(turn_id=turn_id, step_id=step_id, stop_reason=stop_reason, usage=usage):
+            turn = _running_turn(state, turn_id, "model.responded")
             step = _step(state, step_id, "model.responded", turn_id)
             if step.status not in ("started", "provider_started"):
                 raise _illegal(f"model.responded: step {step_id!r} is {step.status}")
             step.status = "responded"
             step.stop_reason = stop_reason
+            add_usage(turn.usage, usage)
+            add_usage(state.usage, usage)
         case ToolCallProposed() as proposal:
             turn = _running_turn(state, proposal.turn_id, "tool_call.proposed")
             if proposal.step_id is not None:
@@ -323,11 +332,14 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
             call.status = next_state(call.status, f"tool_call.resolved:{decision}", call_id)
             call.decided_by = by
             call.last_ord = ord_
-        case PlanVersioned(version=version, plan=plan):
+        case PlanVersioned(version=version, plan=plan) as planned:
             if version != state.plan_version + 1:
                 raise _illegal(f"plan version {version} does not follow {state.plan_version}")
+            if planned.call_id is not None and planned.call_id not in state.tool_calls:
+                raise _illegal(f"plan version {version}: unknown tool call {planned.call_id!r}")
             state.plan_version = version
             state.plan = plan
+            state.plan_source = plan_source(planned)
         case Compaction() as compaction:
             state.compactions.append(
                 {

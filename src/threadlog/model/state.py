@@ -34,6 +34,8 @@ class TurnState:
     tool_calls: list[str] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
     """Steering inputs consumed into this turn, in order."""
+    usage: dict[str, Any] = field(default_factory=dict)
+    """Tokens (and cost) this turn's model responses used (`threadlog.model.budget`)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -124,6 +126,19 @@ class ThreadState:
     operations: dict[str, OperationState] = field(default_factory=dict)
     compactions: list[dict[str, Any]] = field(default_factory=list)
     resumes: int = 0
+    usage: dict[str, Any] = field(default_factory=dict)
+    """Tokens (and cost) of every model response in the log (`threadlog.model.budget`):
+    ``input_tokens``, ``output_tokens``, ``cost`` when known, and any other counter a
+    provider reports. A fork's totals include the responses it inherited."""
+    plan_source: dict[str, Any] = field(default_factory=dict)
+    """What produced the current plan version: its ``by``, ``reason``, ``caused_by`` and
+    ``call_id``, where recorded (`threadlog.model.plans`)."""
+    branch_anchor: dict[str, str] = field(default_factory=dict)
+    """Record id → the ``config.changed`` that set the branch-carried settings on its path
+    (records without one use the thread's initial settings; `threadlog.model.settings`)."""
+    branch_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """``config.changed`` id → the branch-carried settings in effect after it (``""``: the
+    thread's initial ones, kept once the first such change is made)."""
 
     @property
     def pending_inputs(self) -> list[InputState]:

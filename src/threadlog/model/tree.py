@@ -2,10 +2,11 @@
 
 Every record names its ``parent``: the entry it continues. *Entries* are the records that
 carry conversation (user input, model responses, tool outcomes, compactions, branch
-summaries); appending one moves the thread's *active leaf* to it, and ``leaf.moved`` moves the
+summaries, settings changes); appending one moves the thread's *active leaf* to it, and ``leaf.moved`` moves the
 leaf back to any earlier entry, so that what follows continues from there. Nothing is ever
 rewritten: the old branch stays in the log, readable and exportable. The model's context is
-the path from the active leaf back to the root (see `threadlog.model.context`).
+the path from the active leaf back to the root (see `threadlog.model.context`), and so are
+the branch-carried settings — model, thinking level, active tools (`threadlog.model.settings`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ ENTRY_TYPES: Final = frozenset(
         "provider.interrupted",
         "compaction",
         "branch.summarized",
+        "config.changed",
     }
 )
 """Record types that are conversation entries (they move the active leaf)."""

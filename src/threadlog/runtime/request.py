@@ -7,7 +7,10 @@ model context (`threadlog.model.context`) alone: the active branch's messages (w
 compaction and branch summaries applied), the thread's settings (model, instructions, the
 tools it may use, thinking), and — only when the thread's ``memory_policy`` says so — the
 remembered facts it may see (`threadlog.model.memory.select_memories`), offered as a first
-system message. Its snapshot and hash are what ``step.started`` records, so a step can
+system message, and the thread's current plan (`threadlog.model.plans.plan_message`), as the
+system message after it. The settings are those of the active leaf: after a branch back to
+an older entry, the model, thinking level and tools in effect there
+(`threadlog.model.settings`). Its snapshot and hash are what ``step.started`` records, so a step can
 always be told what exactly the model saw.
 
 *Large values are cut, not hidden.* The state and context hold values, never artifact
@@ -31,6 +34,7 @@ from threadlog._clock import new_id, rfc3339, wall_ns
 from threadlog.model import codec
 from threadlog.model.events import Compaction, OperationFinished, OperationStarted
 from threadlog.model.memory import MemoryFact, memory_message, select_memories
+from threadlog.model.plans import plan_message
 from threadlog.runtime.large_values import value_limit
 from threadlog.runtime.models import ModelRequest
 from threadlog.store.protocol import Catalog
@@ -105,6 +109,9 @@ def build_request(host: RequestHost) -> ModelRequest:
     config = host.state.config
     active = config.get("tools")
     messages = model_messages(host)
+    plan = plan_message(host.state)
+    if plan is not None:
+        messages.insert(0, plan)
     offered = memory_message(memories(host))
     if offered is not None:
         messages.insert(0, offered)

@@ -20,6 +20,7 @@ from threadlog._clock import new_id
 from threadlog.errors import UsageError
 from threadlog.model import snapshot
 from threadlog.model.approvals import check_policy
+from threadlog.model.budget import check_config
 from threadlog.model.events import OperationFinished, OperationStarted
 from threadlog.runtime.models import Model, ModelSummarizer, ScriptedModel, Summarizer
 from threadlog.runtime.resume import Forked, InitialHistory, New, Resumed, recover, reopen
@@ -104,7 +105,8 @@ class Runtime:
         **config: Any,
     ) -> Session:
         """Create a thread and open it as a session. Config keys: model, instructions, cwd,
-        tools (names), approval_policy, thinking, max_steps, and any of your own."""
+        tools (names), approval_policy, thinking, max_steps, budget, prices (see
+        `threadlog.model.budget`), and any of your own."""
         return await self._start(
             New(principal=principal, title=title, lineage=lineage, config=config)
         )
@@ -195,6 +197,7 @@ class Runtime:
                 config = dict(config)
                 if config.get("approval_policy") is not None:
                     check_policy(config["approval_policy"])
+                check_config(config)
                 if "cwd" in config and config["cwd"] is not None:
                     config["cwd"] = os.fspath(config["cwd"])
                 thread_id = await asyncio.to_thread(

@@ -48,6 +48,7 @@ from threadlog._clock import new_id, rfc3339, wall_ns
 from threadlog.errors import RunError, UsageError
 from threadlog.model import snapshot
 from threadlog.model.approvals import check_policy
+from threadlog.model.budget import check_config
 from threadlog.model.context import Context
 from threadlog.model.eventdata import from_data
 from threadlog.model.events import (
@@ -68,6 +69,7 @@ from threadlog.runtime import mailbox_watch, request
 from threadlog.runtime.bus import Bus, Progress, SubscriberDropped
 from threadlog.runtime.deps import SessionDeps
 from threadlog.runtime.large_values import LargeValues
+from threadlog.runtime.plans import PlanCommands
 from threadlog.runtime.tool_runner import ToolRunner, runs_dir, working_dir
 from threadlog.runtime.turn import TurnDriver
 from threadlog.store.protocol import LocalHome, Snapshots
@@ -107,7 +109,7 @@ class SessionBase(NamedTuple):
     context: Context
 
 
-class Session:
+class Session(PlanCommands):
     """A thread open for writing in this process. Created by `Runtime.create` / `open`.
 
     Args:
@@ -289,12 +291,16 @@ class Session:
         )
 
     async def configure(self, **changes: Any) -> Record:
-        """Change config between turns (model, instructions, tools, approval policy…)."""
+        """Change config between turns (model, instructions, tools, approval policy, budget…).
+
+        Model, thinking and tools are carried by the branch (`threadlog.model.settings`): a
+        later `branch` to an entry before this change restores what held there."""
         self._check_open()
         if self.state.active_turn is not None:
             raise UsageError("config can only change between turns")
         if "approval_policy" in changes and changes["approval_policy"] is not None:
             check_policy(changes["approval_policy"])
+        check_config(changes)
         return await self.append(ConfigChanged(changes=changes))
 
     async def cancel(self) -> None:

@@ -23,13 +23,15 @@ contains becomes a ``tool_call.proposed`` (an unknown tool is denied at once). A
 fails or is cancelled ends the step ``provider.interrupted`` with what arrived.
 
 *Ending.* A turn ends exactly once: ``completed`` when the model proposes nothing more,
-``failed`` (provider error, step limit, an exception), ``aborted`` when cancelled. If the
+``failed`` (provider error, step limit, a budget reached before the next model call —
+`threadlog.model.budget` — an exception), ``aborted`` when cancelled. If the
 store failed, nothing more can be written and the turn is left for the next resume.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -38,6 +40,7 @@ from threadlog._clock import new_id
 from threadlog.errors import InvalidTransition
 from threadlog.model import codec
 from threadlog.model.approvals import decide
+from threadlog.model.budget import exceeded, priced
 from threadlog.model.events import (
     InputConsumed,
     ModelResponded,
@@ -237,6 +240,9 @@ class TurnDriver:
                     case CallModel(step_number=n):
                         if n > max_steps:
                             raise _TurnFailed(f"step limit of {max_steps} reached")
+                        over = exceeded(host.state, turn_id)
+                        if over is not None:
+                            raise _TurnFailed(over)
                         await self._call_model(turn_id, n)
                     case EndTurn(outcome=outcome, reason=reason):
                         await host.append(
@@ -366,7 +372,8 @@ class TurnDriver:
                 )
             )
             raise
-        await self._respond(turn_id, step_id, completed)
+        usage = priced(completed.usage, request.model, host.state.config.get("prices"))
+        await self._respond(turn_id, step_id, dataclasses.replace(completed, usage=usage))
 
     async def _respond(self, turn_id: str, step_id: str, completed: Completed) -> None:
         """Record the response, and each tool call in it as a proposal."""
