@@ -81,6 +81,8 @@ class InvalidTransition(UsageError):
     def __init__(self, message: str, *, ord: int | None = None) -> None:
         super().__init__(message if ord is None else f"ord {ord}: {message}")
         self.ord = ord
+        self.reason = message
+        """What is wrong, without the ordinal."""
 
 
 class ConflictError(ThreadlogError):

@@ -19,6 +19,7 @@ from threadlog.model.context import Context, tool_result_text
 from threadlog.model.refs import is_artifact_ref
 from threadlog.store._fileops import FileOps
 from threadlog.store.inmemory import MemoryStore
+from threadlog.testing.contract._common import start_call
 from threadlog.testing.crashsim import CrashSimFS
 
 if TYPE_CHECKING:
@@ -185,10 +186,11 @@ LOOKALIKES: list[Any] = [
 def test_the_model_is_shown_a_lookalike_result_as_data(any_store: Store) -> None:
     thread = any_store.create_thread("u")
     call = "0190f0f0-0000-7000-8000-000000000001"
+    started = start_call(any_store, thread, call)  # (a result before its start is refused)
     record = any_store.append(
         thread, "tool_call.finished", {"call_id": call, "ok": True, "result": LOOKALIKE}
     )
-    (read,) = any_store.read(thread, after=1)
+    (read,) = any_store.read(thread, after=started)
     assert read.data == record.data
     text = tool_result_text(read.data["result"])
     assert text == orjson.dumps(LOOKALIKE).decode()

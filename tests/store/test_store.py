@@ -28,6 +28,7 @@ from threadlog import (
 )
 from threadlog.model.ids import uuid7
 from threadlog.store._fileops import FileOps
+from threadlog.testing.contract._common import start_call
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -105,6 +106,7 @@ def test_oversized_record(home: str) -> None:
 
 def test_large_values_go_to_the_artifact_store(store: EmbeddedStore) -> None:
     thread = store.create_thread("a")
+    start_call(store, thread)
     big = "z" * 200_000
     record = store.append(
         thread, "tool_call.finished", {"call_id": "c", "ok": True, "result": big}, durable=True
@@ -120,7 +122,7 @@ def test_large_values_go_to_the_artifact_store(store: EmbeddedStore) -> None:
 def test_buffered_appends_are_flushed(home: str) -> None:
     with open_store(home, commit_interval=3600) as store:
         thread = store.create_thread("a")
-        store.append(thread, "label.set", {"entry": "e", "label": "l"})  # buffered by class
+        store.append(thread, "config.changed", {"changes": {"model": "m"}})  # buffered by type
         store.append(thread, "custom.x", {}, durable=False)
         assert len(store.read(thread)) == 1  # not durable, so not visible yet
         store.flush()

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from threadlog.cli import EXIT_FAILED, cli, handle_errors, store_options
 from threadlog.cli._store import DiskStore, open_disk_store
-from threadlog.errors import UsageError
+from threadlog.errors import InvalidTransition, UsageError
 from threadlog.store.protocol import VerifyReport
 
 if TYPE_CHECKING:
@@ -291,9 +291,13 @@ def _print_verify(reports: list[VerifyReport]) -> None:
             elif report.torn:
                 line += f"  (torn tail of {report.torn.size} bytes at {report.torn.offset}, repaired on next write)"
         else:
+            error = report.error
+            what = (
+                f"illegal event: {error.reason}" if isinstance(error, InvalidTransition) else error
+            )
             line = (
                 f"[red]FAILED[/red]  {report.thread_id}  first bad ord {report.first_bad_ord}: "
-                f"{report.error}"
+                f"{what}"
             )
         console.print(line)
     bad = sum(not r.ok for r in reports)

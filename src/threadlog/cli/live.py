@@ -230,7 +230,8 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
     non-idempotent calls of unknown outcome (they wait for `threadlog resolve`), ends the
     running turn `interrupted` and appends `thread.resumed` with the list. The work itself is
     continued by your agent (`Runtime.resume`), which has the model. Damage in the middle of
-    the log stops here with its ordinal and byte offset (see `threadlog verify`).
+    the log stops here with its ordinal and byte offset (see `threadlog verify`), and so does
+    an event the log holds that its state refuses (written by an older threadlog).
 
     With --salvage, a damaged log is not touched: its valid prefix is copied to a new
     thread whose thread.created names the damaged one, and the new thread is resumed.
@@ -263,17 +264,18 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
             click.echo(f"  keep what is valid: threadlog resume {thread} --salvage", err=True)
             sys.exit(EXIT_STORE)
         with open_disk_store(home) as store:
-            report_ = store.verify(thread, check_events=False)
+            # the valid prefix: whole records before the damage (an illegal event is whole)
+            last_ord = min(store.verify(thread, check_events=False).last_ord, exc.ord - 1)
             salvaged = store.fork(
                 thread,
-                report_.last_ord,
+                last_ord,
                 kind="salvage",
-                title=f"salvaged from {thread} (ords 1–{report_.last_ord})",
+                title=f"salvaged from {thread} (ords 1–{last_ord})",
             )
         if not as_json:
-            click.echo(f"damaged at ord {exc.ord}: copied ords 1–{report_.last_ord} to {salvaged}")
+            click.echo(f"damaged at ord {exc.ord}: copied ords 1–{last_ord} to {salvaged}")
         report = asyncio.run(run(salvaged))
-        report["salvaged_from"] = {"thread": thread, "ord": report_.last_ord, "damage": str(exc)}
+        report["salvaged_from"] = {"thread": thread, "ord": last_ord, "damage": str(exc)}
     if as_json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
         return

@@ -64,7 +64,8 @@ from threadlog.model.events import (
     ToolCallResolved,
     TurnStarted,
 )
-from threadlog.model.reducer import apply, replay
+from threadlog.model.legality import replay_log
+from threadlog.model.reducer import apply
 from threadlog.runtime import mailbox_watch, request
 from threadlog.runtime.bus import Bus, Progress, SubscriberDropped
 from threadlog.runtime.deps import SessionDeps
@@ -135,14 +136,15 @@ class Session(PlanCommands):
         """Loads the records' artifact references, and cuts what a model call cannot take."""
         records = [self.large_values.load(record) for record in records]
         if base is None:
-            self.state: ThreadState = replay(records)
+            # (a log holding an event the reducer refuses is damage: IntegrityError, its ord)
+            self.state: ThreadState = replay_log(thread_id, records)
             self.context = Context.from_records(records)
             self._snapshot_ord = 0
         else:
             # a snapshot of the state after ord `base[0]`, and the records after it
-            self._snapshot_ord, self.state, self.context = base
+            self._snapshot_ord, state, self.context = base
+            self.state = replay_log(thread_id, records, state)
             for record in records:
-                apply(self.state, record)
                 self.context.apply(record)
         self._on_close = on_close
         self._bus = Bus(thread_id, lambda after: runtime.store.read(thread_id, after))

@@ -29,11 +29,13 @@ from threadlog.model.envelope import FORMAT_VERSION, Record, encode_record, reco
 from threadlog.model.eventdata import from_data, to_data
 from threadlog.model.events import Event, ThreadCreated
 from threadlog.model.ids import is_uuid
+from threadlog.model.legality import reduce_log, replay_log
 from threadlog.model.lineage import Copied, copied_prefix
 from threadlog.model.reducer import replay
 from threadlog.model.refs import ArtifactRef
 from threadlog.model.refs import resolve as resolve_refs
 from threadlog.store._forks import child_created
+from threadlog.store.admission import Admission
 from threadlog.store.artifact_check import first_bad_artifact, worse
 from threadlog.store.memory_blobs import MemoryBlobs
 from threadlog.store.offload import encode_data, summary_of
@@ -71,6 +73,7 @@ class MemoryStore(MemoryBlobs):
         self._ids: dict[str, dict[str, int]] = {}
         self._artifacts: dict[str, bytes] = {}
         self._snapshots: dict[str, tuple[int, str, str, bytes]] = {}
+        self._admissions: dict[str, Admission] = {}
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._closed = False
@@ -200,8 +203,12 @@ class MemoryStore(MemoryBlobs):
             record = _new_record(
                 event_id, thread_id, ord_, parent_id, rfc3339(now), type_name, data, data_json, prev
             )
-            if check is not None:
-                check(record)
+            admission = self._admissions.get(thread_id)
+            if admission is None:  # the state is reduced from the records at the first check
+                admission = self._admissions[thread_id] = Admission(
+                    thread_id, lambda: reduce_log(thread_id, [r for r, _ in records])
+                )
+            admission.admit(record, check)  # an illegal event raises: nothing is written
             records.append((record, data_json))
             ids[event_id] = ord_
             # under the lock: listeners see each thread's records in order
@@ -242,8 +249,9 @@ class MemoryStore(MemoryBlobs):
         return [_copy(r, js) for r, js in out]
 
     def state(self, thread_id: str) -> ThreadState:
-        """The thread's state, reduced from its log."""
-        return replay(self.read(thread_id))
+        """The thread's state, reduced from its log; `IntegrityError` (with its ordinal) if
+        the log holds an event the reducer refuses (written by an older threadlog)."""
+        return replay_log(thread_id, self.read(thread_id))
 
     def exists(self, thread_id: str) -> bool:
         """Whether the store holds the thread."""

@@ -153,8 +153,11 @@ class Store(Protocol):
         """Append one event; returns its record. An ``id`` already stored returns the stored
         record (same content) or raises `DuplicateEventConflict`; ``expect_ord`` raises
         `OrdinalConflict`; bad input raises `InvalidEventType`, `InvalidData`, `UsageError`
-        (also for a ``parent`` the thread does not hold); if ``check`` raises, nothing is
-        written. Large data may be stored as artifact references (`resolve` loads them)."""
+        (also for a ``parent`` the thread does not hold); an event the reducer refuses in the
+        thread's state (a second ``turn.ended``, a result before its start) raises
+        `InvalidTransition` (checked with the ordinal assigned, before ``check``); if either
+        raises, nothing is written. Large data may be stored as artifact references
+        (`resolve` loads them)."""
         ...
 
     async def aappend(
@@ -185,7 +188,8 @@ class Store(Protocol):
         ...
 
     def state(self, thread_id: str) -> ThreadState:
-        """The thread's state, reduced from its whole log."""
+        """The thread's state, reduced from its whole log. Raises `IntegrityError` naming the
+        ordinal if the log holds an event the reducer refuses."""
         ...
 
     def exists(self, thread_id: str) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from threadlog.model import codec
-from threadlog.model.reducer import replay
+from threadlog.model.legality import replay_log
 from threadlog.model.refs import resolve as resolve_refs
 
 if TYPE_CHECKING:
@@ -74,8 +74,9 @@ class Queries:
         yield from self.read(thread_id, after)
 
     def state(self, thread_id: str) -> ThreadState:
-        """The thread's state, reduced from its log."""
-        return replay(self.read(thread_id))
+        """The thread's state, reduced from its log; `IntegrityError` (with its ordinal) if
+        the log holds an event the reducer refuses (written by an older threadlog)."""
+        return replay_log(thread_id, self.read(thread_id))
 
     def durable_end(self, thread_id: str) -> int | None:
         """How far the thread's rollout is known durable while a live writer holds it; None

@@ -9,6 +9,14 @@ the stored record), where each record ends (a snapshot's anchor). A log opened f
 anchor knows only what follows it at first and loads the prefix lazily, the first time an id
 or an offset before the anchor is asked for.
 
+Each record is checked against the thread's reduced state (its `Admission`) once its ordinal
+is assigned and before it is queued, under the log's lock, so an event the reducer refuses is
+never written (`threadlog.store.admission`). A record admitted but then not queued (``check``
+refused it, the journal refused it) makes the log forget that state and rebuild it from the
+file and its queued records. A write that fails after the record was queued poisons the
+journal: nothing is queued on this store after that, and reopening it builds every state
+anew from the files, so the state is never ahead of what can still be written.
+
 Closing a log (released, evicted) makes further submissions raise `LogClosed`; the store then
 reopens the thread.
 """
@@ -30,11 +38,15 @@ from threadlog.errors import (
     UsageError,
 )
 from threadlog.model.envelope import BadRecord, Record, encode_record, parse_line
+from threadlog.model.legality import reduce_log
+from threadlog.store.admission import Admission
+from threadlog.store.embedded.rollout import scan_file
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import EllipsisType
 
+    from threadlog.model.state import ThreadState
     from threadlog.store.embedded.rollout import Scan
 
 __all__ = ["Enqueue", "LogClosed", "RolloutLog"]
@@ -69,10 +81,13 @@ class RolloutLog:
         anchor: Record | None = None,
         load_prefix: Callable[[], Scan] | None = None,
         publish: Callable[[int], None] | None = None,
+        first_state: Callable[[], ThreadState | None] | None = None,
     ) -> None:
         """``scanned`` covers the file from its start, or (with ``anchor``, the verified record
         just before it, e.g. a snapshot's) only its tail; the prefix's offsets and ids are
-        then loaded with ``load_prefix`` the first time they are needed."""
+        then loaded with ``load_prefix`` the first time they are needed. ``first_state``
+        builds the reduced state of the log as opened, the first time a record is checked
+        (default: reduce the file)."""
         self.thread_id = thread_id
         self.path = path
         self.fd = fd
@@ -107,6 +122,8 @@ class RolloutLog:
         self.fresh: Scan | None = scanned if anchor is None else None
         """The whole-file scan the log was opened with, kept for the one read that usually
         follows (a session replaying the thread) and dropped at the first append."""
+        self.admission = Admission(thread_id, self._reduced, first_state)
+        """The thread's reduced state, which every record is checked against."""
 
     def submit(
         self,
@@ -176,9 +193,12 @@ class RolloutLog:
                     f"record of {len(line)} bytes is over the limit of {self._max_record_bytes}"
                 )
             record = Record(1, id, self.thread_id, ord_, parent_id, ts, type, data, prev, digest)
-            if check is not None:
-                check(record)
-            seq = self._journal.enqueue(self, line, record)
+            self.admission.admit(record, check)  # an illegal event raises: nothing is queued
+            try:
+                seq = self._journal.enqueue(self, line, record)
+            except BaseException:
+                self.admission.forget()  # admitted, yet not in the log
+                raise
             self._offsets.append(self.size + self._queued_bytes)
             self._queued_bytes += len(line)
             self._unwritten[ord_] = record
@@ -271,6 +291,18 @@ class RolloutLog:
             self.durable_ord = records[-1].ord
             for record in records:
                 del self._unwritten[record.ord]
+
+    def _reduced(self) -> ThreadState | None:
+        """The reduced state of the whole log now (lock held): the records written into the
+        file, then those queued. Raises `IntegrityError` if it holds an illegal event."""
+        full = scan_file(self.path, self.thread_id)
+        written = [r for r in full.records if r.ord <= self.durable_ord]
+        if len(written) != self.durable_ord:
+            raise full.error or IntegrityError(
+                self.thread_id, len(written) + 1, "the rollout lacks records it was given"
+            )
+        queued = [self._unwritten[o] for o in sorted(self._unwritten)]
+        return reduce_log(self.thread_id, [*written, *queued])
 
     def _record_at(self, ord_: int) -> Record:
         """A record of this log by ordinal (queued ones from memory). Lock held."""

@@ -18,12 +18,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from threadlog.model import snapshot
 from threadlog.model.envelope import BadRecord, Record, parse_line
 from threadlog.store.embedded.rollout import Scan, inherited_prefix, scan
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from threadlog.model.state import ThreadState
     from threadlog.store.embedded.index import Index
     from threadlog.store.embedded.journal import Journal
     from threadlog.store.embedded.layout import Layout
@@ -86,6 +88,16 @@ class SnapshotKeeper:
         if self.anchored_tail(thread_id, path, durable_end(thread_id)) is None:
             return None
         return snap.ord, snap.payload
+
+    def state_at(self, thread_id: str, anchor: Record) -> ThreadState | None:
+        """The reduced state the thread's snapshot holds (a fresh copy), if the snapshot is
+        anchored at ``anchor`` and in this threadlog's format; else None. The store checks
+        appends against it (`threadlog.store.admission`)."""
+        snap = self._index.get_snapshot(thread_id)
+        if snap is None or (snap.ord, snap.hash) != (anchor.ord, anchor.hash):
+            return None
+        loaded = snapshot.load(snap.payload) if snap.version == snapshot.SNAPSHOT_VERSION else None
+        return loaded[0] if loaded is not None else None
 
     def covers(self, thread_id: str, after: int) -> bool:
         """Whether the thread has a snapshot whose anchor is at or before ord ``after``."""

@@ -258,6 +258,10 @@ class EmbeddedStore(Queries, Blobs):
             check: called with the finished record just before it is queued, under the
                 thread's lock; if it raises, nothing is written (the runtime applies the
                 record to its in-memory state here, so that state and log cannot diverge).
+
+        Raises:
+            InvalidTransition: the reducer refuses the event in the thread's state (checked
+                before ``check``; `threadlog.store.admission`): nothing is written.
         """
         seq, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord, check)
         if seq:

@@ -35,6 +35,7 @@ from threadlog.model import codec
 from threadlog.model.envelope import FORMAT_VERSION, BadRecord, Record, parse_line
 from threadlog.model.eventdata import to_data
 from threadlog.model.events import ThreadCreated
+from threadlog.model.legality import reduce_log
 from threadlog.store.embedded.layout import MiB
 from threadlog.store.embedded.leases import Lease
 from threadlog.store.embedded.reader import lost_acknowledged
@@ -43,6 +44,9 @@ from threadlog.store.embedded.rolloutlog import RolloutLog
 from threadlog.store.validate import check_new_thread, refuse_lookalikes
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from threadlog.model.state import ThreadState
     from threadlog.store._fileops import FileOps
     from threadlog.store.embedded.journal import Journal
     from threadlog.store.embedded.layout import Layout
@@ -162,6 +166,7 @@ class OpenLogs:
                 scanned=Scan(),
                 max_record_bytes=self._max_record_bytes,
                 publish=lease.publish,
+                first_state=_empty_log,
             )
             lease.publish(0)
             _, seq = rollout.submit(
@@ -324,7 +329,29 @@ class OpenLogs:
             anchor=anchor,
             load_prefix=lambda: scan_file(path, thread_id),
             publish=lease.publish,
+            first_state=self._first_state(thread_id, anchor, scanned.records),
         )
+
+    def _first_state(
+        self, thread_id: str, anchor: Record | None, records: list[Record]
+    ) -> Callable[[], ThreadState | None] | None:
+        """How a log opened on ``records`` (after ``anchor``, if any) builds its reduced state
+        at its first append: from the records the open read, on the snapshot's state if the
+        open started at one; None (reduce the file) if that state cannot be had."""
+        if anchor is None:
+            return lambda: reduce_log(thread_id, records)
+
+        def from_snapshot() -> ThreadState | None:
+            base = self._snapshots.state_at(thread_id, anchor)
+            if base is None:  # not ours after all: the whole file, as it was opened
+                upto = records[-1].ord if records else anchor.ord
+                full = scan_file(self._layout.path_of(thread_id), thread_id)
+                if full.error is not None and full.error.ord <= upto:
+                    raise full.error
+                return reduce_log(thread_id, (r for r in full.records if r.ord <= upto))
+            return reduce_log(thread_id, records, base)
+
+        return from_snapshot
 
     def _repair_tail(self, thread_id: str, fd: int, scanned: Scan) -> None:
         """Complete or cut the torn tail ``scanned`` found, and note it as a repair."""
@@ -362,6 +389,11 @@ class OpenLogs:
             torn.reason,
         )
         self._fops.ftruncate(fd, scanned.end)
+
+
+def _empty_log() -> None:
+    """The state of a thread being created: none yet (its first record is being written)."""
+    return None
 
 
 def check_writable_format(thread_id: str, path: str, records: list[Record]) -> None:

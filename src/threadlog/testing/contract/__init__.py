@@ -20,6 +20,7 @@ The tests live in one module per topic, each a plain class of test methods that
 * ``append``: create, append and read; ordinals, the chain, parents, copies.
 * ``idempotency``: appends by id replay, ``expect_ord`` conflicts.
 * ``refusals``: bad input is refused and writes nothing; thread settings.
+* ``legality``: an event the reducer refuses is refused on every append path, writes nothing.
 * ``hooks``: the ``check`` hook, listeners and error listeners.
 * ``concurrency``: appends from threads, ``aappend``, ``follow``.
 * ``artifacts``: large values and look-alike references; the `Artifacts` capability (blobs
@@ -50,6 +51,7 @@ from threadlog.testing.contract.concurrency import ConcurrencyTests
 from threadlog.testing.contract.fork import ForkTests
 from threadlog.testing.contract.hooks import HookTests
 from threadlog.testing.contract.idempotency import IdempotencyTests
+from threadlog.testing.contract.legality import LegalityTests
 from threadlog.testing.contract.lifecycle import LifecycleTests
 from threadlog.testing.contract.refusals import RefusalTests
 
@@ -66,6 +68,7 @@ class StoreContract(
     AppendReadTests,
     IdempotencyTests,
     RefusalTests,
+    LegalityTests,
     HookTests,
     ConcurrencyTests,
     ArtifactTests,

@@ -6,12 +6,15 @@ The ids are fixed UUIDv7s, so that a failing test names the same record every ru
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from threadlog.model import codec
 from threadlog.model.envelope import FORMAT_VERSION, Record, record_hash
 from threadlog.model.ids import uuid7
 from threadlog.model.reducer import replay
+
+if TYPE_CHECKING:
+    from threadlog.store.protocol import Store
 
 __all__ = [
     "BIG",
@@ -21,6 +24,7 @@ __all__ = [
     "MISSING_THREAD",
     "OTHER_ID",
     "check_chain",
+    "start_call",
 ]
 
 EVENT_ID = uuid7(1_700_000_000_000, bytes(10))
@@ -52,3 +56,13 @@ def check_chain(records: list[Record]) -> None:
         assert digest == record.hash, f"ord {record.ord}: hash does not match the content"
     assert len({r.id for r in records}) == len(records)
     replay(records)
+
+
+def start_call(store: Store, thread: str, call_id: str = "c", turn_id: str = "t") -> int:
+    """Append what makes a result for ``call_id`` legal (a running turn, the call proposed,
+    approved and started: the store refuses a result before its start); the last ord."""
+    store.append(thread, "turn.started", {"turn_id": turn_id, "input": "go"})
+    call = {"turn_id": turn_id, "call_id": call_id, "tool": "t", "args": {}}
+    store.append(thread, "tool_call.proposed", {**call, "side_effect": "read_only"})
+    store.append(thread, "tool_call.approved", {"call_id": call_id, "by": "policy"})
+    return store.append(thread, "tool_call.started", {"call_id": call_id}).ord

@@ -1,6 +1,7 @@
 """The contract of a store's lifecycle: verify, leases, flush, snapshots, close.
 
-``verify`` reports a sound log and checks events against the reducer; ``acquire``/``release``
+``verify`` reports a sound log (a log holding an event the reducer refuses cannot be made
+through the port: see ``legality``; each backend's own tests plant one); ``acquire``/``release``
 take and give up the writer's lease; ``flush`` makes everything durable; a store that keeps
 snapshots (the optional `Snapshots` capability) saves them only against a real record; a
 closed store still reads, and refuses to fork.
@@ -31,13 +32,6 @@ class LifecycleTests:
         assert report.to_dict()["ok"] is True
         with pytest.raises(ThreadNotFound):
             store.verify(MISSING_THREAD)
-
-    def test_verify_checks_events_against_the_reducer(self, store: Store) -> None:
-        thread = store.create_thread("a")
-        store.append(thread, "turn.ended", {"turn_id": "nope", "outcome": "completed"})
-        assert store.verify(thread, check_events=False).ok
-        report = store.verify(thread)
-        assert not report.ok and report.error is not None
 
     def test_acquire_release_flush(self, store: Store) -> None:
         thread = store.create_thread("a")
