@@ -41,7 +41,8 @@ class StepState:
     step_id: str
     turn_id: str
     status: str
-    """``started`` → ``provider_started`` → ``responded`` | ``interrupted``."""
+    """``started`` → ``provider_started`` → ``responded`` | ``interrupted`` (a retried
+    request goes back from ``provider_started`` to ``started``)."""
     started_ord: int
     context_hash: str | None = None
     stop_reason: str | None = None
@@ -87,6 +88,7 @@ class MemoryState:
     expires_at: str | None
     revoked: bool = False
     key: str | None = None
+    project: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -122,6 +124,9 @@ class ThreadState:
     operations: dict[str, OperationState] = field(default_factory=dict)
     compactions: list[dict[str, Any]] = field(default_factory=list)
     resumes: int = 0
+    session: str | None = None
+    """The session that opened the thread (``session.opened``) and has not closed it: the
+    live one, or one whose process stopped without closing."""
 
     @property
     def pending_inputs(self) -> list[InputState]:

@@ -53,16 +53,17 @@ from threadlog.model.events import (
     LabelSet,
     LeafMoved,
     MemoryRevoked,
-    MemoryWritten,
     ToolCallApproved,
     ToolCallDenied,
     ToolCallResolved,
     TurnStarted,
 )
+from threadlog.model.memory import memory_written
 from threadlog.model.reducer import apply, replay
 from threadlog.runtime import mailbox_watch, request
 from threadlog.runtime.bus import Bus, Progress, SubscriberDropped
 from threadlog.runtime.deps import SessionDeps
+from threadlog.runtime.identity import SessionIdentity, stamp
 from threadlog.runtime.tool_runner import ToolRunner, runs_dir, working_dir
 from threadlog.runtime.turn import TurnDriver
 from threadlog.store.protocol import LocalHome, Snapshots
@@ -111,6 +112,8 @@ class Session:
         records: the log (after ``base.ord`` when there is a base).
         base: a snapshot to start from instead of replaying the whole log.
         on_close: called with the session once it is closed (the runtime forgets it).
+        source: what opened the session, recorded in its ``session.opened``: ``sdk`` (a
+            program, the default), ``cli`` or ``api`` (`threadlog.runtime.identity`).
     """
 
     def __init__(
@@ -121,9 +124,14 @@ class Session:
         base: SessionBase | tuple[int, ThreadState, Context] | None = None,
         *,
         on_close: Callable[[Session], None] | None = None,
+        source: str = "sdk",
     ) -> None:
         self.runtime = runtime
         self.thread_id = thread_id
+        self.identity = SessionIdentity.new(source)
+        """Who writes: this session's id, process, host and source."""
+        self._announced = False  # session.opened is written (before the first record)
+        self._announce_lock = asyncio.Lock()
         if base is None:
             self.state: ThreadState = replay(records)
             self.context = Context.from_records(records)
@@ -136,7 +144,7 @@ class Session:
                 self.context.apply(record)
         self._on_close = on_close
         self._bus = Bus(thread_id, lambda after: runtime.store.read(thread_id, after))
-        self._runner = ToolRunner(self)
+        self._runner = ToolRunner(self, publish=self._bus.publish)
         self._turns = TurnDriver(self, self._runner, self._bus)
         self._changed = self._turns.changed
         """Set by every append (the turn driver sleeps on it)."""
@@ -166,7 +174,22 @@ class Session:
         id: str | None = None,
     ) -> Record:
         """Append one event through the pipeline (see the module docstring): a catalogue
-        event (``TurnStarted(…)``), or a type name and its data."""
+        event (``TurnStarted(…)``), or a type name and its data. The first one is preceded by
+        the session's ``session.opened``; each names the session (`threadlog.runtime.identity`)."""
+        if not self._announced:
+            await self._announce()
+        return await self._write(event, data, durable, id)
+
+    async def _announce(self) -> None:
+        async with self._announce_lock:
+            if not self._announced:
+                await self._write(self.identity.opened(self.state.session), None, None, None)
+                self._announced = True
+
+    async def _write(
+        self, event: str | Event, data: Any, durable: bool | None, id: str | None
+    ) -> Record:
+        event, data = stamp(event, data, self.identity.session_id)
         if self._broken is not None:
             raise RunError(f"session {self.thread_id} stopped after an error: {self._broken}")
         try:
@@ -350,19 +373,16 @@ class Session:
         ``source_event`` is the record the fact comes from (default: the active leaf).
         """
         self._check_open()
-        if not isinstance(fact, str) or not fact.strip():
-            raise UsageError("a memory is a non-empty fact")
-        source = source_event or self.state.leaf or self.state.last_id
         return await self.append(
-            MemoryWritten(
-                memory_id=new_id(),
-                fact=fact,
-                source_event=cast("str", source),
-                # an unknown scope is refused by the record's decode (InvalidData)
-                scope=cast("Any", scope),
-                written_at=rfc3339(wall_ns()),
-                expires_at=expires_at,
+            memory_written(
+                fact,
+                scope=scope,
                 key=key,
+                expires_at=expires_at,
+                source_event=source_event or self.state.leaf or self.state.last_id,
+                config=self.state.config,
+                memory_id=new_id(),
+                written_at=rfc3339(wall_ns()),
             )
         )
 
@@ -453,6 +473,8 @@ class Session:
             await child.close()
         store = self.runtime.store
         try:
+            if self._announced and self._broken is None:
+                await self._write(self.identity.closed(), None, None, None)
             if self._broken is None and self.state.last_ord - self._snapshot_ord >= SNAPSHOT_EVERY:
                 await asyncio.to_thread(self._save_snapshot)
             await asyncio.to_thread(store.release, self.thread_id)
