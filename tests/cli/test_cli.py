@@ -63,7 +63,8 @@ def test_demo_writes_a_verified_thread(home: str, demo_thread: str) -> None:
         )
         assert store.verify(demo_thread).ok
         types = [r.type for r in store.read(demo_thread)]
-        assert types[-1] == "turn.ended" and types.count("model.responded") == 4
+        assert types[-2:] == ["turn.ended", "session.closed"]
+        assert types.count("model.responded") == 4
 
 
 def test_ls_json_shape(home: str, demo_thread: str) -> None:
@@ -86,7 +87,7 @@ def test_ls_json_shape(home: str, demo_thread: str) -> None:
         "damage",
     }
     assert rows[0]["principal"] == "demo" and rows[0]["turns"] == 1 and rows[0]["tool_calls"] == 3
-    assert rows[0]["last_ord"] == 29
+    assert rows[0]["last_ord"] == 31
 
 
 def test_ls_human_and_empty(home: str) -> None:
@@ -98,7 +99,7 @@ def test_events_are_json_lines_from_a_cursor(home: str, demo_thread: str) -> Non
     code, out, _ = run("events", demo_thread, "--home", home, "--after", "20")
     assert code == 0
     lines = [json.loads(line) for line in out.splitlines()]
-    assert [r["ord"] for r in lines] == list(range(21, 30))
+    assert [r["ord"] for r in lines] == list(range(21, 32))
     assert list(lines[0]) == [
         "v",
         "id",
@@ -121,7 +122,7 @@ def test_show_json(home: str, demo_thread: str) -> None:
     doc = json.loads(out)
     assert doc["thread"]["thread_id"] == demo_thread
     assert [t["status"] for t in doc["turns"]] == ["completed"]
-    assert [r["ord"] for r in doc["last_records"]] == [27, 28, 29]
+    assert [r["ord"] for r in doc["last_records"]] == [29, 30, 31]
     code, out, _ = run("show", demo_thread, "--home", home)
     assert code == 0 and "append_file" in out
 
@@ -161,7 +162,7 @@ def test_verify_ok_and_rebuild(home: str, demo_thread: str) -> None:
     code, out, _ = run("rebuild", "--home", home, "--json")
     assert code == 0
     doc = json.loads(out)
-    assert doc["threads"] == 1 and doc["records"] == 29 and doc["damaged"] == []
+    assert doc["threads"] == 1 and doc["records"] == 31 and doc["damaged"] == []
 
 
 def test_ctrl_c_closes_the_demo_cleanly(home: str) -> None:
@@ -184,8 +185,9 @@ def test_ctrl_c_closes_the_demo_cleanly(home: str) -> None:
     with open_store(home) as store:
         (thread,) = store.thread_ids()
         assert store.verify(thread).ok
-        last = store.read(thread)[-1]
+        *_, last, closed = store.read(thread)
         assert last.type == "turn.ended" and last.data["outcome"] == "aborted"
+        assert closed.type == "session.closed"
         store.append(thread, "custom.after", {})  # the lease was released
 
 

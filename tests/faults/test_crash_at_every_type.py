@@ -74,6 +74,8 @@ FRESH = [
     "leaf.moved",
     "operation.started",  # the sub-agent spawned after goal 1
     "operation.finished",
+    "session.opened",  # before the session's first record
+    "session.closed",  # the run's last record, as its session closes
 ]
 """Types a fresh ``--all-types`` run writes: the child crashes at the first of them."""
 

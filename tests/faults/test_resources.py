@@ -212,7 +212,7 @@ def test_a_subscriber_is_woken_with_the_error_when_the_store_fails(tmp_path: Pat
     finally:
         with contextlib.suppress(StorageError):
             store.close()
-    assert seen == [1, 2]  # what was durable before the failure
+    assert seen == [1, 2, 3]  # what was durable before the failure (2: session.opened)
     assert isinstance(error, StorageError), f"the subscriber was not woken: {error!r}"
 
 

@@ -33,6 +33,8 @@ from threadlog.model.events import (
     PlanVersioned,
     ProviderInterrupted,
     ProviderStarted,
+    SessionClosed,
+    SessionOpened,
     StepStarted,
     ThreadCreated,
     ThreadResumed,
@@ -67,9 +69,11 @@ SAMPLES: dict[str, Any] = {
     "step.started": StepStarted(
         turn_id="turn-1", step_id="s1", context={"messages": []}, context_hash="h"
     ),
-    "provider.started": ProviderStarted(turn_id="turn-1", step_id="s1", provider="p", model="m"),
+    "provider.started": ProviderStarted(
+        turn_id="turn-1", step_id="s1", provider="p", model="m", attempt=2
+    ),
     "provider.interrupted": ProviderInterrupted(
-        turn_id="turn-1", step_id="s1", reason="reset", partial="Hel"
+        turn_id="turn-1", step_id="s1", reason="reset", partial="Hel", retryable=True, attempt=1
     ),
     "model.responded": ModelResponded(
         turn_id="turn-1",
@@ -113,6 +117,7 @@ SAMPLES: dict[str, Any] = {
         written_at="2025-01-01T00:00:00Z",
         expires_at="2026-01-01T00:00:00Z",
         key="user.timezone",
+        project="/srv/app",
     ),
     "memory.revoked": MemoryRevoked(memory_id="m1", reason="stale"),
     "artifact.stored": ArtifactStored(
@@ -121,7 +126,13 @@ SAMPLES: dict[str, Any] = {
     "operation.started": OperationStarted(op_id="o1", kind="git.push", detail={"ref": "main"}),
     "operation.finished": OperationFinished(op_id="o1", ok=True, detail="done"),
     "thread.resumed": ThreadResumed(repairs=[{"kind": "tool_call.unknown", "call_id": "c1"}]),
+    "session.opened": SessionOpened(
+        session_id="sess-2", pid=4242, host="box", source="cli", unclosed="sess-0"
+    ),
+    "session.closed": SessionClosed(session_id="sess-2"),
 }
+# every sample as a session writes it: its id in the optional ``session`` field
+SAMPLES = {name: dataclasses.replace(e, session="sess-1") for name, e in SAMPLES.items()}
 
 
 def _fields(cls: type[Any]) -> list[dataclasses.Field[Any]]:

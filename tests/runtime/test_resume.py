@@ -289,7 +289,7 @@ def test_resume_of_a_clean_thread_reports_nothing_to_repair(home: str, workspace
     report = json.loads(result.stdout)
     assert report["repairs"] == [] and report["interrupted_turn"] is None
     with open_store(home) as store:
-        assert store.read(thread)[-1].type == "thread.resumed"
+        assert [r.type for r in store.read(thread)[-2:]] == ["thread.resumed", "session.closed"]
 
 
 def test_cli_resume_reports_a_torn_tail_and_unknown_calls(home: str, workspace: Path) -> None:

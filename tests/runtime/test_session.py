@@ -83,6 +83,7 @@ def test_a_turn_runs_tools_and_ends(home: str, workspace: Path) -> None:
         records = store.read(thread)
         assert types(records) == [
             "thread.created",
+            "session.opened",
             "turn.started",
             "step.started",
             "provider.started",
@@ -95,10 +96,11 @@ def test_a_turn_runs_tools_and_ends(home: str, workspace: Path) -> None:
             "provider.started",
             "model.responded",
             "turn.ended",
+            "session.closed",
         ]
-        finished = records[8].data
+        finished = records[9].data
         assert finished["ok"] is True and finished["result"] == "alpha\n"
-        assert records[-1].data["outcome"] == "completed"
+        assert records[-2].data["outcome"] == "completed"
         assert store.verify(thread).ok
     # the second model call saw the tool result
     assert model.requests[1].messages[-1] == {
@@ -443,7 +445,8 @@ def test_closing_mid_tool_releases_the_lease(home: str, workspace: Path, side_ef
     if side_effect == "idempotent":
         # safe to repeat: an error result, and the turn ends aborted
         assert call.status == "finished" and call.error == "cancelled"
-        assert records[-2].type == "turn.ended" and records[-2].data["outcome"] == "aborted"
+        assert [r.type for r in records[-3:]] == ["turn.ended", "session.closed", "custom.after"]
+        assert records[-3].data["outcome"] == "aborted"
     else:
         # the effect may have happened: unknown, and the turn waits for a human, durably
         assert call.status == "unknown"

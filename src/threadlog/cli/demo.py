@@ -114,7 +114,7 @@ def _tools(pause: float) -> list[Tool]:
 async def _run(home: str, yes: bool, pause: float, console: Console) -> tuple[str, bool]:
     workspace = _workspace()
     model = ScriptedModel(_script, delay=pause)
-    async with Runtime(home, model=model, tools=_tools(pause)) as runtime:
+    async with Runtime(home, model=model, tools=_tools(pause), source="cli") as runtime:
         session = await runtime.create(
             "demo",
             title="Document the retry policy",

@@ -152,6 +152,7 @@ def show(home: str | None, as_json: bool, thread: str, last_n: int, as_tree: boo
                 "plan_version": state.plan_version,
                 "turns": turns,
                 "tool_calls": calls,
+                "sessions": _sessions(records),
                 "last_records": [r.to_dict() for r in records[-last_n:]] if last_n else [],
             }
         )
@@ -187,19 +188,59 @@ def show(home: str | None, as_json: bool, thread: str, last_n: int, as_tree: boo
                 status = "[bold red]unknown[/bold red] (threadlog resolve)"
             table.add_row(call["call_id"], call["tool"] or "", call["side_effect"] or "", status)
         console.print(table)
+    sessions = _sessions(records)
+    if sessions:
+        table = Table(title="sessions", box=None, header_style="bold", title_justify="left")
+        for name in ("session", "source", "host", "pid", "ords"):
+            table.add_column(name)
+        for s in sessions:
+            closed = s["closed_ord"] or ("…" if s is sessions[-1] else "[red]never closed[/red]")
+            ords = f"{s['opened_ord']}–{closed}"
+            table.add_row(s["session_id"], s["source"], s["host"], str(s["pid"]), ords)
+        console.print(table)
     if last_n:
         console.print(
             _records_table(records[-last_n:], title=f"last {min(last_n, len(records))} records")
         )
 
 
+def _sessions(records: list[Record]) -> list[dict[str, Any]]:
+    """The sessions that wrote the thread (``session.opened``/``.closed``), in order."""
+    out: list[dict[str, Any]] = []
+    by_id: dict[str, dict[str, Any]] = {}
+    for record in records:
+        data = record.data if isinstance(record.data, dict) else {}
+        if record.type == "session.opened":
+            row = {
+                "session_id": data.get("session_id"),
+                "source": data.get("source"),
+                "host": data.get("host"),
+                "pid": data.get("pid"),
+                "thread": record.thread,
+                "opened_ord": record.ord,
+                "closed_ord": None,
+            }
+            out.append(row)
+            by_id[str(data.get("session_id"))] = row
+        elif record.type == "session.closed" and str(data.get("session_id")) in by_id:
+            by_id[str(data.get("session_id"))]["closed_ord"] = record.ord
+    return out
+
+
 def _records_table(records: list[Record], *, title: str) -> Table:
     table = Table(title=title, box=None, header_style="bold", title_justify="left")
-    for name in ("ord", "time", "type", "data"):
+    for name in ("ord", "time", "session", "type", "data"):
         table.add_column(name, no_wrap=name != "data")
     for record in records:
+        writer = record.data.get("session") if isinstance(record.data, dict) else None
         data = orjson.dumps(record.data).decode()
-        table.add_row(str(record.ord), record.ts[11:23], record.type, _short(data, 70))
+        table.add_row(
+            str(record.ord),
+            record.ts[11:23],
+            writer[-8:] if isinstance(writer, str) else "",
+            record.type,
+            _short(data, 70),
+        )
     return table
 
 

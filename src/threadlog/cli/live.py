@@ -21,6 +21,7 @@ from threadlog.errors import IntegrityError, LeaseHeld
 from threadlog.model.commands import Approve, Cancel, Command, Deny, Resolve, Submit
 from threadlog.model.events import InputQueued
 from threadlog.runtime import inbox
+from threadlog.runtime.forking import fork_point
 from threadlog.runtime.mailbox_watch import apply_command
 from threadlog.runtime.runtime import Runtime
 from threadlog.store._home import default_home
@@ -47,7 +48,7 @@ def _act(
     home = home or default_home()
 
     async def run() -> dict[str, Any]:
-        async with Runtime(home) as runtime:
+        async with Runtime(home, source="cli") as runtime:
             try:
                 session = await runtime.open(thread, resume=False)
             except LeaseHeld as exc:
@@ -245,7 +246,7 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
     home = home or default_home()
 
     async def run(target: str) -> dict[str, Any]:
-        async with Runtime(home) as runtime:
+        async with Runtime(home, source="cli") as runtime:
             session = await runtime.resume(target, continue_work=False)
             assert session.recovery is not None
             return session.recovery.to_data()
@@ -302,7 +303,9 @@ def fork(home: str | None, as_json: bool, thread: str, at: str | None, title: st
 
     The inherited records are copied byte for byte (same ids and hashes) and verified; they
     and the new thread's settings are written as one file, atomically: after a crash the fork
-    exists whole or not at all. Artifacts are shared, not copied.
+    exists whole or not at all. Artifacts are shared, not copied. A fork point inside a turn
+    that is running (or was still running at --at) moves back to just before that turn, so
+    the new thread never holds a turn that nobody drives.
 
     \b
     Example:
@@ -310,9 +313,15 @@ def fork(home: str | None, as_json: bool, thread: str, at: str | None, title: st
     """
     with open_disk_store(home) as store:
         target: int | str | None = None if at is None else int(at) if at.isdigit() else at
-        child = store.fork(thread, target, title=title)
+        point = fork_point(store, thread, target)
+        child = store.fork(thread, point.ord, title=title)
         lineage = store.read(child, limit=1)[0].data["lineage"]  # its thread.created
     if as_json:
-        sys.stdout.write(orjson.dumps({"thread": child, "lineage": lineage}).decode() + "\n")
+        doc = {"thread": child, "lineage": lineage, "requested_ord": point.requested}
+        sys.stdout.write(orjson.dumps(doc).decode() + "\n")
     else:
         click.echo(f"forked {thread} at ord {lineage['ord']} into {child}")
+        if point.requested is not None:
+            click.echo(
+                f"  (ord {point.requested} is inside a running turn: forked before that turn)"
+            )

@@ -54,9 +54,11 @@ def memory_ls(home: str | None, as_json: bool, principal: str | None, show_all: 
     for row in rows:
         flags = " (revoked)" if row["revoked"] else ""
         expiry = f", expires {row['expires_at']}" if row["expires_at"] else ""
+        project = f", project {row['project']}" if row["project"] else ""
         click.echo(
             f"{row['memory_id']}  [{row['scope']}{'/' + row['key'] if row['key'] else ''}] "
-            f"{row['fact']}  — thread {row['thread_id']}, {row['written_at']}{expiry}{flags}"
+            f"{row['fact']}  — {row['principal']}, thread {row['thread_id']}{project}, "
+            f"{row['written_at']}{expiry}{flags}"
         )
 
 
@@ -86,7 +88,7 @@ def memory_rm(home: str | None, as_json: bool, memory_id: str, reason: str | Non
     thread = rows[0]["thread_id"]
 
     async def run() -> int:
-        async with Runtime(home) as runtime:
+        async with Runtime(home, source="cli") as runtime:
             session = await runtime.open(thread, resume=False)
             return (await session.forget(memory_id, reason=reason)).ord
 

@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 
 __all__ = [
     "CATALOGUE",
+    "SESSION_SOURCES",
     "SIDE_EFFECTS",
     "TURN_OUTCOMES",
     "ArtifactStored",
@@ -24,6 +25,7 @@ __all__ = [
     "ConfigChanged",
     "Custom",
     "Event",
+    "EventBase",
     "InputConsumed",
     "InputQueued",
     "LabelSet",
@@ -36,6 +38,9 @@ __all__ = [
     "PlanVersioned",
     "ProviderInterrupted",
     "ProviderStarted",
+    "SessionClosed",
+    "SessionOpened",
+    "SessionSource",
     "SideEffect",
     "StepStarted",
     "ThreadCreated",
@@ -56,12 +61,30 @@ __all__ = [
 SideEffect = Literal["read_only", "idempotent", "non_idempotent"]
 TurnOutcome = Literal["completed", "aborted", "failed", "interrupted"]
 Resolution = Literal["done", "retry", "abort"]
+SessionSource = Literal["cli", "api", "sdk"]
 SIDE_EFFECTS: tuple[str, ...] = get_args(SideEffect)
+SESSION_SOURCES: tuple[str, ...] = get_args(SessionSource)
 TURN_OUTCOMES: tuple[str, ...] = get_args(TurnOutcome)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ThreadCreated:
+class EventBase:
+    """What every catalogued event carries besides its own fields.
+
+    The session stamp lives in the record's data, not in the envelope: the envelope's fields
+    are fixed (every reader refuses a record with another key, and the verifiers find
+    ``prev`` and ``thread`` by their place in the canonical bytes), so an envelope field
+    would be a format change every backend and every older reader would have to follow.
+    """
+
+    session: str | None = None
+    """The live session that wrote the record (the ``session_id`` of its
+    ``session.opened``), set by the runtime (000 §17.1); None for a record written outside a
+    session (``thread.created``, a fork's settings, an application's direct append)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadCreated(EventBase):
     """Ord 1 of every thread: who owns it, its first config, where it came from."""
 
     type: Literal["thread.created"] = "thread.created"
@@ -77,7 +100,7 @@ class ThreadCreated:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ConfigChanged:
+class ConfigChanged(EventBase):
     """Some config keys changed (between turns). ``None`` removes a key."""
 
     type: Literal["config.changed"] = "config.changed"
@@ -85,7 +108,7 @@ class ConfigChanged:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TurnStarted:
+class TurnStarted(EventBase):
     """A user goal starts being handled."""
 
     type: Literal["turn.started"] = "turn.started"
@@ -99,7 +122,7 @@ class TurnStarted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class InputQueued:
+class InputQueued(EventBase):
     """Input arrived (steering while a turn runs, or the next turn's input)."""
 
     type: Literal["input.queued"] = "input.queued"
@@ -108,7 +131,7 @@ class InputQueued:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class InputConsumed:
+class InputConsumed(EventBase):
     """Queued input was taken into a turn at a safe point."""
 
     type: Literal["input.consumed"] = "input.consumed"
@@ -117,7 +140,7 @@ class InputConsumed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StepStarted:
+class StepStarted(EventBase):
     """A model call is about to be made with this exact context."""
 
     type: Literal["step.started"] = "step.started"
@@ -129,7 +152,7 @@ class StepStarted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ProviderStarted:
+class ProviderStarted(EventBase):
     """The request left for the provider (operation journal)."""
 
     type: Literal["provider.started"] = "provider.started"
@@ -137,10 +160,12 @@ class ProviderStarted:
     step_id: str
     provider: str
     model: str
+    attempt: int | None = None
+    """Set on a retry (2, 3, …) after a ``provider.interrupted`` that was ``retryable``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ProviderInterrupted:
+class ProviderInterrupted(EventBase):
     """The provider stream died before a full response; ``partial`` is what arrived."""
 
     type: Literal["provider.interrupted"] = "provider.interrupted"
@@ -148,10 +173,15 @@ class ProviderInterrupted:
     step_id: str
     reason: str
     partial: Any = None
+    retryable: bool | None = None
+    """True when the runtime tries the request again: the step waits for its next
+    ``provider.started`` (see `threadlog.runtime.retry`); otherwise the step ends here."""
+    attempt: int | None = None
+    """Which attempt failed, when the request is tried again."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ModelResponded:
+class ModelResponded(EventBase):
     """The model's full response to a step."""
 
     type: Literal["model.responded"] = "model.responded"
@@ -163,7 +193,7 @@ class ModelResponded:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCallProposed:
+class ToolCallProposed(EventBase):
     """The model proposed a tool call."""
 
     type: Literal["tool_call.proposed"] = "tool_call.proposed"
@@ -177,7 +207,7 @@ class ToolCallProposed:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCallApproved:
+class ToolCallApproved(EventBase):
     type: Literal["tool_call.approved"] = "tool_call.approved"
     call_id: str
     by: str
@@ -185,7 +215,7 @@ class ToolCallApproved:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCallDenied:
+class ToolCallDenied(EventBase):
     type: Literal["tool_call.denied"] = "tool_call.denied"
     call_id: str
     by: str
@@ -193,7 +223,7 @@ class ToolCallDenied:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCallStarted:
+class ToolCallStarted(EventBase):
     """Durable intent: the tool is about to run (attempt ``attempt``)."""
 
     type: Literal["tool_call.started"] = "tool_call.started"
@@ -207,7 +237,7 @@ class ToolCallStarted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCallFinished:
+class ToolCallFinished(EventBase):
     """The tool's final result (an error is a result too, with ``ok`` false)."""
 
     type: Literal["tool_call.finished"] = "tool_call.finished"
@@ -218,7 +248,7 @@ class ToolCallFinished:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCallUnknown:
+class ToolCallUnknown(EventBase):
     """The call started but its outcome is unknown (a crash cut it off)."""
 
     type: Literal["tool_call.unknown"] = "tool_call.unknown"
@@ -227,7 +257,7 @@ class ToolCallUnknown:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCallResolved:
+class ToolCallResolved(EventBase):
     """A human (or a reconcile hook) decided what happened to an unknown call."""
 
     type: Literal["tool_call.resolved"] = "tool_call.resolved"
@@ -238,7 +268,7 @@ class ToolCallResolved:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TurnEnded:
+class TurnEnded(EventBase):
     """The turn's one terminal outcome."""
 
     type: Literal["turn.ended"] = "turn.ended"
@@ -248,7 +278,7 @@ class TurnEnded:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PlanVersioned:
+class PlanVersioned(EventBase):
     """A new version of the thread's plan (000 §17.1: plan versions produced by an approval
     or a re-plan); see `threadlog.model.plans`."""
 
@@ -267,7 +297,7 @@ class PlanVersioned:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Compaction:
+class Compaction(EventBase):
     """Entries up to ``last_entry`` are replaced in model context by ``summary``."""
 
     type: Literal["compaction"] = "compaction"
@@ -279,14 +309,14 @@ class Compaction:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class BranchSummarized:
+class BranchSummarized(EventBase):
     type: Literal["branch.summarized"] = "branch.summarized"
     from_entry: str
     summary: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LeafMoved:
+class LeafMoved(EventBase):
     """The active leaf of the conversation tree moved (a branch from an older entry)."""
 
     type: Literal["leaf.moved"] = "leaf.moved"
@@ -294,14 +324,14 @@ class LeafMoved:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LabelSet:
+class LabelSet(EventBase):
     type: Literal["label.set"] = "label.set"
     entry: str
     label: str | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MemoryWritten:
+class MemoryWritten(EventBase):
     type: Literal["memory.written"] = "memory.written"
     memory_id: str
     fact: str
@@ -312,17 +342,20 @@ class MemoryWritten:
     key: str | None = None
     """What the fact is about (e.g. ``user.timezone``): a newer fact with the same key, or
     one the current task wrote, supersedes it."""
+    project: str | None = None
+    """For a ``project`` fact: the project it belongs to (the thread's ``project`` setting,
+    else its ``cwd``). It is offered only to threads of the same principal and project."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MemoryRevoked:
+class MemoryRevoked(EventBase):
     type: Literal["memory.revoked"] = "memory.revoked"
     memory_id: str
     reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ArtifactStored:
+class ArtifactStored(EventBase):
     type: Literal["artifact.stored"] = "artifact.stored"
     sha256: str
     size: int
@@ -331,7 +364,7 @@ class ArtifactStored:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class OperationStarted:
+class OperationStarted(EventBase):
     """Operation journal: an external action begins."""
 
     type: Literal["operation.started"] = "operation.started"
@@ -341,7 +374,7 @@ class OperationStarted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class OperationFinished:
+class OperationFinished(EventBase):
     type: Literal["operation.finished"] = "operation.finished"
     op_id: str
     ok: bool
@@ -349,11 +382,38 @@ class OperationFinished:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ThreadResumed:
+class ThreadResumed(EventBase):
     """A process resumed the thread; ``repairs`` lists what recovery did."""
 
     type: Literal["thread.resumed"] = "thread.resumed"
     repairs: list[Any] = dataclasses.field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionOpened(EventBase):
+    """A live session starts writing the thread (000 §17.1: a session's identity and
+    lifecycle are explicit). Written before the session's first record; a session that
+    writes nothing leaves no trace."""
+
+    type: Literal["session.opened"] = "session.opened"
+    session_id: str
+    pid: int
+    """The process the session runs in."""
+    host: str
+    """The machine's host name."""
+    source: SessionSource
+    """What opened it: ``cli`` (the command line), ``api`` (a server), ``sdk`` (a program)."""
+    unclosed: str | None = None
+    """The session that opened the thread before and never wrote ``session.closed``: its
+    process stopped without closing (a crash)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionClosed(EventBase):
+    """The session closed cleanly (the close protocol ran); it writes nothing more."""
+
+    type: Literal["session.closed"] = "session.closed"
+    session_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -393,6 +453,8 @@ Event = (
     | OperationStarted
     | OperationFinished
     | ThreadResumed
+    | SessionOpened
+    | SessionClosed
     | Custom
 )
 

@@ -7,14 +7,24 @@ memory only if the thread's config has a ``memory_policy`` (``{"scopes": [...], 
 and then only facts that are live (not revoked, not expired), in a scope the policy names.
 Facts carry an optional ``key``: for one key, a fact written in the current thread (this task
 verified it) wins over any other, and otherwise the newest wins.
+
+*Scopes keep their owner.* A scope says who may see a fact, and no principal ever sees
+another's: a ``thread`` fact is seen in the thread that wrote it, a ``principal`` fact by the
+threads of the principal that wrote it, a ``project`` fact by the threads of that principal
+*and* that project. A thread's project is its ``project`` setting, else its ``cwd``
+(`project_of`); a project fact records the project it was written in. One written before
+facts recorded their project has none and is seen only in the thread that wrote it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-__all__ = ["MemoryFact", "memory_message", "select_memories"]
+from threadlog.errors import UsageError
+from threadlog.model.events import MemoryWritten
+
+__all__ = ["MemoryFact", "memory_message", "memory_written", "project_of", "select_memories"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,12 +37,49 @@ class MemoryFact:
     expires_at: str | None = None
     key: str | None = None
     source_event: str | None = None
+    principal: str | None = None
+    """The principal of the thread that wrote the fact."""
+    project: str | None = None
+    """For a ``project`` fact, the project it was written in (None: written before facts
+    recorded one)."""
+
+
+def project_of(config: dict[str, Any]) -> str | None:
+    """A thread's project: its ``project`` setting, else its ``cwd`` (None without either)."""
+    project = config.get("project")
+    if isinstance(project, str) and project:
+        return project
+    cwd = config.get("cwd")
+    return cwd if isinstance(cwd, str) and cwd else None
+
+
+def _owned(fact: MemoryFact, thread_id: str, principal: str, project: str | None) -> bool:
+    """Whether the scope of ``fact`` lets the thread see it (see the module docstring)."""
+    if fact.scope == "thread":
+        return fact.thread_id == thread_id
+    if fact.principal != principal:
+        return False  # never another principal's memory
+    if fact.scope == "principal":
+        return True
+    if fact.scope == "project":
+        if fact.project is None:
+            return fact.thread_id == thread_id
+        return project is not None and fact.project == project
+    return False
 
 
 def select_memories(
-    facts: list[MemoryFact], *, thread_id: str, now: str, policy: dict[str, Any] | None
+    facts: list[MemoryFact],
+    *,
+    thread_id: str,
+    principal: str,
+    project: str | None,
+    now: str,
+    policy: dict[str, Any] | None,
 ) -> list[MemoryFact]:
-    """The facts a model call in ``thread_id`` may see at time ``now`` (RFC 3339 strings)."""
+    """The facts a model call in ``thread_id`` (of ``principal``, in ``project``) may see at
+    time ``now`` (RFC 3339 strings): live ones, in a scope the policy names, that the scope
+    lets this thread see."""
     if not policy:
         return []
     scopes = set(policy.get("scopes") or ())
@@ -41,7 +88,7 @@ def select_memories(
         f
         for f in facts
         if f.scope in scopes
-        and (f.scope != "thread" or f.thread_id == thread_id)
+        and _owned(f, thread_id, principal, project)
         and (f.expires_at is None or f.expires_at > now)
     ]
     by_key: dict[str, MemoryFact] = {}
@@ -70,3 +117,35 @@ def memory_message(facts: list[MemoryFact]) -> dict[str, Any] | None:
         "content": "Long-term memory (facts recorded earlier; what this conversation "
         "establishes takes precedence):\n" + "\n".join(lines),
     }
+
+
+def memory_written(
+    fact: str,
+    *,
+    scope: str,
+    key: str | None,
+    expires_at: str | None,
+    source_event: str | None,
+    config: dict[str, Any],
+    memory_id: str,
+    written_at: str,
+) -> MemoryWritten:
+    """The ``memory.written`` event of a new fact; a ``project`` fact gets the thread's
+    project (`project_of` its ``config``). Raises `UsageError` for an empty fact, or a project
+    fact in a thread without a project. (An unknown scope is refused by the record's decode,
+    `InvalidData`.)"""
+    if not isinstance(fact, str) or not fact.strip():
+        raise UsageError("a memory is a non-empty fact")
+    project = project_of(config) if scope == "project" else None
+    if scope == "project" and project is None:
+        raise UsageError("a project memory needs the thread's project (or cwd) setting")
+    return MemoryWritten(
+        memory_id=memory_id,
+        fact=fact,
+        source_event=cast("str", source_event),
+        scope=cast("Any", scope),
+        written_at=written_at,
+        expires_at=expires_at,
+        key=key,
+        project=project,
+    )

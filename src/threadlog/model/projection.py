@@ -149,6 +149,7 @@ def project(record: Record) -> list[RowChange]:
                     "source_event": data.get("source_event"),
                     "written_at": data.get("written_at"),
                     "expires_at": data.get("expires_at"),
+                    "project": data.get("project"),
                     "revoked": 0,
                 },
             )

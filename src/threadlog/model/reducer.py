@@ -21,6 +21,7 @@ Rules enforced here (the rest of threadlog relies on them):
 Beyond the rules, the reducer folds in what a restarted session must know: the token usage
 and cost of every model response (`threadlog.model.budget`), and the branch-carried settings
 of the active leaf (`threadlog.model.settings`).
+* Only the open session closes (``session.closed`` names the last ``session.opened``).
 
 The reducer does no I/O and keeps no clock: time comes from the records.
 """
@@ -52,6 +53,8 @@ from threadlog.model.events import (
     PlanVersioned,
     ProviderInterrupted,
     ProviderStarted,
+    SessionClosed,
+    SessionOpened,
     StepStarted,
     ThreadCreated,
     ThreadResumed,
@@ -265,12 +268,13 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
             if step.status != "started":
                 raise _illegal(f"provider.started: step {step_id!r} is {step.status}")
             step.status = "provider_started"
-        case ProviderInterrupted(turn_id=turn_id, step_id=step_id):
+        case ProviderInterrupted(turn_id=turn_id, step_id=step_id, retryable=retryable):
             _running_turn(state, turn_id, "provider.interrupted")
             step = _step(state, step_id, "provider.interrupted", turn_id)
             if step.status not in ("started", "provider_started"):
                 raise _illegal(f"provider.interrupted: step {step_id!r} is {step.status}")
-            step.status = "interrupted"
+            # a request tried again: the step waits for its next provider.started
+            step.status = "started" if retryable else "interrupted"
         case ModelResponded(turn_id=turn_id, step_id=step_id, stop_reason=stop_reason, usage=usage):
             turn = _running_turn(state, turn_id, "model.responded")
             step = _step(state, step_id, "model.responded", turn_id)
@@ -372,6 +376,7 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
                 written_at=memory.written_at,
                 expires_at=memory.expires_at,
                 key=memory.key,
+                project=memory.project,
             )
         case MemoryRevoked(memory_id=memory_id):
             mem = state.memories.get(memory_id)
@@ -389,6 +394,16 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
             op.ok = ok
         case ThreadResumed():
             state.resumes += 1
+        case SessionOpened(session_id=session_id):
+            # A fork's inherited records name sessions of its source: only this thread's
+            # own sessions open and close it.
+            if record.thread == state.thread_id:
+                state.session = session_id
+        case SessionClosed(session_id=session_id):
+            if record.thread == state.thread_id:
+                if state.session != session_id:
+                    raise _illegal(f"session.closed: session {session_id!r} is not open")
+                state.session = None
         case ArtifactStored() | Custom():
             pass
         case _:

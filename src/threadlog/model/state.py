@@ -43,7 +43,8 @@ class StepState:
     step_id: str
     turn_id: str
     status: str
-    """``started`` → ``provider_started`` → ``responded`` | ``interrupted``."""
+    """``started`` → ``provider_started`` → ``responded`` | ``interrupted`` (a retried
+    request goes back from ``provider_started`` to ``started``)."""
     started_ord: int
     context_hash: str | None = None
     stop_reason: str | None = None
@@ -91,6 +92,7 @@ class MemoryState:
     expires_at: str | None
     revoked: bool = False
     key: str | None = None
+    project: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -139,6 +141,9 @@ class ThreadState:
     branch_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     """``config.changed`` id → the branch-carried settings in effect after it (``""``: the
     thread's initial ones, kept once the first such change is made)."""
+    session: str | None = None
+    """The session that opened the thread (``session.opened``) and has not closed it: the
+    live one, or one whose process stopped without closing."""
 
     @property
     def pending_inputs(self) -> list[InputState]:

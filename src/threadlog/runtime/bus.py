@@ -46,8 +46,11 @@ class Progress:
     """A transient update (a text delta, a tool's progress): live only, never logged.
 
     Kinds the runtime publishes: ``thinking`` (``step_id``: a model call starts), ``text``
-    (``step_id``, ``text``: a delta of the answer) and ``approval_needed`` (``call_id``,
-    ``tool``, ``args``: a proposal waits for a human).
+    (``step_id``, ``text``: a delta of the answer), ``approval_needed`` (``call_id``,
+    ``tool``, ``args``: a proposal waits for a human), ``retrying`` (``step_id``, ``attempt``,
+    ``reason``, ``wait``: a model request failed transiently and is tried again) and
+    ``tool_progress`` (``call_id``, ``tool``, ``attempt``, ``message``, ``fraction``: what a
+    running tool reported through ``ToolContext.progress``).
     """
 
     kind: str

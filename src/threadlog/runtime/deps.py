@@ -1,7 +1,7 @@
 """What a session and its parts need of the runtime that opened it.
 
 A `Session` does not import `threadlog.runtime.runtime.Runtime` (which imports the session:
-that would be an import circle); it is given an object with the four things below, which
+that would be an import circle); it is given an object with the things below, which
 `Runtime` is. Its parts (the turn driver, the tool runner) reach them through the session.
 """
 
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from threadlog.runtime.models import Model, Summarizer
+    from threadlog.runtime.retry import RetryPolicy
     from threadlog.runtime.tools import ToolRegistry
     from threadlog.store.protocol import Store
 
@@ -18,7 +19,8 @@ __all__ = ["SessionDeps"]
 
 
 class SessionDeps(Protocol):
-    """The store, the model, the summarizer and the tools shared by a runtime's sessions."""
+    """The store, the model, the summarizer, the tools and the retry policy shared by a
+    runtime's sessions."""
 
     @property
     def store(self) -> Store:
@@ -38,4 +40,9 @@ class SessionDeps(Protocol):
     @property
     def tools(self) -> ToolRegistry:
         """The tools offered to the model."""
+        ...
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """How a failed model request is tried again (`threadlog.runtime.retry`)."""
         ...

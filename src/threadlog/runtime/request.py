@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from threadlog._clock import new_id, rfc3339, wall_ns
 from threadlog.model import codec
 from threadlog.model.events import Compaction, OperationFinished, OperationStarted
-from threadlog.model.memory import MemoryFact, memory_message, select_memories
+from threadlog.model.memory import MemoryFact, memory_message, project_of, select_memories
 from threadlog.model.plans import plan_message
 from threadlog.runtime.large_values import value_limit
 from threadlog.runtime.models import ModelRequest
@@ -143,16 +143,28 @@ def memories(host: RequestHost) -> list[MemoryFact]:
             m.expires_at,
             m.key,
             m.source_event,
+            state.principal,
+            m.project,
         )
         for m in state.memories.values()
         if not m.revoked
     ]
     store = host.runtime.store
+    project = project_of(state.config)
     if isinstance(store, Catalog) and set(policy.get("scopes") or ()) - {"thread"}:
         facts += [
-            f for f in store.shared_memories(state.principal) if f.thread_id != host.thread_id
+            f
+            for f in store.shared_memories(state.principal, project)
+            if f.thread_id != host.thread_id
         ]
-    return select_memories(facts, thread_id=host.thread_id, now=rfc3339(wall_ns()), policy=policy)
+    return select_memories(
+        facts,
+        thread_id=host.thread_id,
+        principal=state.principal,
+        project=project,
+        now=rfc3339(wall_ns()),
+        policy=policy,
+    )
 
 
 async def compact(host: RequestHost, *, keep_last: int = 6) -> Record | None:

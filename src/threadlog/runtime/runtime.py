@@ -22,8 +22,11 @@ from threadlog.model import snapshot
 from threadlog.model.approvals import check_policy
 from threadlog.model.budget import check_config
 from threadlog.model.events import OperationFinished, OperationStarted
+from threadlog.runtime.forking import fork_point
+from threadlog.runtime.identity import check_source
 from threadlog.runtime.models import Model, ModelSummarizer, ScriptedModel, Summarizer
 from threadlog.runtime.resume import Forked, InitialHistory, New, Resumed, recover, reopen
+from threadlog.runtime.retry import RetryPolicy
 from threadlog.runtime.session import Session, SessionBase
 from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolRegistry
 from threadlog.store.open import open_store
@@ -47,6 +50,11 @@ class Runtime:
         model: the model every session calls (default: a scripted model that just answers).
         tools: the tools offered (default: the built-in file and command tools).
         ephemeral: keep everything in memory (``memory://``); nothing is written to disk.
+        source: what opens the sessions, recorded in each ``session.opened``: ``sdk`` (a
+            program, the default), ``cli`` (the command line) or ``api`` (a server).
+        retry: how a model request that failed transiently (429, 5xx, a dropped
+            connection) is tried again (default: 3 tries, backoff with jitter; see
+            `threadlog.runtime.retry`).
     """
 
     def __init__(
@@ -58,9 +66,13 @@ class Runtime:
         tools: Iterable[Tool] = BUILTIN_TOOLS,
         ephemeral: bool = False,
         summarizer: Summarizer | None = None,
+        source: str = "sdk",
+        retry: RetryPolicy | None = None,
     ) -> None:
         """See the class docstring; ``summarizer`` compacts long contexts (default: the
         model's own ``summarize``, else one request to the model)."""
+        self.source = check_source(source)
+        self.retry = retry or RetryPolicy()
         if sum((target is not None, store is not None, ephemeral)) > 1:
             raise UsageError("pass one of: a store or a target, store=, ephemeral=True")
         if (
@@ -154,11 +166,22 @@ class Runtime:
     ) -> Session:
         """Fork a thread (see `Store.fork`) and open the new one as a session.
 
-        ``changes`` are the child's settings (model, instructions, …), recorded as a
-        ``config.changed`` written atomically with the copied prefix.
+        ``at`` is the last record to inherit (an ordinal or an entry id; default: the end).
+        A fork point inside a running turn moves back to the last turn boundary, so the
+        child never holds a turn nobody drives (`threadlog.runtime.forking`). ``changes``
+        are the child's settings (model, instructions, …), recorded as a ``config.changed``
+        written atomically with the copied prefix.
         """
+        self._check_open()
+        live = self.sessions.get(thread_id)
+        if live is None:
+            point = await asyncio.to_thread(fork_point, self.store, thread_id, at)
+        else:
+            # its state is read here, on the loop that changes it; its records made durable
+            point = fork_point(self.store, thread_id, at, live=live.state)
+            await asyncio.to_thread(self.store.flush)
         return await self._start(
-            Forked(source=thread_id, at=at, title=title, changes=changes or None)
+            Forked(source=thread_id, at=point.ord, title=title, changes=changes or None)
         )
 
     async def spawn(self, parent: Session, *, title: str | None = None, **config: Any) -> Session:
@@ -231,7 +254,7 @@ class Runtime:
             if saved is not None and loaded is not None:
                 base = SessionBase(saved[0], *loaded)
         records = store.read(thread_id, after=base.ord if base else 0)
-        session = Session(self, thread_id, records, base, on_close=self._forget)
+        session = Session(self, thread_id, records, base, on_close=self._forget, source=self.source)
         self.sessions[thread_id] = session
         return session
 

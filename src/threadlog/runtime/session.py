@@ -58,17 +58,18 @@ from threadlog.model.events import (
     LabelSet,
     LeafMoved,
     MemoryRevoked,
-    MemoryWritten,
     ToolCallApproved,
     ToolCallDenied,
     ToolCallResolved,
     TurnStarted,
 )
 from threadlog.model.legality import replay_log
+from threadlog.model.memory import memory_written
 from threadlog.model.reducer import apply
 from threadlog.runtime import mailbox_watch, request
 from threadlog.runtime.bus import Bus, Progress, SubscriberDropped
 from threadlog.runtime.deps import SessionDeps
+from threadlog.runtime.identity import SessionIdentity, stamp
 from threadlog.runtime.large_values import LargeValues
 from threadlog.runtime.plans import PlanCommands
 from threadlog.runtime.tool_runner import ToolRunner, runs_dir, working_dir
@@ -119,6 +120,8 @@ class Session(PlanCommands):
         records: the log (after ``base.ord`` when there is a base).
         base: a snapshot to start from instead of replaying the whole log.
         on_close: called with the session once it is closed (the runtime forgets it).
+        source: what opened the session, recorded in its ``session.opened``: ``sdk`` (a
+            program, the default), ``cli`` or ``api`` (`threadlog.runtime.identity`).
     """
 
     def __init__(
@@ -129,12 +132,17 @@ class Session(PlanCommands):
         base: SessionBase | tuple[int, ThreadState, Context] | None = None,
         *,
         on_close: Callable[[Session], None] | None = None,
+        source: str = "sdk",
     ) -> None:
         self.runtime = runtime
         self.thread_id = thread_id
         self.large_values = LargeValues(runtime.store)
         """Loads the records' artifact references, and cuts what a model call cannot take."""
         records = [self.large_values.load(record) for record in records]
+        self.identity = SessionIdentity.new(source)
+        """Who writes: this session's id, process, host and source."""
+        self._announced = False  # session.opened is written (before the first record)
+        self._announce_lock = asyncio.Lock()
         if base is None:
             # (a log holding an event the reducer refuses is damage: IntegrityError, its ord)
             self.state: ThreadState = replay_log(thread_id, records)
@@ -148,7 +156,7 @@ class Session(PlanCommands):
                 self.context.apply(record)
         self._on_close = on_close
         self._bus = Bus(thread_id, lambda after: runtime.store.read(thread_id, after))
-        self._runner = ToolRunner(self)
+        self._runner = ToolRunner(self, publish=self._bus.publish)
         self._turns = TurnDriver(self, self._runner, self._bus)
         self._changed = self._turns.changed
         """Set by every append (the turn driver sleeps on it)."""
@@ -178,7 +186,22 @@ class Session(PlanCommands):
         id: str | None = None,
     ) -> Record:
         """Append one event through the pipeline (see the module docstring): a catalogue
-        event (``TurnStarted(…)``), or a type name and its data."""
+        event (``TurnStarted(…)``), or a type name and its data. The first one is preceded by
+        the session's ``session.opened``; each names the session (`threadlog.runtime.identity`)."""
+        if not self._announced:
+            await self._announce()
+        return await self._write(event, data, durable, id)
+
+    async def _announce(self) -> None:
+        async with self._announce_lock:
+            if not self._announced:
+                await self._write(self.identity.opened(self.state.session), None, None, None)
+                self._announced = True
+
+    async def _write(
+        self, event: str | Event, data: Any, durable: bool | None, id: str | None
+    ) -> Record:
+        event, data = stamp(event, data, self.identity.session_id)
         if self._broken is not None:
             raise RunError(f"session {self.thread_id} stopped after an error: {self._broken}")
         try:
@@ -367,19 +390,16 @@ class Session(PlanCommands):
         ``source_event`` is the record the fact comes from (default: the active leaf).
         """
         self._check_open()
-        if not isinstance(fact, str) or not fact.strip():
-            raise UsageError("a memory is a non-empty fact")
-        source = source_event or self.state.leaf or self.state.last_id
         return await self.append(
-            MemoryWritten(
-                memory_id=new_id(),
-                fact=fact,
-                source_event=cast("str", source),
-                # an unknown scope is refused by the record's decode (InvalidData)
-                scope=cast("Any", scope),
-                written_at=rfc3339(wall_ns()),
-                expires_at=expires_at,
+            memory_written(
+                fact,
+                scope=scope,
                 key=key,
+                expires_at=expires_at,
+                source_event=source_event or self.state.leaf or self.state.last_id,
+                config=self.state.config,
+                memory_id=new_id(),
+                written_at=rfc3339(wall_ns()),
             )
         )
 
@@ -470,6 +490,8 @@ class Session(PlanCommands):
             await child.close()
         store = self.runtime.store
         try:
+            if self._announced and self._broken is None:
+                await self._write(self.identity.closed(), None, None, None)
             if self._broken is None and self.state.last_ord - self._snapshot_ord >= SNAPSHOT_EVERY:
                 await asyncio.to_thread(self._save_snapshot)
             await asyncio.to_thread(store.release, self.thread_id)

@@ -33,6 +33,7 @@ and awaited explicitly: nothing it does outlives the call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 from pathlib import Path
@@ -52,6 +53,7 @@ from threadlog.model.events import (
 )
 from threadlog.model.ids import derived_id
 from threadlog.runtime import procs
+from threadlog.runtime.bus import Progress
 from threadlog.runtime.large_values import load_artifact
 from threadlog.runtime.tools import ToolContext, ToolError
 from threadlog.runtime.tools._artifacts import CallArtifacts
@@ -59,6 +61,8 @@ from threadlog.runtime.tools._tool import Reconciling, ask_reconcile
 from threadlog.store.protocol import Artifacts, LocalHome
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from threadlog.model.envelope import Record
     from threadlog.model.events import Event, Resolution
     from threadlog.model.state import ThreadState, ToolCallState
@@ -111,10 +115,47 @@ def working_dir(state: ThreadState) -> Path:
 class ToolRunner:
     """Runs a session's tool calls (see the module docstring)."""
 
-    def __init__(self, host: ToolHost) -> None:
+    def __init__(
+        self, host: ToolHost, *, publish: Callable[[Progress], None] | None = None
+    ) -> None:
         self._host = host
+        self._publish = publish
+        """Where a tool's progress goes (the session's bus); None: nowhere."""
         self._tasks: set[asyncio.Task[Any]] = set()
         """The tools running now (each in a task of its own)."""
+
+    def _progress_sink(
+        self, call: ToolCallState, attempt: int
+    ) -> Callable[[str, float | None], None] | None:
+        """``ToolContext.on_progress`` for a call: a ``tool_progress`` `Progress` for the
+        session's subscribers (never logged), handed to the loop from any thread."""
+        publish = self._publish
+        if publish is None:
+            return None
+        loop = asyncio.get_running_loop()
+
+        def sink(message: str, fraction: float | None) -> None:
+            item = Progress(
+                "tool_progress",
+                {
+                    "call_id": call.call_id,
+                    "tool": call.tool,
+                    "attempt": attempt,
+                    "message": message,
+                    "fraction": fraction,
+                },
+            )
+            try:
+                on_loop = asyncio.get_running_loop() is loop
+            except RuntimeError:
+                on_loop = False
+            if on_loop:
+                publish(item)
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens
+                    loop.call_soon_threadsafe(publish, item)
+
+        return sink
 
     async def cancel_all(self) -> None:
         """Cancel every running tool and wait for it (the session is closing)."""
@@ -214,6 +255,7 @@ class ToolRunner:
             runs_dir(store),
             CallArtifacts(store) if isinstance(store, Artifacts) else None,
             load_artifact=functools.partial(load_artifact, store),
+            on_progress=self._progress_sink(call, attempt),
         )
 
     async def _record_artifacts(self, ctx: ToolContext) -> None:

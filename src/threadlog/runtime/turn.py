@@ -20,7 +20,8 @@ not end a parked turn, and a reopened session waits again.
 ``provider.started`` are durable before the request leaves; the stream's deltas are published
 as `Progress` (never logged); the full response is ``model.responded``, and each tool call it
 contains becomes a ``tool_call.proposed`` (an unknown tool is denied at once). A stream that
-fails or is cancelled ends the step ``provider.interrupted`` with what arrived.
+fails or is cancelled ends the step ``provider.interrupted`` with what arrived — after up to
+``model_attempts`` tries when the failure is transient (`threadlog.runtime.retry`).
 
 *Ending.* A turn ends exactly once: ``completed`` when the model proposes nothing more,
 ``failed`` (provider error, step limit, a budget reached before the next model call —
@@ -64,8 +65,9 @@ from threadlog.model.turns import (
     next_action,
 )
 from threadlog.runtime.bus import Progress
-from threadlog.runtime.models import Completed, ProviderError, TextDelta
+from threadlog.runtime.models import ProviderError
 from threadlog.runtime.request import build_request, estimate_tokens, model_messages
+from threadlog.runtime.retry import StepAttempts
 from threadlog.runtime.tool_runner import working_dir
 from threadlog.runtime.tools import ToolContext
 
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
     from threadlog.runtime.bus import Bus
     from threadlog.runtime.deps import SessionDeps
     from threadlog.runtime.large_values import LargeValues
+    from threadlog.runtime.models import Completed
     from threadlog.runtime.tool_runner import ToolRunner
 
 __all__ = ["TurnDriver", "TurnHost"]
@@ -338,27 +341,16 @@ class TurnDriver:
                     )
                 )
             raise
-        partial: list[str] = []
-        completed: Completed | None = None
-        self._bus.publish(Progress("thinking", {"step_id": step_id}))
+        tries = StepAttempts(host, self._bus.publish, model, request, turn_id, step_id)
         try:
-            async for event in model.stream(request):
-                if isinstance(event, TextDelta):
-                    partial.append(event.text)
-                    self._bus.publish(Progress("text", {"step_id": step_id, "text": event.text}))
-                elif isinstance(event, Completed):
-                    completed = event
-            if completed is None:
-                raise ProviderError(
-                    "the stream ended without a complete response", partial="".join(partial)
-                )
+            completed = await tries.run()
         except ProviderError as exc:
             await host.append(
                 ProviderInterrupted(
                     turn_id=turn_id,
                     step_id=step_id,
                     reason=str(exc),
-                    partial="".join(partial) or exc.partial,
+                    partial=tries.text or exc.partial,
                 )
             )
             raise _TurnFailed(f"provider error: {exc}") from exc
@@ -368,7 +360,7 @@ class TurnDriver:
                     turn_id=turn_id,
                     step_id=step_id,
                     reason="cancelled",
-                    partial="".join(partial) or None,
+                    partial=tries.text or None,
                 )
             )
             raise

@@ -309,8 +309,10 @@ class Catalog(Protocol):
         """Remembered facts of every thread, oldest first."""
         ...
 
-    def shared_memories(self, principal: str) -> list[MemoryFact]:
-        """Live facts other threads may offer: the principal's, and every project fact."""
+    def shared_memories(self, principal: str, project: str | None = None) -> list[MemoryFact]:
+        """Live facts other threads of ``principal`` may be offered: its ``principal`` facts
+        and, given ``project``, its ``project`` facts of that project; never another
+        principal's (`threadlog.model.memory`)."""
         ...
 
     def turns(self, thread_id: str) -> list[dict[str, Any]]:

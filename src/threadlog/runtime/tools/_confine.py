@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from threadlog.errors import UsageError
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -268,6 +270,27 @@ class ToolContext:
     """Read access to the store's artifacts, for ``read_artifact``: the value the artifact
     with this sha256 holds, loaded through the Store port (`threadlog.runtime.large_values`);
     it raises `ToolError` for an artifact the store does not have. None: no store given."""
+    on_progress: Callable[[str, float | None], None] | None = None
+    """Where `progress` goes (the runtime publishes it to the session's subscribers)."""
+
+    def progress(self, message: str, fraction: float | None = None) -> None:
+        """Report how the call is getting on: "3 of 7 files", 0.4.
+
+        Transient: subscribers that asked for progress get a ``tool_progress`` item (with the
+        call id, the tool, ``message`` and ``fraction``); nothing is written to the log, so
+        report as often as is useful. Callable from the tool's coroutine or from a worker
+        thread it started. ``fraction`` is None (unknown) or between 0 and 1.
+        """
+        if not isinstance(message, str):
+            raise UsageError("progress message must be text")
+        if fraction is not None and (
+            isinstance(fraction, bool)
+            or not isinstance(fraction, int | float)
+            or not 0 <= fraction <= 1
+        ):
+            raise UsageError(f"progress fraction must be None or between 0 and 1, not {fraction!r}")
+        if self.on_progress is not None:
+            self.on_progress(message, None if fraction is None else float(fraction))
 
     def resolve(self, path: str) -> Path:
         """``path`` (relative to ``cwd``, or absolute) resolved, or `ToolError` if it escapes.

@@ -266,7 +266,8 @@ class Index:
         """Remembered facts, oldest first, with their thread and its principal."""
         sql = (
             "SELECT m.memory_id, m.thread_id, t.principal, m.fact, m.scope, m.key, m.source_event, "
-            "m.written_at, m.expires_at, m.revoked FROM memories m JOIN threads t USING (thread_id)"
+            "m.written_at, m.expires_at, m.project, m.revoked "
+            "FROM memories m JOIN threads t USING (thread_id)"
         )
         where, args = [], []
         if principal is not None:

@@ -184,9 +184,11 @@ class Indexer:
         self.drain()
         return self.index.memories(principal=principal, include_revoked=include_revoked)
 
-    def shared_memories(self, principal: str) -> list[MemoryFact]:
-        """Live facts other threads may offer: the principal's, and every project fact."""
-        rows = self.memories()
+    def shared_memories(self, principal: str, project: str | None = None) -> list[MemoryFact]:
+        """Live facts other threads of ``principal`` may be offered: its ``principal`` facts
+        and, given ``project``, its ``project`` facts of that project; never another
+        principal's (`threadlog.model.memory`)."""
+        rows = self.memories(principal=principal)
         return [
             MemoryFact(
                 r["memory_id"],
@@ -197,10 +199,15 @@ class Indexer:
                 r["expires_at"],
                 r["key"],
                 r["source_event"],
+                r["principal"],
+                r["project"],
             )
             for r in rows
-            if r["scope"] == "project"
-            or (r["scope"] == "principal" and r["principal"] == principal)
+            if r["principal"] == principal
+            and (
+                r["scope"] == "principal"
+                or (r["scope"] == "project" and project is not None and r["project"] == project)
+            )
         ]
 
     def turns(self, thread_id: str) -> list[dict[str, Any]]:

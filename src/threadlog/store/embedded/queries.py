@@ -137,9 +137,11 @@ class Queries:
         """Remembered facts of every thread (from the index), oldest first."""
         return self._indexer.memories(principal=principal, include_revoked=include_revoked)
 
-    def shared_memories(self, principal: str) -> list[MemoryFact]:
-        """Live facts other threads may offer: the principal's, and every project fact."""
-        return self._indexer.shared_memories(principal)
+    def shared_memories(self, principal: str, project: str | None = None) -> list[MemoryFact]:
+        """Live facts other threads of ``principal`` may be offered: its ``principal`` facts
+        and, given ``project``, its ``project`` facts of that project; never another
+        principal's (`threadlog.model.memory`)."""
+        return self._indexer.shared_memories(principal, project)
 
     def turns(self, thread_id: str) -> list[dict[str, Any]]:
         """The thread's turns from the index, in order."""

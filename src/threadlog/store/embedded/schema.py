@@ -40,7 +40,8 @@ __all__ = [
     "translate",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+"""3: ``memories.project`` (a project fact's project)."""
 
 IndexPosition = tuple[int, int, "str | None"]
 """``(bytes, last_ord, last_hash)``: how far the index has applied a thread's rollout."""
@@ -114,6 +115,7 @@ CREATE TABLE IF NOT EXISTS memories (
     written_at   TEXT,
     expires_at   TEXT,
     revoked      INTEGER NOT NULL DEFAULT 0,
+    project      TEXT,
     PRIMARY KEY (thread_id, memory_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS snapshots (
@@ -212,6 +214,9 @@ def connect(path: str, timeout: float) -> sqlite3.Connection:
         if check != [("ok",)]:
             raise sqlite3.DatabaseError("; ".join(str(row[0]) for row in check[:3]))
         db.executescript(_DDL)
+        columns = {r[1] for r in db.execute("PRAGMA table_info(memories)").fetchall()}
+        if "project" not in columns:  # an index of schema 2
+            db.execute("ALTER TABLE memories ADD COLUMN project TEXT")
         row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         if row is not None and row[0] != str(SCHEMA_VERSION):
             # Projections of another schema: drop the rows; catch-up rebuilds them.
