@@ -24,7 +24,7 @@ each needs, so that none imports this module):
 * `threadlog.runtime.tool_runner.ToolRunner`: one tool call from its durable intent to its
   outcome, and calls of unknown outcome;
 * `threadlog.runtime.bus.Bus`: subscribers' streams and the drop policy;
-* `threadlog.runtime.mailbox_watch`: commands other processes leave in the inbox;
+* `threadlog.runtime.mailbox_watch`: commands other processes post to the store's mailbox;
 * `threadlog.runtime.request`: the request a model call sends, and compaction;
 * `threadlog.runtime.resume`: how the session was started, and what recovery repaired.
 
@@ -37,11 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from threadlog._clock import new_id, rfc3339, wall_ns
-from threadlog.errors import RunError, UsageError
+from threadlog.errors import RunError, StorageError, UsageError
 from threadlog.model import snapshot
 from threadlog.model.approvals import check_policy
 from threadlog.model.context import Context
@@ -63,9 +62,10 @@ from threadlog.model.reducer import apply, replay
 from threadlog.runtime import mailbox_watch, request
 from threadlog.runtime.bus import Bus, Progress, SubscriberDropped
 from threadlog.runtime.deps import SessionDeps
+from threadlog.runtime.resume import abort_undriven
 from threadlog.runtime.tool_runner import ToolRunner, runs_dir, working_dir
 from threadlog.runtime.turn import TurnDriver
-from threadlog.store.protocol import LocalHome, Snapshots
+from threadlog.store.protocol import Mailbox, Snapshots
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -149,11 +149,6 @@ class Session:
         self._closed = False
         self._broken: BaseException | None = None
         self._bus.attach(runtime.store)
-        store = runtime.store
-        if isinstance(store, LocalHome) and os.path.isdir(store.home):
-            self._inbox_task = asyncio.create_task(
-                mailbox_watch.watch(self, store.home), name=f"inbox {thread_id}"
-            )
 
     # -- the pipeline ----------------------------------------------------------------------
 
@@ -288,9 +283,25 @@ class Session:
             check_policy(changes["approval_policy"])
         return await self.append(ConfigChanged(changes=changes))
 
-    async def cancel(self) -> None:
-        """Cancel the running turn (it ends ``aborted``); returns once it has ended."""
-        await self._turns.cancel()
+    async def cancel(self, *, turn_id: str | None = None) -> None:
+        """Cancel the running turn; returns once it has ended.
+
+        The turn ends ``aborted``, and every call that has not started (proposed or approved)
+        is recorded ``tool_call.cancelled`` before that: none of them runs later (000 §17.7).
+        With ``turn_id``, only that turn is cancelled: a cancel for a turn that is no longer
+        running is ignored (logged), so a cancel sent earlier never aborts a later turn. A
+        turn the log shows running that no session drives (this one was opened with
+        ``resume=False``) is ended here too, after recovering what a dead process left.
+        """
+        active = self.state.active_turn
+        if turn_id is not None and turn_id != active:
+            log.info("thread %s: cancel for turn %s ignored: not running", self.thread_id, turn_id)
+            return
+        if self._turns.busy or active is None:
+            await self._turns.cancel()
+            return
+        self._check_open()
+        await abort_undriven(self, self.runtime.store, reason="cancelled")
 
     async def wait_idle(self, timeout: float | None = None) -> None:
         """Wait until no turn is running, or the running one is parked on a human decision
@@ -378,15 +389,47 @@ class Session:
 
     # -- turns and tool calls (done by the session's parts) ---------------------------------
 
-    async def continue_turn(self, interrupted: str) -> Record:
-        """Start a turn that carries on with the task of an interrupted one."""
+    async def continue_turn(self, interrupted: str, *, drive: bool = True) -> Record:
+        """Start a turn that carries on with the task of an interrupted one; without
+        ``drive`` it is left running in the log for the next session (``threadlog resume``)."""
         self._check_open()
         old = self.state.turns[interrupted]
         record = await self.append(
             TurnStarted(turn_id=new_id(), input=old.input, resumes=interrupted)
         )
+        if drive:
+            self._turns.start()
+        return record
+
+    async def start_queued(self) -> Record | None:
+        """Start a turn with the oldest queued input when no turn runs (input sent while no
+        session was live, e.g. ``threadlog send``); None when there is none."""
+        self._check_open()
+        pending = self.state.pending_inputs
+        if self.state.active_turn is not None or not pending:
+            return None
+        first = pending[0]
+        record = await self.append(
+            TurnStarted(turn_id=new_id(), input=first.text, input_id=first.input_id)
+        )
         self._turns.start()
         return record
+
+    async def open_mailbox(self, *, drain: bool) -> None:
+        """Watch the store's mailbox (if it has one) for commands other processes post;
+        with ``drain``, apply those already waiting first (`mailbox_watch.drain`)."""
+        store = self.runtime.store
+        if not isinstance(store, Mailbox) or self._inbox_task is not None:
+            return
+        if drain:
+            try:
+                await mailbox_watch.drain(self, store)
+            except StorageError as exc:
+                log.error("inbox of thread %s not read: %s", self.thread_id, exc)
+                return
+        self._inbox_task = asyncio.create_task(
+            mailbox_watch.watch(self, store), name=f"inbox {self.thread_id}"
+        )
 
     def resume_turn(self) -> None:
         """Continue a turn the log shows as running (after a restart)."""

@@ -35,6 +35,7 @@ from threadlog.store.embedded.layout import (
     Layout,
     default_open_threads,
 )
+from threadlog.store.embedded.mailbox import MailboxDir
 from threadlog.store.embedded.queries import Queries
 from threadlog.store.embedded.reader import Reader
 from threadlog.store.embedded.recovery import Recovery
@@ -133,6 +134,7 @@ class EmbeddedStore(Queries):
             layout, fops, journal, self._logs, self._reader, self._indexer.add_fork
         )
         self._async = AsyncCommits(journal)
+        self._mailbox = MailboxDir(self.home, fops, layout.exists)
         try:
             self._recovery.recover()
             self.artifacts.sweep_temp_files()

@@ -25,6 +25,7 @@ The tests live in one module per topic, each a plain class of test methods that
 * ``artifacts``: large values and look-alike references.
 * ``fork``: inherited prefixes and lineage.
 * ``lifecycle``: verify, leases, flush, snapshots, close.
+* ``mailbox``: the optional `Mailbox`: post, pending, done.
 
 This package imports pytest; ``import threadlog`` and ``import threadlog.testing`` never
 import it (pytest is no runtime dependency).
@@ -50,6 +51,7 @@ from threadlog.testing.contract.fork import ForkTests
 from threadlog.testing.contract.hooks import HookTests
 from threadlog.testing.contract.idempotency import IdempotencyTests
 from threadlog.testing.contract.lifecycle import LifecycleTests
+from threadlog.testing.contract.mailbox import MailboxTests
 from threadlog.testing.contract.refusals import RefusalTests
 
 if TYPE_CHECKING:
@@ -70,6 +72,7 @@ class StoreContract(
     ArtifactTests,
     ForkTests,
     LifecycleTests,
+    MailboxTests,
 ):
     """The store contract as a pytest test class; override `make_store`."""
 
