@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from threadlog import open_store
 from threadlog.model.envelope import Record
 from threadlog.runtime import Reply, Runtime, ScriptedModel, Tool, ToolCallSpec, ToolContext
 
@@ -171,3 +172,43 @@ def test_a_clean_close_cancels_the_calls_that_never_started(home: str, workspace
     assert [e.data["outcome"] for e in ended] == ["aborted"]
     assert cancelled[0].ord < ended[0].ord
     assert not any(r.type == "thread.resumed" for r in records)  # nothing to repair
+
+
+def test_a_crash_in_the_middle_of_an_abort_finishes_the_abort(home: str, workspace: Path) -> None:
+    """The process dies after ``tool_call.cancelled`` and before the turn's ``turn.ended``:
+    resume finishes the abort (the turn ends ``aborted``) and never continues the task."""
+    import shutil
+
+    paid: list[dict[str, Any]] = []
+
+    async def first() -> str:
+        model = ScriptedModel([Reply("", [ToolCallSpec("pay", {"amount": 3})])])
+        async with Runtime(home, model=model, tools=_tools(paid, None)) as runtime:
+            session = await runtime.create("u", cwd=str(workspace))
+            await session.submit("pay 3")
+            await session.wait_idle(10)
+            await session.cancel()
+            return session.thread_id
+
+    thread = run(first())
+    with open_store(home) as store:
+        records = store.read(thread)
+    cut = next(r.ord for r in records if r.type == "tool_call.cancelled")
+    crashed = home + "-crashed"
+    shutil.copytree(home, crashed, ignore=shutil.ignore_patterns("index.sqlite3*"))
+    path = next(Path(crashed, "threads").glob(f"*/*/{thread}.jsonl"))
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:cut]))
+
+    async def second() -> list[Record]:
+        async with Runtime(crashed, model=ScriptedModel([]), tools=_tools(paid, None)) as rt:
+            session = await rt.resume(thread)
+            await session.wait_idle(10)
+            assert session.recovery is not None and session.recovery.continued_by is None
+            return rt.store.read(thread)
+
+    after = run(second())
+    ends = [r.data["outcome"] for r in after if r.type == "turn.ended"]
+    assert ends == ["aborted"]
+    assert sum(r.type == "turn.started" for r in after) == 1
+    assert paid == []

@@ -203,10 +203,21 @@ def _fresh(state: ThreadState) -> bool:
     return turn_id is not None and not state.turns[turn_id].steps
 
 
+def _abort_cut_short(state: ThreadState) -> bool:
+    """Whether the process died while aborting the running turn: a call was cancelled after
+    the turn started (only an abort cancels calls, right before the turn's end). The abort
+    is then finished; the cancelled task is never continued."""
+    turn_id = state.active_turn
+    if turn_id is None:
+        return False
+    started = state.turns[turn_id].started_ord
+    return any(c.status == "cancelled" and c.last_ord > started for c in state.tool_calls.values())
+
+
 def _carries_on(state: ThreadState) -> bool:
     """Whether the running turn can simply be driven again: nothing is in flight, and it
     waits for a human or is fresh (see the module docstring)."""
-    if state.active_turn is None or _in_flight(state):
+    if state.active_turn is None or _in_flight(state) or _abort_cut_short(state):
         return False
     return is_parked(state) or _fresh(state)
 
@@ -331,7 +342,7 @@ async def recover(
     ``taken``: the store's repairs, when the caller took them already.
     """
     state = session.state
-    aborting = end == "aborted"
+    aborting = end == "aborted" or _abort_cut_short(state)
     # parked or fresh: the running turn goes on as it is, nothing of it is interrupted
     parked = not aborting and (is_parked(state) or _fresh(state))
     plan = plan_recovery(state)
