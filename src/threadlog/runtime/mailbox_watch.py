@@ -35,13 +35,14 @@ from typing import TYPE_CHECKING, Protocol, assert_never
 from threadlog.errors import ConflictError, StorageError, UsageError
 from threadlog.model.commands import Approve, Cancel, Deny, Resolve, Submit
 from threadlog.model.ids import derived_id
+from threadlog.store.protocol import Mailbox
 
 if TYPE_CHECKING:
     from threadlog.model.commands import Command
     from threadlog.model.envelope import Record
-    from threadlog.store.protocol import Mailbox
+    from threadlog.store.protocol import Store
 
-__all__ = ["CommandTarget", "apply_command", "drain", "watch"]
+__all__ = ["CommandTarget", "apply_command", "drain", "start", "watch"]
 
 log = logging.getLogger("threadlog.runtime")
 
@@ -146,3 +147,20 @@ async def watch(session: CommandTarget, mailbox: Mailbox) -> None:
             log.error("inbox of thread %s not read any more: %s", session.thread_id, exc)
             return
         await asyncio.sleep(POLL_INTERVAL)
+
+
+async def start(
+    session: CommandTarget, store: Store, *, apply_waiting: bool
+) -> asyncio.Task[None] | None:
+    """Start watching ``store``'s mailbox for ``session`` (None: the store has none, or it
+    cannot be read); with ``apply_waiting``, apply the messages already waiting first, so that they
+    are applied when this returns (`Runtime.open`)."""
+    if not isinstance(store, Mailbox):
+        return None
+    if apply_waiting:
+        try:
+            await drain(session, store)
+        except StorageError as exc:
+            log.error("inbox of thread %s not read: %s", session.thread_id, exc)
+            return None
+    return asyncio.create_task(watch(session, store), name=f"inbox {session.thread_id}")

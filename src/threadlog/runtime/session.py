@@ -40,7 +40,7 @@ import logging
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from threadlog._clock import new_id, rfc3339, wall_ns
-from threadlog.errors import RunError, StorageError, UsageError
+from threadlog.errors import RunError, UsageError
 from threadlog.model import snapshot
 from threadlog.model.approvals import check_policy
 from threadlog.model.context import Context
@@ -65,7 +65,7 @@ from threadlog.runtime.deps import SessionDeps
 from threadlog.runtime.resume import abort_undriven
 from threadlog.runtime.tool_runner import ToolRunner, runs_dir, working_dir
 from threadlog.runtime.turn import TurnDriver
-from threadlog.store.protocol import Mailbox, Snapshots
+from threadlog.store.protocol import Snapshots
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -284,15 +284,11 @@ class Session:
         return await self.append(ConfigChanged(changes=changes))
 
     async def cancel(self, *, turn_id: str | None = None) -> None:
-        """Cancel the running turn; returns once it has ended.
-
-        The turn ends ``aborted``, and every call that has not started (proposed or approved)
-        is recorded ``tool_call.cancelled`` before that: none of them runs later (000 §17.7).
-        With ``turn_id``, only that turn is cancelled: a cancel for a turn that is no longer
-        running is ignored (logged), so a cancel sent earlier never aborts a later turn. A
-        turn the log shows running that no session drives (this one was opened with
-        ``resume=False``) is ended here too, after recovering what a dead process left.
-        """
+        """Cancel the running turn: every call that has not started is recorded
+        ``tool_call.cancelled`` (it never runs later, 000 §17.7), then the turn ends
+        ``aborted``; returns once it has. With ``turn_id``, only that turn (else ignored,
+        logged). A running turn nobody drives (opened ``resume=False``) is ended too, after
+        recovering what a dead process left (`resume.abort_undriven`)."""
         active = self.state.active_turn
         if turn_id is not None and turn_id != active:
             log.info("thread %s: cancel for turn %s ignored: not running", self.thread_id, turn_id)
@@ -416,20 +412,11 @@ class Session:
         return record
 
     async def open_mailbox(self, *, drain: bool) -> None:
-        """Watch the store's mailbox (if it has one) for commands other processes post;
-        with ``drain``, apply those already waiting first (`mailbox_watch.drain`)."""
-        store = self.runtime.store
-        if not isinstance(store, Mailbox) or self._inbox_task is not None:
-            return
-        if drain:
-            try:
-                await mailbox_watch.drain(self, store)
-            except StorageError as exc:
-                log.error("inbox of thread %s not read: %s", self.thread_id, exc)
-                return
-        self._inbox_task = asyncio.create_task(
-            mailbox_watch.watch(self, store), name=f"inbox {self.thread_id}"
-        )
+        """Watch the store's mailbox, if it has one (see `mailbox_watch.start`)."""
+        if self._inbox_task is None:
+            self._inbox_task = await mailbox_watch.start(
+                self, self.runtime.store, apply_waiting=drain
+            )
 
     def resume_turn(self) -> None:
         """Continue a turn the log shows as running (after a restart)."""
