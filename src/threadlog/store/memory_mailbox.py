@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from threadlog._clock import new_id
+from threadlog._clock import new_id_after
 from threadlog.errors import ThreadNotFound, UsageError
 from threadlog.model.commands import command_from_data
 from threadlog.model.ids import is_uuid
@@ -41,9 +41,12 @@ class MemoryMailbox:
             raise UsageError(f"not a thread id: {thread_id!r:.80}")
         if not self.exists(thread_id):
             raise ThreadNotFound(thread_id)
-        message = MailboxMessage(id=new_id(), thread_id=thread_id, command=command)
         with self._mailbox_lock:
-            self._messages.setdefault(thread_id, {})[message.id] = message
+            box = self._messages.setdefault(thread_id, {})
+            message = MailboxMessage(
+                id=new_id_after(max(box, default=None)), thread_id=thread_id, command=command
+            )
+            box[message.id] = message
         return message.id
 
     def pending(self, thread_id: str) -> list[MailboxMessage]:

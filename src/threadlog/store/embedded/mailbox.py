@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from threadlog._clock import new_id
+from threadlog._clock import new_id_after
 from threadlog.errors import InsecureHome, ThreadNotFound, UsageError
 from threadlog.model.commands import command_from_data
 from threadlog.model.ids import is_uuid
@@ -77,7 +77,9 @@ class MailboxDir:
             raise ThreadNotFound(thread_id)
         self._fops.makedirs(directory)
         self._check_folders(directory)
-        message_id = new_id()
+        # ids sort in posting order (`pending` reads them sorted), across processes too
+        names = [n[:-5] for n in os.listdir(directory) if is_uuid(n[:-5])]
+        message_id = new_id_after(max(names, default=None))
         self._fops.write_atomic(
             os.path.join(directory, f"{message_id}.json"),
             orjson.dumps({**body, "id": message_id}),
