@@ -7,7 +7,7 @@ import random
 import time
 from datetime import UTC, datetime
 
-__all__ = ["new_id", "random_bits", "random_bytes", "rfc3339", "wall_ns"]
+__all__ = ["new_id", "new_id_after", "random_bits", "random_bytes", "rfc3339", "wall_ns"]
 
 
 def wall_ns() -> int:
@@ -53,3 +53,15 @@ def new_id(ns: int | None = None) -> str:
     from threadlog.model.ids import uuid7_from_bits
 
     return uuid7_from_bits((time.time_ns() if ns is None else ns) // 1_000_000, random_bits(74))
+
+
+def new_id_after(previous: str | None) -> str:
+    """A fresh UUIDv7 that sorts after ``previous`` (two ids of one millisecond are ordered
+    at random otherwise): for names whose sort order must be their creation order. An id
+    from the future (a clock set back) is not waited for: after a few milliseconds the fresh
+    id is returned as it is."""
+    deadline = time.monotonic() + 0.005
+    while True:
+        candidate = new_id()
+        if previous is None or candidate > previous or time.monotonic() > deadline:
+            return candidate

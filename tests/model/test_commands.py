@@ -27,6 +27,7 @@ EXAMPLES: list[Command] = [
     Deny(call_id="call_3_0", reason="not on production"),
     *(Resolve(call_id="c", decision=d, note="checked") for d in get_args(Resolution)),
     Cancel(),
+    Cancel(turn_id="t1"),
 ]
 
 
@@ -64,6 +65,8 @@ def test_the_wire_format_is_the_inbox_format_of_older_clis() -> None:
         "note": None,
     }
     assert Cancel().to_data() == {"kind": "cancel"}
+    # a cancel names the turn it is for (a newer field: older sessions never see it unset)
+    assert Cancel(turn_id="t1").to_data() == {"kind": "cancel", "turn_id": "t1"}
 
 
 def test_optional_fields_may_be_left_out() -> None:

@@ -39,6 +39,7 @@ from threadlog.model.events import (
     ThreadCreated,
     ThreadResumed,
     ToolCallApproved,
+    ToolCallCancelled,
     ToolCallDenied,
     ToolCallFinished,
     ToolCallProposed,
@@ -99,6 +100,7 @@ SAMPLES: dict[str, Any] = {
     "tool_call.finished": ToolCallFinished(call_id="c1", ok=False, result=[1], error="boom"),
     "tool_call.unknown": ToolCallUnknown(call_id="c1", reason="crash"),
     "tool_call.resolved": ToolCallResolved(call_id="c1", decision="retry", by="bob", note="n"),
+    "tool_call.cancelled": ToolCallCancelled(call_id="c1", reason="the turn was cancelled"),
     "turn.ended": TurnEnded(turn_id="turn-1", outcome="interrupted", reason="stop"),
     "plan.versioned": PlanVersioned(
         version=3, plan=["a", "b"], reason="r", by="alice", caused_by="e7", call_id="c1"

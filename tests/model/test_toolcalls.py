@@ -12,6 +12,7 @@ from threadlog.errors import InvalidTransition
 from threadlog.model.events import (
     Event,
     ToolCallApproved,
+    ToolCallCancelled,
     ToolCallDenied,
     ToolCallFinished,
     ToolCallProposed,
@@ -35,6 +36,7 @@ EVENT_KEYS = [
     "tool_call.resolved:retry",
     "tool_call.resolved:abort",
     "tool_call.resolved",  # a resolution without a decision is never a key
+    "tool_call.cancelled",
     "turn.started",
 ]
 PAIRS = [(s, k) for s in STATES for k in EVENT_KEYS]
@@ -51,8 +53,12 @@ def test_the_table_covers_exactly_the_statuses() -> None:
 
 def test_the_documented_lifecycle() -> None:
     assert TRANSITIONS == {
-        "proposed": {"tool_call.approved": "approved", "tool_call.denied": "denied"},
-        "approved": {"tool_call.started": "running"},
+        "proposed": {
+            "tool_call.approved": "approved",
+            "tool_call.denied": "denied",
+            "tool_call.cancelled": "cancelled",
+        },
+        "approved": {"tool_call.started": "running", "tool_call.cancelled": "cancelled"},
         "running": {
             "tool_call.finished": "finished",
             "tool_call.unknown": "unknown",
@@ -67,11 +73,12 @@ def test_the_documented_lifecycle() -> None:
         "finished": {},
         "done": {},
         "aborted": {},
+        "cancelled": {},
     }
 
 
 def test_terminal_states_have_no_moves() -> None:
-    assert frozenset({"denied", "finished", "done", "aborted"}) == TERMINAL
+    assert frozenset({"denied", "finished", "done", "aborted", "cancelled"}) == TERMINAL
     for state in TERMINAL:
         assert TRANSITIONS[state] == {}
     for state in set(STATES) - TERMINAL:
@@ -120,6 +127,7 @@ PATHS["finished"] = [*PATHS["running"], ToolCallFinished(call_id="c1", ok=True)]
 PATHS["unknown"] = [*PATHS["running"], ToolCallUnknown(call_id="c1", reason="crash")]
 PATHS["done"] = [*PATHS["unknown"], ToolCallResolved(call_id="c1", decision="done", by="b")]
 PATHS["aborted"] = [*PATHS["unknown"], ToolCallResolved(call_id="c1", decision="abort", by="b")]
+PATHS["cancelled"] = [*PATHS["approved"], ToolCallCancelled(call_id="c1", reason="cancelled")]
 RETRIED = [*PATHS["unknown"], ToolCallResolved(call_id="c1", decision="retry", by="b")]
 
 
@@ -133,6 +141,7 @@ def _event(key: str, attempt: int) -> Event:
         "tool_call.started": ToolCallStarted(call_id="c1", attempt=attempt + 1),
         "tool_call.finished": ToolCallFinished(call_id="c1", ok=False, error="e"),
         "tool_call.unknown": ToolCallUnknown(call_id="c1", reason="r"),
+        "tool_call.cancelled": ToolCallCancelled(call_id="c1", reason="r"),
     }
     return events[key]
 
@@ -173,3 +182,14 @@ def test_the_reducer_follows_the_table(state: str, key: str, path: list[Event]) 
         with pytest.raises(InvalidTransition, match=message):
             apply(current, record)
         assert current == before
+
+
+def test_only_a_call_that_never_started_can_be_cancelled() -> None:
+    """000 §17.7: cancellation ends calls that did not start; a started one keeps its own
+    outcome (a result or unknown), and a cancelled one never runs."""
+    assert {s for s in STATES if "tool_call.cancelled" in TRANSITIONS[s]} == {
+        "proposed",
+        "approved",
+    }
+    with pytest.raises(InvalidTransition):
+        next_state("cancelled", "tool_call.started", "c1")

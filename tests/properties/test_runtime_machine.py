@@ -127,6 +127,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from threadlog.errors import UsageError
 from threadlog.model.envelope import Record
 from threadlog.model.reducer import replay
 from threadlog.model.state import ThreadState
@@ -862,9 +863,9 @@ def _shape(messages: list[dict[str, Any]]) -> list[tuple[str, Any]]:
 
 
 def test_every_model_request_keeps_the_tool_protocol_after_a_cancel(tmp_path: Path) -> None:
-    """A turn cancelled while a proposal waits for approval leaves the proposal open; the next
-    turn's input enters the context first (``turn.started``), and the old call's result is
-    appended after it once a human approves.
+    """A turn cancelled while a proposal waits for approval ends the proposal (issue 10:
+    ``tool_call.cancelled``, answered in the context as "cancelled before it ran"); the next
+    turn's input follows that answer, and approving the old call is refused.
 
     Before 81b376c the request had a user message between the assistant's tool call and its
     result. Since 81b376c `Context` answers the call with a placeholder ("no result") before
@@ -887,9 +888,11 @@ def test_every_model_request_keeps_the_tool_protocol_after_a_cancel(tmp_path: Pa
             await session.wait_idle(10)
             await session.cancel()  # the user stops waiting: the turn ends aborted
             await session.submit("never mind, just say hi")
-            await session.wait_idle(10)  # the old proposal still waits for a decision
-            await session.approve(next(iter(session.state.tool_calls)))
             await session.wait_idle(10)
+            call_id = next(iter(session.state.tool_calls))
+            assert session.state.tool_calls[call_id].status == "cancelled"
+            with pytest.raises(UsageError, match="is cancelled, not waiting"):
+                await session.approve(call_id)
 
     asyncio.run(main())
     assert len(model.requests) >= 2

@@ -1,4 +1,5 @@
-"""The inbox and its watcher: typed commands in, malformed messages refused, old ones applied."""
+"""The embedded mailbox and the session's watcher: typed commands in, malformed messages
+refused, old ones applied."""
 
 from __future__ import annotations
 
@@ -15,8 +16,25 @@ import pytest
 from threadlog import open_store
 from threadlog.errors import UsageError
 from threadlog.model.commands import Approve, Cancel, Deny, Submit
-from threadlog.runtime import Reply, Runtime, ScriptedModel, Tool, ToolCallSpec, ToolContext, inbox
+from threadlog.runtime import Reply, Runtime, ScriptedModel, Tool, ToolCallSpec, ToolContext
 from threadlog.runtime.mailbox_watch import apply_command
+from threadlog.store.protocol import Mailbox, MailboxMessage
+
+
+def inbox_dir(home: str, thread: str) -> str:
+    return os.path.join(home, "inbox", thread)
+
+
+def post(home: str, thread: str, command: Any) -> str:
+    with open_store(home) as store:
+        assert isinstance(store, Mailbox)
+        return store.post(thread, command)
+
+
+def pending(home: str, thread: str) -> list[MailboxMessage]:
+    with open_store(home) as store:
+        assert isinstance(store, Mailbox)
+        return store.pending(thread)
 
 
 def charge_tool(counter: list[int]) -> Tool:
@@ -29,7 +47,7 @@ def charge_tool(counter: list[int]) -> Tool:
 
 def leave(home: str, thread: str, name: str, content: bytes) -> Path:
     """Drop a message file as another process would (no checks)."""
-    directory = Path(inbox.inbox_dir(home, thread))
+    directory = Path(inbox_dir(home, thread))
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(Path(home) / "inbox", 0o700)
     path = directory / f"{name}.json"
@@ -49,9 +67,9 @@ async def until(predicate: Callable[[], bool], what: str) -> None:
 def test_read_messages_parses_commands(home: str) -> None:
     with open_store(home) as store:
         thread = store.create_thread("u")
-    first = inbox.post(home, thread, Approve(call_id="c1", by="bob"))
-    second = inbox.post(home, thread, Cancel())
-    messages = inbox.read_messages(home, thread)
+    first = post(home, thread, Approve(call_id="c1", by="bob"))
+    second = post(home, thread, Cancel())
+    messages = pending(home, thread)
     assert [(m.id, m.command) for m in messages] == [
         (first, Approve(call_id="c1", by="bob")),
         (second, Cancel()),
@@ -62,8 +80,8 @@ def test_post_refuses_a_command_built_with_ill_typed_values(home: str) -> None:
     with open_store(home) as store:
         thread = store.create_thread("u")
     with pytest.raises(UsageError, match="call_id"):
-        inbox.post(home, thread, Approve(call_id=5))  # type: ignore[arg-type]
-    assert inbox.read_messages(home, thread) == []
+        post(home, thread, Approve(call_id=5))  # type: ignore[arg-type]
+    assert pending(home, thread) == []
 
 
 def test_a_malformed_message_is_refused_and_later_good_ones_are_applied(
@@ -105,15 +123,13 @@ def test_a_malformed_message_is_refused_and_later_good_ones_are_applied(
                     orjson.dumps({"kind": "deny", "call_id": call.call_id, "force": True}),
                 ),
             ]
-            await asyncio.to_thread(
-                inbox.post, home, thread, Approve(call_id=call.call_id, by="bob")
-            )
+            await asyncio.to_thread(post, home, thread, Approve(call_id=call.call_id, by="bob"))
             await until(lambda: session.state.active_turn is None, "the approved turn to end")
             assert session.state.tool_calls[call.call_id].decided_by == "bob"
             # the watcher is still alive: a later message is applied too
-            await asyncio.to_thread(inbox.post, home, thread, Submit(text="thanks", by="bob"))
+            await asyncio.to_thread(post, home, thread, Submit(text="thanks", by="bob"))
             await until(lambda: len(session.state.turns) == 2, "the second turn")
-            directory = inbox.inbox_dir(home, thread)
+            directory = inbox_dir(home, thread)
             await until(
                 lambda: all(n.endswith(".refused") for n in os.listdir(directory)),
                 "the applied messages to be deleted",
@@ -121,14 +137,16 @@ def test_a_malformed_message_is_refused_and_later_good_ones_are_applied(
             await session.wait_idle(10)
             return thread, bad
 
-    with caplog.at_level(logging.ERROR, logger="threadlog.runtime"):
+    # the mailbox (the store) refuses malformed messages; the watcher (the runtime) logs too
+    with (
+        caplog.at_level(logging.ERROR, logger="threadlog.runtime"),
+        caplog.at_level(logging.ERROR, logger="threadlog.store"),
+    ):
         thread, bad = asyncio.run(main())
     assert counter == [1]  # approved, never denied
     for path in bad:
         assert not path.exists() and path.with_name(path.name + ".refused").exists()
-    assert sorted(os.listdir(inbox.inbox_dir(home, thread))) == sorted(
-        p.name + ".refused" for p in bad
-    )
+    assert sorted(os.listdir(inbox_dir(home, thread))) == sorted(p.name + ".refused" for p in bad)
     refusals = [r.getMessage() for r in caplog.records if "refusing malformed" in r.getMessage()]
     assert len(refusals) == 4
     with open_store(home) as store:
@@ -158,7 +176,7 @@ def test_a_message_an_older_cli_left_is_applied(home: str, tmp_path: Path) -> No
             leave(home, session.thread_id, message_id, orjson.dumps(body))
             await until(lambda: session.state.active_turn is None, "the turn to end")
             assert session.state.tool_calls[call.call_id].status == "denied"
-            directory = inbox.inbox_dir(home, session.thread_id)
+            directory = inbox_dir(home, session.thread_id)
             await until(lambda: os.listdir(directory) == [], "the message to be deleted")
             return session.thread_id
 

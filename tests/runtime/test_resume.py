@@ -288,8 +288,10 @@ def test_resume_of_a_clean_thread_reports_nothing_to_repair(home: str, workspace
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["repairs"] == [] and report["interrupted_turn"] is None
+    assert report["repaired"] is False and report["resumed_ord"] is None
     with open_store(home) as store:
-        assert [r.type for r in store.read(thread)[-2:]] == ["thread.resumed", "session.closed"]
+        types = [r.type for r in store.read(thread)]
+        assert "thread.resumed" not in types and types[-1] == "session.closed"  # nothing written
 
 
 def test_cli_resume_reports_a_torn_tail_and_unknown_calls(home: str, workspace: Path) -> None:

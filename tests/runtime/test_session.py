@@ -25,7 +25,7 @@ from threadlog.runtime import (
     ToolCallSpec,
     ToolContext,
 )
-from threadlog.runtime.inbox import post
+from threadlog.store.protocol import Mailbox
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -464,11 +464,10 @@ def test_inbox_messages_reach_a_live_session(home: str, workspace: Path) -> None
             await session.submit("go")
             await session.wait_idle(10)
             (call,) = session.state.tool_calls.values()
+            mailbox = runtime.store
+            assert isinstance(mailbox, Mailbox)
             await asyncio.to_thread(
-                post,
-                home,
-                session.thread_id,
-                Approve(call_id=call.call_id, by="bob"),
+                mailbox.post, session.thread_id, Approve(call_id=call.call_id, by="bob")
             )
             for _ in range(100):
                 if session.state.active_turn is None:

@@ -13,10 +13,10 @@ import pytest
 
 from threadlog import StorageError, open_store
 from threadlog.errors import InsecureHome
-from threadlog.model.commands import Approve, Submit
-from threadlog.runtime import inbox
+from threadlog.model.commands import Approve, Command, Submit
 from threadlog.store._fileops import FileOps
 from threadlog.store._perms import journal_header
+from threadlog.store.protocol import Mailbox, MailboxMessage
 
 from .homes import crashed_home, modes
 
@@ -41,7 +41,8 @@ def test_every_folder_is_0700_and_every_file_0600(tmp_path: Path, loose_umask: N
         store.append(a, "custom.x", {}, durable=False)
         store.append(b, "custom.y", {}, durable=False)
         store.flush()  # a group commit through the journal
-        inbox.post(str(home), a, Submit(text="hi"))
+        assert isinstance(store, Mailbox)
+        store.post(a, Submit(text="hi"))
         store.threads()
         found = modes(home)  # while open: the index's -wal and -shm exist
     assert "index.sqlite3-wal" in found and "secret" in found
@@ -178,12 +179,12 @@ def test_an_inbox_others_may_write_is_refused(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with open_store(home) as store:
         thread = store.create_thread("a")
-    inbox.post(str(home), thread, Submit(text="hi"))
+    _post(home, thread, Submit(text="hi"))
     os.chmod(home / "inbox", 0o777)
     with pytest.raises(InsecureHome, match="chmod 700"):
-        inbox.post(str(home), thread, Approve(call_id="c"))
+        _post(home, thread, Approve(call_id="c"))
     with pytest.raises(InsecureHome):
-        inbox.read_messages(str(home), thread)
+        _pending(home, thread)
 
 
 @pytest.mark.parametrize("change", ["stranger", "0666"])
@@ -191,12 +192,24 @@ def test_an_inbox_message_someone_else_left_is_never_applied(tmp_path: Path, cha
     home = tmp_path / "home"
     with open_store(home) as store:
         thread = store.create_thread("a")
-    ours = inbox.post(str(home), thread, Submit(text="hi"))
-    forged = inbox.post(str(home), thread, Approve(call_id="c"))
-    path = Path(inbox.inbox_dir(str(home), thread)) / f"{forged}.json"
+    ours = _post(home, thread, Submit(text="hi"))
+    forged = _post(home, thread, Approve(call_id="c"))
+    path = home / "inbox" / thread / f"{forged}.json"
     if change == "stranger":
         os.chown(path, STRANGER, -1)
     else:
         os.chmod(path, 0o666)
-    assert [m.id for m in inbox.read_messages(str(home), thread)] == [ours]
+    assert [m.id for m in _pending(home, thread)] == [ours]
     assert not path.exists() and path.with_name(path.name + ".refused").exists()
+
+
+def _post(home: Path, thread: str, command: Command) -> str:
+    with open_store(home) as store:
+        assert isinstance(store, Mailbox)
+        return store.post(thread, command)
+
+
+def _pending(home: Path, thread: str) -> list[MailboxMessage]:
+    with open_store(home) as store:
+        assert isinstance(store, Mailbox)
+        return store.pending(thread)

@@ -55,6 +55,8 @@ def _entry_text(record: Record) -> str:
             return f"[yellow]denied[/yellow] {data.get('call_id')}"
         case "tool_call.resolved":
             return f"resolved {data.get('call_id')} as {data.get('decision')}"
+        case "tool_call.cancelled":
+            return f"[yellow]cancelled[/yellow] {data.get('call_id')}"
         case "compaction":
             return f"[cyan]compaction[/cyan] ({data.get('tokens_before')} → {data.get('tokens_after')} tokens)"
         case "branch.summarized":

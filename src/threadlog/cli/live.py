@@ -1,9 +1,13 @@
 """Commands that act on a thread: approve, deny, send, resolve, cancel.
 
-Each builds a typed `threadlog.model.commands.Command`. When no process holds the thread, the
-command opens it and appends the decision itself. When a live session holds it (an agent is
-running), the command leaves the command in the thread's inbox and the session applies it
-within a fraction of a second.
+Each builds a typed `threadlog.model.commands.Command` and first checks it against the
+thread's state: a decision for a call that does not exist or is not waiting for it, or a
+cancel when no turn runs, fails with a clear error and a non-zero exit, and nothing is sent.
+When no process holds the thread, the command opens it and appends the decision itself (input
+sent while no turn runs is queued, and the next session to open the thread starts a turn
+with it). When a live session holds it (an agent is running), the command is posted to the
+store's mailbox (`threadlog.store.protocol.Mailbox`) and the session applies it within a
+fraction of a second, checking it again (a refused message is logged, never applied).
 """
 
 from __future__ import annotations
@@ -16,24 +20,54 @@ import click
 import orjson
 
 from threadlog.cli import EXIT_STORE, cli, handle_errors, store_options
-from threadlog.cli._store import open_disk_store
-from threadlog.errors import IntegrityError, LeaseHeld
+from threadlog.cli._store import DiskStore, open_disk_store
+from threadlog.errors import IntegrityError, LeaseHeld, UsageError
 from threadlog.model.commands import Approve, Cancel, Command, Deny, Resolve, Submit
 from threadlog.model.events import InputQueued
-from threadlog.runtime import inbox
 from threadlog.runtime.forking import fork_point
 from threadlog.runtime.mailbox_watch import apply_command
+from threadlog.runtime.resume import hand_over
 from threadlog.runtime.runtime import Runtime
 from threadlog.store._home import default_home
+from threadlog.store.protocol import Mailbox
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from threadlog.model.envelope import Record
     from threadlog.model.events import Resolution
+    from threadlog.model.state import ThreadState
     from threadlog.runtime.session import Session
+    from threadlog.store.protocol import Store
 
 __all__ = ["approve", "cancel", "deny", "fork", "resolve", "resume_cmd", "send"]
+
+
+def check_command(state: ThreadState, command: Command) -> None:
+    """Refuse (`UsageError`) a command that does not fit the thread's state: a decision for
+    a call that does not exist or is not waiting for it, a cancel when no turn runs."""
+    thread = state.thread_id
+    match command:
+        case Approve(call_id=call_id) | Deny(call_id=call_id) | Resolve(call_id=call_id):
+            call = state.tool_calls.get(call_id)
+            if call is None:
+                raise UsageError(f"no tool call {call_id!r} in thread {thread}")
+            wanted = "unknown" if isinstance(command, Resolve) else "proposed"
+            if call.status != wanted:
+                waits = "a resolution" if wanted == "unknown" else "a decision"
+                raise UsageError(f"tool call {call_id!r} is {call.status}, not waiting for {waits}")
+        case Cancel():
+            if state.active_turn is None:
+                raise UsageError(f"no turn is running in thread {thread}: nothing to cancel")
+        case Submit():
+            pass
+
+
+def _post(store: Store, thread: str, command: Command) -> str:
+    """Leave ``command`` for the live session that holds the thread (its store's mailbox)."""
+    if not isinstance(store, Mailbox):
+        raise UsageError("this store has no mailbox: a live session cannot be reached")
+    return store.post(thread, command)
 
 
 def _act(
@@ -43,22 +77,26 @@ def _act(
     as_json: bool,
     direct: Callable[[Session], Awaitable[Record]] | None = None,
 ) -> None:
-    """Apply ``command`` to the thread: directly (``direct``, by default the session's
-    command) when no process holds it, else through its inbox."""
+    """Apply ``command`` to the thread, after checking it against the thread's state:
+    directly (``direct``, by default the session's command) when no process holds it, else
+    through its mailbox."""
     home = home or default_home()
 
     async def run() -> dict[str, Any]:
         async with Runtime(home, source="cli") as runtime:
             try:
-                session = await runtime.open(thread, resume=False)
+                session = await runtime.open(thread, resume=False, mailbox=False)
             except LeaseHeld as exc:
-                message_id = inbox.post(home, thread, command)
+                state = await asyncio.to_thread(runtime.store.state, thread)
+                check_command(state, command)
+                message_id = _post(runtime.store, thread, command)
                 return {"applied": False, "queued": message_id, "holder": exc.holder}
+            check_command(session.state, command)
             if direct is not None:
                 record = await direct(session)
             else:
                 applied = await apply_command(session, command)
-                assert applied is not None  # Cancel goes to the inbox only
+                assert applied is not None  # Cancel is applied by `cancel` itself
                 record = applied
             return {"applied": True, "ord": record.ord, "type": record.type}
 
@@ -130,6 +168,9 @@ def deny(
 def send(home: str | None, as_json: bool, thread: str, text: str, by: str) -> None:
     """Send input: steering for the running turn, or the start of the next turn.
 
+    With no session live and no turn running, the input is queued in the log; the next
+    session that opens the thread (`Runtime.open` / `Runtime.resume`) starts a turn with it.
+
     \b
     Example:
       threadlog send THREAD "also update the changelog"
@@ -195,23 +236,40 @@ def resolve(
 @click.argument("thread")
 @handle_errors
 def cancel(home: str | None, as_json: bool, thread: str) -> None:
-    """Cancel the running turn of a live session (it ends ``aborted``).
+    """Cancel the running turn (it ends ``aborted``; calls that have not started never run).
+
+    A live session gets the cancel through its mailbox, for the turn running now only (a
+    cancel never aborts a later turn). With no session live, the turn the log shows running
+    is ended here, after recovering what the process that ran it left. Fails when no turn
+    is running.
 
     \b
     Example:
       threadlog cancel THREAD
     """
     home = home or default_home()
-    with open_disk_store(home) as store:
-        if not store.exists(thread):
-            from threadlog.errors import ThreadNotFound
 
-            raise ThreadNotFound(thread)
-    message_id = inbox.post(home, thread, Cancel())
+    async def run() -> dict[str, Any]:
+        async with Runtime(home) as runtime:
+            try:
+                session = await runtime.open(thread, resume=False, mailbox=False)
+            except LeaseHeld as exc:
+                state = await asyncio.to_thread(runtime.store.state, thread)
+                check_command(state, Cancel())
+                message_id = _post(runtime.store, thread, Cancel(turn_id=state.active_turn))
+                return {"applied": False, "queued": message_id, "holder": exc.holder}
+            check_command(session.state, Cancel())
+            turn_id = session.state.active_turn
+            await session.cancel(turn_id=turn_id)
+            return {"applied": True, "turn_id": turn_id, "outcome": "aborted"}
+
+    result = asyncio.run(run())
     if as_json:
-        sys.stdout.write(orjson.dumps({"queued": message_id}).decode() + "\n")
+        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+    elif result["applied"]:
+        click.echo(f"turn {result['turn_id']} cancelled (ended aborted)")
     else:
-        click.echo(f"cancellation sent to the thread's inbox ({message_id})")
+        click.echo(f"cancellation sent to the thread's inbox ({result['queued']})")
 
 
 @cli.command(name="resume")
@@ -224,18 +282,24 @@ def cancel(home: str | None, as_json: bool, thread: str) -> None:
 )
 @handle_errors
 def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> None:
-    """Recover a thread after a crash and print what was repaired.
+    """Recover a thread after a crash, print what was repaired, and leave the task to go on.
 
     Verifies the log (a torn final record is cut; records of a crashed store's journal are
     replayed), classifies every unfinished tool call, records interrupted model calls, marks
     non-idempotent calls of unknown outcome (they wait for `threadlog resolve`), ends the
-    running turn `interrupted` and appends `thread.resumed` with the list. The work itself is
-    continued by your agent (`Runtime.resume`), which has the model. Damage in the middle of
-    the log stops here with its ordinal and byte offset (see `threadlog verify`), and so does
-    an event the log holds that its state refuses (written by an older threadlog).
+    running turn `interrupted` and appends `thread.resumed` with the list. The task is not
+    dropped: a new turn that continues the interrupted one is started and left running in
+    the log, and the next session to open the thread (`Runtime.resume` or `Runtime.open`,
+    which have the model) drives it, with no further repair. Damage in the middle of the log
+    stops here with its ordinal and byte offset (see `threadlog verify`), and so does an event
+    the log holds that its state refuses (written by an older threadlog).
+
+    Idempotent: when there is nothing to repair (a second run, a clean close) nothing is
+    written, and the output says so (`"repaired": false` with --json).
 
     With --salvage, a damaged log is not touched: its valid prefix is copied to a new
-    thread whose thread.created names the damaged one, and the new thread is resumed.
+    thread whose thread.created names the damaged one, and the new thread is resumed. A
+    second --salvage reuses the copy the first one made.
 
     \b
     Example:
@@ -247,9 +311,24 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
 
     async def run(target: str) -> dict[str, Any]:
         async with Runtime(home, source="cli") as runtime:
-            session = await runtime.resume(target, continue_work=False)
-            assert session.recovery is not None
-            return session.recovery.to_data()
+            session = await runtime.open(target, resume=False, mailbox=False)
+            report = await hand_over(session, runtime.store)
+            state = session.state
+        if report is None:  # nothing to repair: nothing was written
+            return {
+                "thread": target,
+                "repaired": False,
+                "resumed_ord": None,
+                "repairs": [],
+                "reconciled": {},
+                "interrupted_turn": None,
+                "continued_by": None,
+                "waiting_for_human": [
+                    c.call_id for c in state.tool_calls.values() if c.status == "unknown"
+                ],
+                "running_turn": state.active_turn,
+            }
+        return {**report.to_data(), "repaired": True, "running_turn": state.active_turn}
 
     try:
         report = asyncio.run(run(thread))
@@ -267,22 +346,34 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
         with open_disk_store(home) as store:
             # the valid prefix: whole records before the damage (an illegal event is whole)
             last_ord = min(store.verify(thread, check_events=False).last_ord, exc.ord - 1)
-            salvaged = store.fork(
-                thread,
-                last_ord,
-                kind="salvage",
-                title=f"salvaged from {thread} (ords 1–{last_ord})",
-            )
+            salvaged = _salvage_of(store, thread, last_ord)
+            made = salvaged is None
+            if salvaged is None:
+                salvaged = store.fork(
+                    thread,
+                    last_ord,
+                    kind="salvage",
+                    title=f"salvaged from {thread} (ords 1–{last_ord})",
+                )
         if not as_json:
-            click.echo(f"damaged at ord {exc.ord}: copied ords 1–{last_ord} to {salvaged}")
+            verb = "copied" if made else "already copied"
+            click.echo(f"damaged at ord {exc.ord}: {verb} ords 1–{last_ord} to {salvaged}")
         report = asyncio.run(run(salvaged))
-        report["salvaged_from"] = {"thread": thread, "ord": last_ord, "damage": str(exc)}
+        report["salvaged_from"] = {
+            "thread": thread,
+            "ord": last_ord,
+            "damage": str(exc),
+            "reused": not made,
+        }
     if as_json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    click.echo(f"resumed {report['thread']}: thread.resumed at ord {report['resumed_ord']}")
-    if not report["repairs"]:
-        click.echo("  nothing to repair: the log was complete")
+    if not report["repaired"]:
+        click.echo(f"{report['thread']}: nothing to repair (nothing written)")
+    else:
+        click.echo(f"resumed {report['thread']}: thread.resumed at ord {report['resumed_ord']}")
+        if not report["repairs"]:
+            click.echo("  nothing to repair: the log was complete")
     for repair in report["repairs"]:
         detail = ", ".join(f"{k}={v}" for k, v in repair.items() if k != "kind")
         click.echo(f"  {repair['kind']:<22} {detail}")
@@ -290,6 +381,23 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
         click.echo(
             f"  waiting for a human: threadlog resolve {thread} {call_id} --as done|retry|abort"
         )
+    if report["running_turn"] is not None:
+        click.echo(
+            f"  turn {report['running_turn']} is left for your agent: "
+            "Runtime.resume or Runtime.open carries on with it"
+        )
+
+
+def _salvage_of(store: DiskStore, thread: str, last_ord: int) -> str | None:
+    """A salvage copy an earlier ``resume --salvage`` made of ``thread``'s first
+    ``last_ord`` records, found by its lineage (kind ``salvage``); None if there is none."""
+    for row in store.threads():
+        if row.forked_from != thread:
+            continue
+        lineage = store.read(row.thread_id, limit=1)[0].data.get("lineage") or {}
+        if lineage.get("kind") == "salvage" and lineage.get("ord") == last_ord:
+            return row.thread_id
+    return None
 
 
 @cli.command()

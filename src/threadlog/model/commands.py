@@ -2,7 +2,7 @@
 
 A command is a request, not a fact: the session that holds the thread checks it against the
 state and, if it is acceptable, records the events it leads to (an approval, a turn). The
-CLI, the inbox (`threadlog.runtime.inbox`) and the coming HTTP server all send the same five
+CLI, the store's mailbox (`threadlog.store.protocol.Mailbox`) and the coming HTTP server all send the same five
 commands, as one closed union of frozen dataclasses tagged by a ``kind`` literal::
 
     Command = Submit | Approve | Deny | Resolve | Cancel
@@ -19,10 +19,10 @@ understood (and an older session understands a newer CLI's)::
     {"kind": "deny",    "call_id": str, "by": str, "reason": str | null}
     {"kind": "resolve", "call_id": str, "decision": "done" | "retry" | "abort",
                         "by": str, "note": str | null}
-    {"kind": "cancel"}
+    {"kind": "cancel",  "turn_id": str | null}
 
 (`Submit`'s kind is ``input`` for that reason.) ``by`` may be left out (``"cli"``), and so may
-``reason`` and ``note``. Anything else — an unknown kind, a missing or ill-typed field, a
+``reason``, ``note`` and ``turn_id``. Anything else — an unknown kind, a missing or ill-typed field, a
 field no command has — is refused with `UsageError`: a command is never guessed at.
 
 Pure: no I/O (this is `threadlog.model`).
@@ -106,6 +106,17 @@ class Cancel(_Wire):
     """Cancel the running turn (it ends ``aborted``)."""
 
     kind: Literal["cancel"] = "cancel"
+    turn_id: str | None = None
+    """The turn that was running when the cancel was sent: the cancel applies to that turn
+    only, and is ignored once it has ended, so a cancel left in a mailbox never aborts a
+    later turn. None (a message from an older CLI) cancels whatever turn runs."""
+
+    def to_data(self) -> dict[str, Any]:
+        """As `_Wire.to_data`; without a turn it is the old ``{"kind": "cancel"}``."""
+        data = _Wire.to_data(self)
+        if self.turn_id is None:
+            del data["turn_id"]
+        return data
 
 
 Command = Submit | Approve | Deny | Resolve | Cancel

@@ -222,6 +222,10 @@ class Context:
                 f"the outcome of this call was unknown after a crash; a human confirmed it {verb}"
                 + (f": {data['note']}" if data.get("note") else ""),
             )
+        elif type_ == "tool_call.cancelled":
+            return self._tool(
+                data["call_id"], f"cancelled before it ran: {data.get('reason') or 'cancelled'}"
+            )
         elif type_ == "branch.summarized":
             return {"role": "system", "content": BRANCH_PREFIX + str(data.get("summary", ""))}
         return None

@@ -46,6 +46,7 @@ __all__ = [
     "ThreadCreated",
     "ThreadResumed",
     "ToolCallApproved",
+    "ToolCallCancelled",
     "ToolCallDenied",
     "ToolCallFinished",
     "ToolCallProposed",
@@ -268,6 +269,20 @@ class ToolCallResolved(EventBase):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallCancelled(EventBase):
+    """The turn was aborted before the call started: it never runs (000 §17.1, §17.7).
+
+    Legal only from ``proposed`` and ``approved``: a call that started has an outcome of its
+    own (a result, or ``unknown``). Recorded before the aborted turn's ``turn.ended``, so a
+    cancelled payment can never run in a later turn.
+    """
+
+    type: Literal["tool_call.cancelled"] = "tool_call.cancelled"
+    call_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TurnEnded(EventBase):
     """The turn's one terminal outcome."""
 
@@ -441,6 +456,7 @@ Event = (
     | ToolCallFinished
     | ToolCallUnknown
     | ToolCallResolved
+    | ToolCallCancelled
     | TurnEnded
     | PlanVersioned
     | Compaction

@@ -25,6 +25,7 @@ _TOOL_STATUS = {
     "tool_call.started": "running",
     "tool_call.finished": "finished",
     "tool_call.unknown": "unknown",
+    "tool_call.cancelled": "cancelled",
 }
 _RESOLVED_STATUS = {"done": "done", "retry": "approved", "abort": "aborted"}
 PROJECTED = frozenset(

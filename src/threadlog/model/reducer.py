@@ -59,6 +59,7 @@ from threadlog.model.events import (
     ThreadCreated,
     ThreadResumed,
     ToolCallApproved,
+    ToolCallCancelled,
     ToolCallDenied,
     ToolCallFinished,
     ToolCallProposed,
@@ -335,6 +336,10 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
             call = _call(state, call_id, "tool_call.resolved")
             call.status = next_state(call.status, f"tool_call.resolved:{decision}", call_id)
             call.decided_by = by
+            call.last_ord = ord_
+        case ToolCallCancelled(call_id=call_id):
+            call = _call(state, call_id, "tool_call.cancelled")
+            call.status = next_state(call.status, "tool_call.cancelled", call_id)
             call.last_ord = ord_
         case PlanVersioned(version=version, plan=plan) as planned:
             if version != state.plan_version + 1:

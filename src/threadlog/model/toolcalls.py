@@ -3,12 +3,16 @@
 ::
 
     proposed ──approved──▶ approved ──started──▶ running ──finished──▶ finished
-        │                      ▲                   │  ▲
-        └──denied──▶ denied    │                   │  └─started (attempt+1, idempotent re-run)
-                               │                   └──unknown──▶ unknown
-                               └──────resolved:retry──────────────┤
-                                          done ◀──resolved:done───┤
-                                       aborted ◀──resolved:abort──┘
+        │                    │  ▲                 │  ▲
+        ├──denied──▶ denied  │  │                 │  └─started (attempt+1, idempotent re-run)
+        └──cancelled──┬──────┘  │                 └──unknown──▶ unknown
+                      ▼         │                                  │
+                  cancelled     └──────resolved:retry──────────────┤
+                                           done ◀──resolved:done───┤
+                                        aborted ◀──resolved:abort──┘
+
+``cancelled`` is how an aborted turn ends every call that has not started (000 §17.7,
+"propagate cancellation"): from ``proposed`` or ``approved`` only, never once a call ran.
 
 An event that has no entry for the call's current state is illegal: `next_state` raises
 `InvalidTransition` naming the state, the event and the call id, and nothing changes.
@@ -23,12 +27,24 @@ from threadlog.errors import InvalidTransition
 __all__ = ["TERMINAL", "TRANSITIONS", "ToolCallStatus", "next_state"]
 
 ToolCallStatus = Literal[
-    "proposed", "approved", "denied", "running", "finished", "unknown", "done", "aborted"
+    "proposed",
+    "approved",
+    "denied",
+    "running",
+    "finished",
+    "unknown",
+    "done",
+    "aborted",
+    "cancelled",
 ]
 
 TRANSITIONS: Final[dict[str, dict[str, str]]] = {
-    "proposed": {"tool_call.approved": "approved", "tool_call.denied": "denied"},
-    "approved": {"tool_call.started": "running"},
+    "proposed": {
+        "tool_call.approved": "approved",
+        "tool_call.denied": "denied",
+        "tool_call.cancelled": "cancelled",
+    },
+    "approved": {"tool_call.started": "running", "tool_call.cancelled": "cancelled"},
     "running": {
         "tool_call.finished": "finished",
         "tool_call.unknown": "unknown",
@@ -43,6 +59,7 @@ TRANSITIONS: Final[dict[str, dict[str, str]]] = {
     "finished": {},
     "done": {},
     "aborted": {},
+    "cancelled": {},
 }
 """``{state: {event key: next state}}``; the key of a resolution is ``tool_call.resolved:<decision>``."""
 

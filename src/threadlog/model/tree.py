@@ -29,6 +29,7 @@ ENTRY_TYPES: Final = frozenset(
         "tool_call.finished",
         "tool_call.denied",
         "tool_call.resolved",
+        "tool_call.cancelled",
         "provider.interrupted",
         "compaction",
         "branch.summarized",

@@ -22,9 +22,20 @@ order that makes every decision on facts:
 3. record interrupted model calls (``provider.interrupted``) and open operations (failed);
 4. mark non-idempotent calls of unknown outcome and ask their ``reconcile`` hook (again, for
    calls an earlier run marked);
-5. end the running turn ``interrupted`` — unless it is parked on a human decision, which is a
-   durable wait and is simply driven again;
+5. end the running turn ``interrupted`` — unless it can simply be driven again: parked on a
+   human decision (a durable wait), or *fresh* (it has not called the model yet: a crash
+   right after it started, or the turn ``threadlog resume`` left for the next session);
 6. with ``continue_work``, start a turn that carries on with the interrupted task.
+
+*Hand-over* (`hand_over`, ``threadlog resume``): the CLI has no model, so it repairs and
+continues the interrupted task in a new turn that it does not drive: the turn stays running
+(fresh) in the log, and the next `Runtime.resume` or `Runtime.open` drives it with no
+further repair. When there is nothing to repair it writes nothing at all (idempotent).
+
+*Abort* (`abort_undriven`, ``threadlog cancel`` when no session is live): the turn the log
+shows running ends ``aborted`` instead, every call that has not started is cancelled first,
+and a call cut off by a dead process is settled (marked unknown, or finished ``cancelled``
+when it is safe to run again) rather than re-run.
 
 The outcome is a `RecoveryReport` (``session.recovery``); ``threadlog resume --json`` prints
 its `RecoveryReport.to_data`.
@@ -41,6 +52,8 @@ from threadlog.model.events import (
     OperationFinished,
     ProviderInterrupted,
     ThreadResumed,
+    ToolCallCancelled,
+    ToolCallFinished,
     TurnEnded,
 )
 from threadlog.model.recovery import plan_recovery
@@ -61,6 +74,8 @@ __all__ = [
     "RecoveryReport",
     "Resumable",
     "Resumed",
+    "abort_undriven",
+    "hand_over",
     "recover",
     "reopen",
 ]
@@ -84,6 +99,8 @@ class Resumed:
     recover: Literal["always", "if_needed", "never"] = "if_needed"
     continue_work: bool = True
     """After recovery, carry on with an interrupted turn's task in a new turn."""
+    mailbox: bool = True
+    """Apply and watch the commands other processes post to the store's mailbox."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,20 +190,90 @@ class Resumable(Protocol):
         """See `Session.resume_turn`."""
         ...
 
-    async def continue_turn(self, interrupted: str) -> Record:
+    async def continue_turn(self, interrupted: str, *, drive: bool = True) -> Record:
         """See `Session.continue_turn`."""
         ...
 
 
+def _in_flight(state: ThreadState) -> bool:
+    """Whether a dead process left something half done: a model call, a tool call that
+    started, an operation."""
+    plan = plan_recovery(state)
+    return bool(plan.interrupted_steps or plan.rerun or plan.unknown or plan.open_operations)
+
+
+def _fresh(state: ThreadState) -> bool:
+    """Whether the running turn has not called the model yet (nothing of it to interrupt)."""
+    turn_id = state.active_turn
+    return turn_id is not None and not state.turns[turn_id].steps
+
+
+def _abort_cut_short(state: ThreadState) -> bool:
+    """Whether the process died while aborting the running turn: a call was cancelled after
+    the turn started (only an abort cancels calls, right before the turn's end). The abort
+    is then finished; the cancelled task is never continued."""
+    turn_id = state.active_turn
+    if turn_id is None:
+        return False
+    started = state.turns[turn_id].started_ord
+    return any(c.status == "cancelled" and c.last_ord > started for c in state.tool_calls.values())
+
+
+def _carries_on(state: ThreadState) -> bool:
+    """Whether the running turn can simply be driven again: nothing is in flight, and it
+    waits for a human or is fresh (see the module docstring)."""
+    if state.active_turn is None or _in_flight(state) or _abort_cut_short(state):
+        return False
+    return is_parked(state) or _fresh(state)
+
+
 async def reopen(session: Resumable, store: Store) -> RecoveryReport | None:
     """Recover a session opened by `Runtime.open` if its log was left unfinished (and its
-    work continued); a turn parked on a human decision waits again. None: nothing to do."""
+    work continued); a turn parked on a human decision waits again, a fresh one (left by
+    ``threadlog resume``) is driven. None: nothing to do."""
     orphans = await _runs_left(session)
-    if is_parked(session.state) and not orphans:
+    if _carries_on(session.state) and not orphans:
         session.resume_turn()
     elif orphans or not plan_recovery(session.state).empty:
         return await recover(session, store, continue_work=True)
     return None
+
+
+async def hand_over(session: Resumable, store: Store) -> RecoveryReport | None:
+    """``threadlog resume``: repair what a dead process left and leave the task to the next
+    session (see the module docstring); None when there was nothing to repair, in which
+    case nothing is written."""
+    taken = await asyncio.to_thread(store.take_repairs, session.thread_id)
+    state = session.state
+    if (
+        not taken
+        and not await _runs_left(session)
+        and not _in_flight(state)
+        and (state.active_turn is None or _carries_on(state))
+    ):
+        return None
+    return await recover(session, store, continue_work=True, drive=False, taken=taken)
+
+
+async def abort_undriven(session: Resumable, store: Store, *, reason: str) -> None:
+    """End ``aborted`` the turn the log shows running that no session drives (see the
+    module docstring); what a dead process left is recovered first."""
+    taken = await asyncio.to_thread(store.take_repairs, session.thread_id)
+    if taken or _in_flight(session.state) or await _runs_left(session):
+        await recover(session, store, continue_work=False, drive=False, end="aborted", taken=taken)
+        return
+    turn_id = session.state.active_turn
+    if turn_id is None:
+        return
+    await _cancel_unstarted(session, reason)
+    await session.append(TurnEnded(turn_id=turn_id, outcome="aborted", reason=reason))
+
+
+async def _cancel_unstarted(session: Resumable, reason: str) -> None:
+    """``tool_call.cancelled`` for every call that has not started (000 §17.7)."""
+    for call in list(session.state.tool_calls.values()):
+        if call.status in ("proposed", "approved"):
+            await session.append(ToolCallCancelled(call_id=call.call_id, reason=reason))
 
 
 async def _runs_left(session: Resumable) -> list[procs.Run]:
@@ -244,17 +331,32 @@ async def _reap_orphans(
     return repairs, notes, over
 
 
-async def recover(session: Resumable, store: Store, *, continue_work: bool) -> RecoveryReport:
-    """Recover the session's thread (the steps of the module docstring); its report."""
+async def recover(
+    session: Resumable,
+    store: Store,
+    *,
+    continue_work: bool,
+    drive: bool = True,
+    end: Literal["interrupted", "aborted"] = "interrupted",
+    taken: list[dict[str, Any]] | None = None,
+) -> RecoveryReport:
+    """Recover the session's thread (the steps of the module docstring); its report.
+
+    ``drive``: drive the turn that goes on (False: leave it running in the log for the next
+    session). ``end``: ``aborted`` ends the running turn as cancelled (`abort_undriven`).
+    ``taken``: the store's repairs, when the caller took them already.
+    """
     state = session.state
-    parked = is_parked(state)
+    aborting = end == "aborted" or _abort_cut_short(state)
+    # parked or fresh: the running turn goes on as it is, nothing of it is interrupted
+    parked = not aborting and (is_parked(state) or _fresh(state))
     plan = plan_recovery(state)
     # First end what a dead agent's commands left running, so that the effect of a call
     # of unknown outcome is over before anyone (a reconcile hook, a human) decides on it.
     orphans, notes, over = await _reap_orphans(session)
     damaged = await damaged_artifacts(store, session.thread_id)
     repairs = (
-        store.take_repairs(session.thread_id)
+        (taken if taken is not None else store.take_repairs(session.thread_id))
         + orphans
         + [r for r in plan.to_data() if not (parked and r["kind"] == "turn_interrupted")]
     )
@@ -288,7 +390,16 @@ async def recover(session: Resumable, store: Store, *, continue_work: bool) -> R
         verdict = await session.reconcile(state.tool_calls[call_id])
         if verdict != "unknown":
             outcomes[call_id] = verdict
-    if turn_id is not None:
+    if aborting and turn_id is not None:
+        for call_id in plan.rerun:  # safe to run again, but the task was cancelled
+            await session.append(
+                ToolCallFinished(
+                    call_id=call_id, ok=False, error="cancelled: the process running it stopped"
+                )
+            )
+        await _cancel_unstarted(session, "cancelled")
+        await session.append(TurnEnded(turn_id=turn_id, outcome="aborted", reason="cancelled"))
+    elif turn_id is not None:
         await session.append(
             TurnEnded(
                 turn_id=turn_id, outcome="interrupted", reason="the process running it stopped"
@@ -296,9 +407,10 @@ async def recover(session: Resumable, store: Store, *, continue_work: bool) -> R
         )
     continued = None
     if parked:
-        session.resume_turn()
-    elif continue_work and turn_id is not None:
-        continued = (await session.continue_turn(turn_id)).data["turn_id"]
+        if drive:
+            session.resume_turn()
+    elif continue_work and turn_id is not None and not aborting:
+        continued = (await session.continue_turn(turn_id, drive=drive)).data["turn_id"]
     return RecoveryReport(
         thread_id=session.thread_id,
         resumed_ord=resumed.ord,

@@ -123,18 +123,26 @@ class Runtime:
             New(principal=principal, title=title, lineage=lineage, config=config)
         )
 
-    async def open(self, thread_id: str, *, resume: bool = True) -> Session:
+    async def open(self, thread_id: str, *, resume: bool = True, mailbox: bool = True) -> Session:
         """Open an existing thread. Takes its lease (`LeaseHeld` if another process has it).
 
         With ``resume`` (the default), a log left unfinished by a crash is recovered as by
-        `resume` (and its work continued); a turn parked on a human decision waits again.
+        `resume` (and its work continued); a turn parked on a human decision waits again, and
+        one that ``threadlog resume`` left for the next session is driven. Then what was sent
+        while no session was live is applied: commands waiting in the store's mailbox, and
+        input queued with no turn running (``threadlog send``), which starts a turn.
+        Without ``resume`` the thread is opened exactly as the log has it. Without
+        ``mailbox`` the session neither applies nor watches the mailbox (a short-lived tool
+        such as the CLI, which applies its one command itself).
         """
         self._check_open()
         session = self.sessions.get(thread_id)
         if session is not None:
             return session
         return await self._start(
-            Resumed(thread_id=thread_id, recover="if_needed" if resume else "never")
+            Resumed(
+                thread_id=thread_id, recover="if_needed" if resume else "never", mailbox=mailbox
+            )
         )
 
     async def resume(self, thread_id: str, *, continue_work: bool = True) -> Session:
@@ -226,13 +234,17 @@ class Runtime:
                 thread_id = await asyncio.to_thread(
                     self.store.create_thread, principal, title=title, lineage=lineage, **config
                 )
-                return self._open_session(thread_id)
+                session = self._open_session(thread_id)
+                await session.open_mailbox(drain=False)
+                return session
             case Forked(source=source, at=at, title=title, changes=changes):
                 child = await asyncio.to_thread(
                     self.store.fork, source, at, title=title, changes=changes
                 )
                 return await self.open(child, resume=False)
-            case Resumed(thread_id=thread_id, recover=mode, continue_work=continue_work):
+            case Resumed(
+                thread_id=thread_id, recover=mode, continue_work=continue_work, mailbox=mailbox
+            ):
                 session = self._open_session(thread_id)
                 if mode == "always":
                     session.recovery = await recover(
@@ -240,6 +252,14 @@ class Runtime:
                     )
                 elif mode == "if_needed":
                     session.recovery = await reopen(session, self.store)
+                if mode != "never":
+                    # what other processes sent while no session was live is applied now:
+                    # commands left in the mailbox, then input queued with no turn running
+                    if mailbox:
+                        await session.open_mailbox(drain=True)
+                    await session.start_queued()
+                elif mailbox:
+                    await session.open_mailbox(drain=False)
                 return session
             case _:
                 assert_never(history)

@@ -28,7 +28,7 @@ each needs, so that none imports this module):
 * `threadlog.runtime.tool_runner.ToolRunner`: one tool call from its durable intent to its
   outcome, and calls of unknown outcome;
 * `threadlog.runtime.bus.Bus`: subscribers' streams and the drop policy;
-* `threadlog.runtime.mailbox_watch`: commands other processes leave in the inbox;
+* `threadlog.runtime.mailbox_watch`: commands other processes post to the store's mailbox;
 * `threadlog.runtime.request`: the request a model call sends, and compaction;
 * `threadlog.runtime.resume`: how the session was started, and what recovery repaired.
 
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from threadlog._clock import new_id, rfc3339, wall_ns
@@ -72,9 +71,10 @@ from threadlog.runtime.deps import SessionDeps
 from threadlog.runtime.identity import SessionIdentity, stamp
 from threadlog.runtime.large_values import LargeValues
 from threadlog.runtime.plans import PlanCommands
+from threadlog.runtime.resume import abort_undriven
 from threadlog.runtime.tool_runner import ToolRunner, runs_dir, working_dir
 from threadlog.runtime.turn import TurnDriver
-from threadlog.store.protocol import LocalHome, Snapshots
+from threadlog.store.protocol import Snapshots
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -169,11 +169,6 @@ class Session(PlanCommands):
         self._closed = False
         self._broken: BaseException | None = None
         self._bus.attach(runtime.store)
-        store = runtime.store
-        if isinstance(store, LocalHome) and os.path.isdir(store.home):
-            self._inbox_task = asyncio.create_task(
-                mailbox_watch.watch(self, store.home), name=f"inbox {thread_id}"
-            )
 
     # -- the pipeline ----------------------------------------------------------------------
 
@@ -328,9 +323,21 @@ class Session(PlanCommands):
         check_config(changes)
         return await self.append(ConfigChanged(changes=changes))
 
-    async def cancel(self) -> None:
-        """Cancel the running turn (it ends ``aborted``); returns once it has ended."""
-        await self._turns.cancel()
+    async def cancel(self, *, turn_id: str | None = None) -> None:
+        """Cancel the running turn: every call that has not started is recorded
+        ``tool_call.cancelled`` (it never runs later, 000 §17.7), then the turn ends
+        ``aborted``; returns once it has. With ``turn_id``, only that turn (else ignored,
+        logged). A running turn nobody drives (opened ``resume=False``) is ended too, after
+        recovering what a dead process left (`resume.abort_undriven`)."""
+        active = self.state.active_turn
+        if turn_id is not None and turn_id != active:
+            log.info("thread %s: cancel for turn %s ignored: not running", self.thread_id, turn_id)
+            return
+        if self._turns.busy or active is None:
+            await self._turns.cancel()
+            return
+        self._check_open()
+        await abort_undriven(self, self.runtime.store, reason="cancelled")
 
     async def wait_idle(self, timeout: float | None = None) -> None:
         """Wait until no turn is running, or the running one is parked on a human decision
@@ -415,15 +422,38 @@ class Session(PlanCommands):
 
     # -- turns and tool calls (done by the session's parts) ---------------------------------
 
-    async def continue_turn(self, interrupted: str) -> Record:
-        """Start a turn that carries on with the task of an interrupted one."""
+    async def continue_turn(self, interrupted: str, *, drive: bool = True) -> Record:
+        """Start a turn that carries on with the task of an interrupted one; without
+        ``drive`` it is left running in the log for the next session (``threadlog resume``)."""
         self._check_open()
         old = self.state.turns[interrupted]
         record = await self.append(
             TurnStarted(turn_id=new_id(), input=old.input, resumes=interrupted)
         )
+        if drive:
+            self._turns.start()
+        return record
+
+    async def start_queued(self) -> Record | None:
+        """Start a turn with the oldest queued input when no turn runs (input sent while no
+        session was live, e.g. ``threadlog send``); None when there is none."""
+        self._check_open()
+        pending = self.state.pending_inputs
+        if self.state.active_turn is not None or not pending:
+            return None
+        first = pending[0]
+        record = await self.append(
+            TurnStarted(turn_id=new_id(), input=first.text, input_id=first.input_id)
+        )
         self._turns.start()
         return record
+
+    async def open_mailbox(self, *, drain: bool) -> None:
+        """Watch the store's mailbox, if it has one (see `mailbox_watch.start`)."""
+        if self._inbox_task is None:
+            self._inbox_task = await mailbox_watch.start(
+                self, self.runtime.store, apply_waiting=drain
+            )
 
     def resume_turn(self) -> None:
         """Continue a turn the log shows as running (after a restart)."""

@@ -49,6 +49,7 @@ from threadlog.model.events import (
     ProviderStarted,
     StepStarted,
     ToolCallApproved,
+    ToolCallCancelled,
     ToolCallDenied,
     ToolCallProposed,
     TurnEnded,
@@ -82,7 +83,7 @@ if TYPE_CHECKING:
     from threadlog.runtime.models import Completed
     from threadlog.runtime.tool_runner import ToolRunner
 
-__all__ = ["TurnDriver", "TurnHost"]
+__all__ = ["TurnDriver", "TurnHost", "cancel_unstarted"]
 
 log = logging.getLogger("threadlog.runtime")
 
@@ -129,6 +130,23 @@ class TurnHost(Protocol):
     async def compact(self, *, keep_last: int = 6) -> Record | None:
         """Summarize the older part of the context (over the budget)."""
         ...
+
+
+async def cancel_unstarted(host: TurnHost, reason: str) -> None:
+    """Record ``tool_call.cancelled`` for every call of the thread that has not started.
+
+    Used by an aborted turn (live, or ended for a session that is gone); a store that
+    failed gets nothing more (the next resume finds the calls open and settles them).
+    """
+    if host._broken is not None:
+        return
+    for call in list(host.state.tool_calls.values()):
+        if call.status in ("proposed", "approved"):
+            try:
+                await host.append(ToolCallCancelled(call_id=call.call_id, reason=reason))
+            except Exception:
+                log.exception("call %s: could not record its cancellation", call.call_id)
+                return
 
 
 class _TurnFailed(Exception):
@@ -260,7 +278,7 @@ class TurnDriver:
             if not (self._closing and self.waiting_for_human):
                 # A turn parked on a human decision survives closing: the wait is durable
                 # (a proposal without a decision) and a reopened session waits again.
-                await self._end_turn(turn_id, "aborted", "cancelled")
+                await self._abort(turn_id, "session closed" if self._closing else "cancelled")
             raise
         except _TurnFailed as exc:
             await self._end_turn(turn_id, "failed", exc.reason)
@@ -272,6 +290,17 @@ class TurnDriver:
                 raise  # the store failed: nothing more can be written
             log.exception("turn %s failed", turn_id)
             await self._end_turn(turn_id, "failed", f"{type(exc).__name__}: {exc}")
+
+    async def _abort(self, turn_id: str, reason: str) -> None:
+        """End the turn ``aborted``, after ending every call that has not started.
+
+        000 §17.7 "propagate cancellation": a call proposed or approved before the cancel
+        must never run later (the next turn settles every open call it finds), so each is
+        recorded ``tool_call.cancelled`` before the turn's ``turn.ended``. A call that is
+        running has been cancelled by its runner, which recorded its outcome.
+        """
+        await cancel_unstarted(self._host, reason)
+        await self._end_turn(turn_id, "aborted", reason)
 
     async def _end_turn(self, turn_id: str, outcome: TurnOutcome, reason: str) -> None:
         host = self._host

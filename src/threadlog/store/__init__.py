@@ -1,7 +1,7 @@
 """Storage backends behind one port. They read and write envelopes and never interpret event data.
 
-`Store` is the port every backend implements; `Snapshots`, `Catalog`, `LocalHome` and
-`Maintenance` are the
+`Store` is the port every backend implements; `Snapshots`, `Catalog`, `LocalHome`, `Mailbox`
+and `Maintenance` are the
 optional capabilities (check them with ``isinstance``); `open_store` opens a backend by target.
 """
 
@@ -13,6 +13,8 @@ from threadlog.store.open import open_store
 from threadlog.store.protocol import (
     Catalog,
     LocalHome,
+    Mailbox,
+    MailboxMessage,
     Maintenance,
     Snapshots,
     Store,
@@ -25,6 +27,8 @@ __all__ = [
     "EmbeddedStore",
     "IndexedThread",
     "LocalHome",
+    "Mailbox",
+    "MailboxMessage",
     "Maintenance",
     "MemoryStore",
     "Snapshots",

@@ -7,8 +7,10 @@ which a consumer checks with ``isinstance(store, Snapshots)`` (they are all
 
 * `Snapshots`: keep and load reduced state, so that opening a long thread reads only its tail.
 * `Catalog`: list threads with their projections (status, counts) and remembered facts.
-* `LocalHome`: the store lives in a local directory, beside which the runtime keeps a session's
-  inbox and the records of the processes its tools start.
+* `LocalHome`: the store lives in a local directory, beside which the runtime keeps the
+  records of the processes its tools start.
+* `Mailbox`: other processes leave commands (approve, send, cancel…) for the live session
+  that holds a thread's lease, which alone may append to it.
 * `Artifacts`: store and fetch blobs by hash (a tool's full output, streamed in with bounded
   memory: 000 §17.2); the records that reference them say so, and `Store.verify` checks them.
 
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from types import EllipsisType, TracebackType
     from typing import BinaryIO
 
+    from threadlog.model.commands import Command
     from threadlog.model.events import Event
     from threadlog.model.memory import MemoryFact
     from threadlog.model.refs import ArtifactRef
@@ -46,6 +49,8 @@ __all__ = [
     "ErrorListener",
     "Listener",
     "LocalHome",
+    "Mailbox",
+    "MailboxMessage",
     "Maintenance",
     "Snapshots",
     "Store",
@@ -326,12 +331,47 @@ class Catalog(Protocol):
 
 @runtime_checkable
 class LocalHome(Protocol):
-    """A store in a local directory (`home`), beside which the runtime keeps what a session
-    shares with other processes: its inbox and the records of the processes it starts."""
+    """A store in a local directory (`home`), beside which the runtime keeps the records of
+    the processes a session's tools start (`threadlog.runtime.procs`)."""
 
     @property
     def home(self) -> str:
         """The store's directory (absolute)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MailboxMessage:
+    """A command waiting in a thread's mailbox (`Mailbox.pending`)."""
+
+    id: str
+    """The message id `Mailbox.post` returned (time-ordered)."""
+    thread_id: str
+    command: Command
+
+
+@runtime_checkable
+class Mailbox(Protocol):
+    """Commands other processes leave for the live session of a thread.
+
+    Only the lease holder may append to a thread, so a command from elsewhere (``threadlog
+    approve`` beside a running agent) is posted here; the session watching the mailbox
+    (`threadlog.runtime.mailbox_watch`) applies it through its own checks, then marks it
+    done. A message is durable once `post` returns and stays pending until `done`.
+    """
+
+    def post(self, thread_id: str, command: Command) -> str:
+        """Durably leave ``command`` for the thread; its message id (`ThreadNotFound` for
+        no such thread, `UsageError` for a command with ill-typed fields)."""
+        ...
+
+    def pending(self, thread_id: str) -> list[MailboxMessage]:
+        """The thread's messages not done yet, oldest first; a malformed or untrusted one
+        is set aside (logged), never returned."""
+        ...
+
+    def done(self, message: MailboxMessage) -> None:
+        """Remove a handled message so that `pending` never returns it again (idempotent)."""
         ...
 
 

@@ -1,7 +1,8 @@
 """The embedded store: JSONL rollouts (the truth), a SQLite index, an artifact store.
 
 `EmbeddedStore` keeps every thread in a directory (``<home>``, see `layout`) and implements
-the `Store` port and the `Snapshots`, `Catalog`, `LocalHome` and `Maintenance` capabilities.
+the `Store` port and the `Snapshots`, `Catalog`, `LocalHome`, `Mailbox` and `Maintenance`
+capabilities.
 
 Theory of operation
 -------------------
@@ -47,6 +48,7 @@ Modules
 ``index``        the SQLite projections; ``schema`` its tables, opening checks, row types
 ``leases``       single-writer leases and the durable-end notice
 ``artifacts``    content-addressed blobs
+``mailbox``      commands other processes post for a live session: ``<home>/inbox/<thread>/``
 
 What the embedded store shares with other backends stays in `threadlog.store`: the port
 (`protocol`), append validation (`validate`), large-value offloading (`offload`), a fork's

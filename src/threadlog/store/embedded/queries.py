@@ -19,6 +19,7 @@ from threadlog.model.refs import resolve as resolve_refs
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from threadlog.model.commands import Command
     from threadlog.model.envelope import Record
     from threadlog.model.memory import MemoryFact
     from threadlog.model.refs import ArtifactRef
@@ -27,10 +28,11 @@ if TYPE_CHECKING:
     from threadlog.store.embedded.index import IndexedThread
     from threadlog.store.embedded.indexer import Indexer
     from threadlog.store.embedded.layout import Layout
+    from threadlog.store.embedded.mailbox import MailboxDir
     from threadlog.store.embedded.reader import Reader
     from threadlog.store.embedded.recovery import Recovery
     from threadlog.store.embedded.snapshots import SnapshotKeeper
-    from threadlog.store.protocol import VerifyReport
+    from threadlog.store.protocol import MailboxMessage, VerifyReport
 
 __all__ = ["Queries"]
 
@@ -45,6 +47,21 @@ class Queries:
     _snapshots: SnapshotKeeper
     _recovery: Recovery
     _indexer: Indexer
+    _mailbox: MailboxDir
+
+    # -- the mailbox (`threadlog.store.embedded.mailbox`): files beside the log, not records
+
+    def post(self, thread_id: str, command: Command) -> str:
+        """See `threadlog.store.protocol.Mailbox.post`."""
+        return self._mailbox.post(thread_id, command)
+
+    def pending(self, thread_id: str) -> list[MailboxMessage]:
+        """See `threadlog.store.protocol.Mailbox.pending`."""
+        return self._mailbox.pending(thread_id)
+
+    def done(self, message: MailboxMessage) -> None:
+        """See `threadlog.store.protocol.Mailbox.done`."""
+        self._mailbox.done(message)
 
     def path_of(self, thread_id: str) -> str:
         """The rollout file of a thread (which need not exist)."""

@@ -36,6 +36,7 @@ from threadlog.store.embedded.layout import (
     Layout,
     default_open_threads,
 )
+from threadlog.store.embedded.mailbox import MailboxDir
 from threadlog.store.embedded.queries import Queries
 from threadlog.store.embedded.reader import Reader
 from threadlog.store.embedded.recovery import Recovery
@@ -134,6 +135,7 @@ class EmbeddedStore(Queries, Blobs):
             layout, fops, journal, self._logs, self._reader, self._indexer.add_fork
         )
         self._async = AsyncCommits(journal)
+        self._mailbox = MailboxDir(self.home, fops, layout.exists)
         try:
             self._recovery.recover()
             self.artifacts.sweep_temp_files()

@@ -27,6 +27,7 @@ The tests live in one module per topic, each a plain class of test methods that
   put, streamed and checked; verify reports a missing one).
 * ``fork``: inherited prefixes and lineage.
 * ``lifecycle``: verify, leases, flush, snapshots, close.
+* ``mailbox``: the optional `Mailbox`: post, pending, done.
 
 This package imports pytest; ``import threadlog`` and ``import threadlog.testing`` never
 import it (pytest is no runtime dependency).
@@ -53,6 +54,7 @@ from threadlog.testing.contract.hooks import HookTests
 from threadlog.testing.contract.idempotency import IdempotencyTests
 from threadlog.testing.contract.legality import LegalityTests
 from threadlog.testing.contract.lifecycle import LifecycleTests
+from threadlog.testing.contract.mailbox import MailboxTests
 from threadlog.testing.contract.refusals import RefusalTests
 
 if TYPE_CHECKING:
@@ -75,6 +77,7 @@ class StoreContract(
     BlobTests,
     ForkTests,
     LifecycleTests,
+    MailboxTests,
 ):
     """The store contract as a pytest test class; override `make_store`."""
 
