@@ -43,7 +43,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
-from threadlog._clock import new_id, rfc3339, wall_ns
+from threadlog._clock import new_id
 from threadlog.errors import RunError, UsageError
 from threadlog.model import snapshot
 from threadlog.model.approvals import check_policy
@@ -51,19 +51,14 @@ from threadlog.model.budget import check_config
 from threadlog.model.context import Context
 from threadlog.model.eventdata import from_data
 from threadlog.model.events import (
-    BranchSummarized,
     ConfigChanged,
     InputQueued,
-    LabelSet,
-    LeafMoved,
-    MemoryRevoked,
     ToolCallApproved,
     ToolCallDenied,
     ToolCallResolved,
     TurnStarted,
 )
 from threadlog.model.legality import replay_log
-from threadlog.model.memory import memory_written
 from threadlog.model.reducer import apply
 from threadlog.runtime import mailbox_watch, request
 from threadlog.runtime.bus import Bus, Progress, SubscriberDropped
@@ -73,6 +68,7 @@ from threadlog.runtime.large_values import LargeValues
 from threadlog.runtime.plans import PlanCommands
 from threadlog.runtime.resume import abort_undriven
 from threadlog.runtime.tool_runner import ToolRunner, runs_dir, working_dir
+from threadlog.runtime.tree_commands import TreeCommands
 from threadlog.runtime.turn import TurnDriver
 from threadlog.store.protocol import Snapshots
 
@@ -111,7 +107,7 @@ class SessionBase(NamedTuple):
     context: Context
 
 
-class Session(PlanCommands):
+class Session(PlanCommands, TreeCommands):
     """A thread open for writing in this process. Created by `Runtime.create` / `open`.
 
     Args:
@@ -351,30 +347,6 @@ class Session(PlanCommands):
 
     # -- the conversation tree, compaction, memory ------------------------------------------
 
-    async def branch(self, entry: str, *, summary: str | None = None) -> Record:
-        """Continue the conversation from an earlier entry; the current branch stays in the log.
-
-        Records ``leaf.moved`` (and, with ``summary``, a ``branch.summarized`` entry on the new
-        branch, so the model knows what the abandoned branch tried).
-        """
-        self._check_open()
-        if self.state.active_turn is not None:
-            raise UsageError("branch between turns, not while a turn runs")
-        if entry not in self.context.nodes:
-            raise UsageError(f"no entry {entry!r} in thread {self.thread_id}")
-        left = self.state.leaf
-        record = await self.append(LeafMoved(to=entry))
-        if summary is not None and left is not None:
-            record = await self.append(BranchSummarized(from_entry=left, summary=summary))
-        return record
-
-    async def label(self, entry: str, label: str | None) -> Record:
-        """Name an entry (None removes the label)."""
-        self._check_open()
-        if entry not in self.context.nodes:
-            raise UsageError(f"no entry {entry!r} in thread {self.thread_id}")
-        return await self.append(LabelSet(entry=entry, label=label))
-
     async def compact(self, *, keep_last: int = 6) -> Record | None:
         """Replace the older part of the active branch, in model context, by a summary from
         the runtime's summarizer, keeping the last ``keep_last`` messages verbatim (see
@@ -382,38 +354,6 @@ class Session(PlanCommands):
         there is too little to compact."""
         self._check_open()
         return await request.compact(self, keep_last=keep_last)
-
-    async def remember(
-        self,
-        fact: str,
-        *,
-        scope: str = "principal",
-        key: str | None = None,
-        expires_at: str | None = None,
-        source_event: str | None = None,
-    ) -> Record:
-        """Write a long-term memory, explicitly (nothing else ever does).
-
-        ``source_event`` is the record the fact comes from (default: the active leaf).
-        """
-        self._check_open()
-        return await self.append(
-            memory_written(
-                fact,
-                scope=scope,
-                key=key,
-                expires_at=expires_at,
-                source_event=source_event or self.state.leaf or self.state.last_id,
-                config=self.state.config,
-                memory_id=new_id(),
-                written_at=rfc3339(wall_ns()),
-            )
-        )
-
-    async def forget(self, memory_id: str, *, reason: str | None = None) -> Record:
-        """Revoke a memory written in this thread."""
-        self._check_open()
-        return await self.append(MemoryRevoked(memory_id=memory_id, reason=reason))
 
     async def spawn(self, *, title: str | None = None, **config: Any) -> Session:
         """A sub-agent: a child thread with lineage to this one (a side-chain); see
