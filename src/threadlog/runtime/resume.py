@@ -178,6 +178,10 @@ class Resumable(Protocol):
         """Append through the session's pipeline."""
         ...
 
+    async def propose_unrecorded(self, records: list[Record]) -> int:
+        """Propose the calls of a durable response whose proposals a crash cut off."""
+        ...
+
     async def mark_unknown(self, call: ToolCallState, *, note: str | None = None) -> str:
         """See `Session.mark_unknown`."""
         ...
@@ -364,6 +368,17 @@ async def recover(
     for run in over:
         await asyncio.to_thread(procs.finish, run)
     turn_id = None if parked else plan.interrupt_turn
+    if turn_id is not None and not aborting:
+        # a response made durable with its proposals cut off: propose its calls now, so
+        # that the next turn settles them instead of carrying on as if they had run
+        responded = [
+            state.steps[s]
+            for s in state.turns[turn_id].steps
+            if state.steps[s].status == "responded"
+        ]
+        if responded:
+            after = responded[-1].started_ord
+            await session.propose_unrecorded(store.read(session.thread_id, after=after))
     for step_id in plan.interrupted_steps:
         await session.append(
             ProviderInterrupted(

@@ -395,6 +395,10 @@ class Session(PlanCommands, TreeCommands):
                 self, self.runtime.store, apply_waiting=drain
             )
 
+    async def propose_unrecorded(self, records: list[Record]) -> int:
+        """See `TurnDriver.propose_unrecorded` (used by resume)."""
+        return await self._turns.propose_unrecorded(records)
+
     def resume_turn(self) -> None:
         """Continue a turn the log shows as running (after a restart)."""
         self._check_open()

@@ -423,6 +423,11 @@ class TurnDriver:
                 stop_reason=completed.stop_reason,
             )
         )
+        await self._propose(turn_id, step_id, calls)
+
+    async def _propose(self, turn_id: str, step_id: str, calls: list[dict[str, Any]]) -> None:
+        """Record each tool call of a response as a proposal (unknown tools denied)."""
+        host = self._host
         for call in calls:
             tool = host.runtime.tools.get(call["name"])
             key = None
@@ -446,3 +451,27 @@ class TurnDriver:
                         call_id=call["id"], by="runtime", reason=f"unknown tool {call['name']!r}"
                     )
                 )
+
+    async def propose_unrecorded(self, records: list[Record]) -> int:
+        """Record the proposals of a durable response that a crash cut off before they were
+        written (resume): the response is what the model asked for, so its calls are
+        proposed, not forgotten (the next turn would otherwise carry on as if they had run).
+        ``records`` are the log's records from the running turn's last responded step on.
+        Returns how many calls were proposed."""
+        host = self._host
+        proposed = 0
+        for record in records:
+            if record.type != "model.responded":
+                continue
+            data = host.large_values.load(record).data
+            if host.state.active_turn != data["turn_id"]:
+                continue
+            calls = [
+                call
+                for call in data["message"].get("tool_calls") or []
+                if call.get("id") not in host.state.tool_calls
+            ]
+            if calls:
+                await self._propose(data["turn_id"], data["step_id"], calls)
+                proposed += len(calls)
+        return proposed
