@@ -20,6 +20,7 @@ from threadlog.runtime.runtime import Runtime
 from threadlog.runtime.session import Progress, Session
 from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolContext, read_file
 from threadlog.store._home import default_home
+from threadlog.store.open import open_store
 
 if TYPE_CHECKING:
     from rich.status import Status
@@ -257,11 +258,14 @@ def demo(home: str | None, as_json: bool, yes: bool, pause: float) -> None:
         state = "[green]verified[/green]" if ok else "[red]FAILED verification[/red]"
         console.print(f"\nlog {state}. Inspect, fork and resume it:")
         flag = "" if home == default_home() else f" --home {home}"
+        with open_store(home) as store:  # fork after the first turn: a whole turn inherited
+            ends = [r.ord for r in store.read(thread) if r.type == "turn.ended"]
+        at = ends[0] if ends else 1
         for command in (
             f"threadlog show {thread}{flag}",
             f"threadlog events {thread}{flag}",
             f"threadlog verify {thread}{flag}",
-            f"threadlog fork {thread} --at 12{flag}",
+            f"threadlog fork {thread} --at {at}{flag}",
             f"threadlog resume {thread}{flag}",
         ):
             console.print(f"  {command}")
