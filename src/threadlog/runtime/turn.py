@@ -67,19 +67,21 @@ from threadlog.model.turns import (
 )
 from threadlog.runtime.bus import Progress
 from threadlog.runtime.models import ProviderError
-from threadlog.runtime.request import build_request, estimate_tokens, model_messages
+from threadlog.runtime.request import (
+    RequestHost,
+    build_request,
+    estimate_tokens,
+    model_messages,
+)
 from threadlog.runtime.retry import StepAttempts
 from threadlog.runtime.tool_runner import working_dir
 from threadlog.runtime.tools import ToolContext
 
 if TYPE_CHECKING:
-    from threadlog.model.context import Context
     from threadlog.model.envelope import Record
-    from threadlog.model.events import Event, TurnOutcome
-    from threadlog.model.state import ThreadState, ToolCallState
+    from threadlog.model.events import TurnOutcome
+    from threadlog.model.state import ToolCallState
     from threadlog.runtime.bus import Bus
-    from threadlog.runtime.deps import SessionDeps
-    from threadlog.runtime.large_values import LargeValues
     from threadlog.runtime.models import Completed
     from threadlog.runtime.tool_runner import ToolRunner
 
@@ -88,43 +90,14 @@ __all__ = ["TurnDriver", "TurnHost", "cancel_unstarted"]
 log = logging.getLogger("threadlog.runtime")
 
 
-class TurnHost(Protocol):
-    """What a `TurnDriver` needs of its session (`threadlog.runtime.session.Session`)."""
-
-    @property
-    def thread_id(self) -> str:
-        """The thread whose turns run."""
-        ...
-
-    @property
-    def state(self) -> ThreadState:
-        """The thread's state, current after every append."""
-        ...
-
-    @property
-    def context(self) -> Context:
-        """The model-visible messages."""
-        ...
-
-    @property
-    def runtime(self) -> SessionDeps:
-        """The model, the tools and the store."""
-        ...
-
-    @property
-    def large_values(self) -> LargeValues:
-        """Cuts a text too long for a model call (see `threadlog.runtime.request`)."""
-        ...
+class TurnHost(RequestHost, Protocol):
+    """What a `TurnDriver` needs of its session (`threadlog.runtime.session.Session`): what
+    building a request needs (`RequestHost`: the thread, its state and context, the
+    runtime's parts, large values, the append pipeline), and the following."""
 
     @property
     def _broken(self) -> BaseException | None:
         """Set once the session's pipeline failed: nothing more can be written."""
-        ...
-
-    async def append(
-        self, event: Event, *, durable: bool | None = None, id: str | None = None
-    ) -> Record:
-        """Append through the session's pipeline."""
         ...
 
     async def compact(self, *, keep_last: int = 6) -> Record | None:
