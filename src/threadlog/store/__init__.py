@@ -1,8 +1,7 @@
 """Storage backends behind one port. They read and write envelopes and never interpret event data.
 
-`Store` is the port every backend implements; `Snapshots`, `Catalog`, `LocalHome`, `Mailbox`
-and `Maintenance` are the
-optional capabilities (check them with ``isinstance``); `open_store` opens a backend by target.
+`Store` is the port every backend implements; `Snapshots`, `Catalog`, `LocalHome`, `Mailbox`,
+`Credentials` and `Maintenance` are the optional capabilities (check them with ``isinstance``); `open_store` opens a backend by target.
 """
 
 from threadlog.store.embedded import EmbeddedStore, default_home
@@ -12,6 +11,8 @@ from threadlog.store.inmemory import MemoryStore
 from threadlog.store.open import open_store
 from threadlog.store.protocol import (
     Catalog,
+    Credential,
+    Credentials,
     LocalHome,
     Mailbox,
     MailboxMessage,
@@ -24,6 +25,8 @@ from threadlog.store.protocol import (
 __all__ = [
     "ArtifactStore",
     "Catalog",
+    "Credential",
+    "Credentials",
     "EmbeddedStore",
     "IndexedThread",
     "LocalHome",

@@ -46,6 +46,8 @@ __all__ = [
     "ArtifactWriter",
     "Artifacts",
     "Catalog",
+    "Credential",
+    "Credentials",
     "ErrorListener",
     "Listener",
     "LocalHome",
@@ -372,6 +374,41 @@ class Mailbox(Protocol):
 
     def done(self, message: MailboxMessage) -> None:
         """Remove a handled message so that `pending` never returns it again (idempotent)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Credential:
+    """An API token's stored half (`Credentials`): never the token itself, only its digest."""
+
+    token_id: str
+    """A short public id (``threadlog token rm`` takes it)."""
+    principal: str
+    """Who the token speaks for."""
+    digest: str
+    """The SHA-256 of the token, hex; the server compares it in constant time."""
+    created_at: str
+    """RFC 3339, UTC."""
+
+
+@runtime_checkable
+class Credentials(Protocol):
+    """The service's bearer tokens, kept in the store they open (`threadlog.server`).
+
+    The store keeps digests only: whoever reads the store cannot act as a principal. Every
+    change is durable when the call returns (the embedded store writes its file atomically
+    and fsyncs it and its directory)."""
+
+    def add_credential(self, credential: Credential) -> None:
+        """Keep ``credential``; `UsageError` if its ``token_id`` or ``digest`` is taken."""
+        ...
+
+    def credentials(self) -> list[Credential]:
+        """Every stored credential, oldest first."""
+        ...
+
+    def remove_credential(self, token_id: str) -> bool:
+        """Forget the credential ``token_id``; whether there was one."""
         ...
 
 
