@@ -4,7 +4,8 @@ Used for ephemeral sessions (``Runtime(ephemeral=True)``, ``open_store("memory:/
 the executable reference of the store contract (`threadlog.testing.StoreContract`). Records
 are encoded and hash-chained exactly as on disk; large values go to in-memory artifacts; a
 fork inherits its source's records verbatim, as on disk. It implements the `Store` port and
-the `Snapshots` and `Mailbox` capabilities (the mailbox in `threadlog.store.memory_mailbox`).
+the `Snapshots`, `Mailbox` and `Credentials` capabilities (the last two in
+`threadlog.store.memory_mailbox` and `threadlog.store.memory_credentials`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from threadlog.store._forks import child_created
 from threadlog.store.admission import Admission
 from threadlog.store.artifact_check import first_bad_artifact, worse
 from threadlog.store.memory_blobs import MemoryBlobs
+from threadlog.store.memory_credentials import MemoryCredentials
 from threadlog.store.memory_mailbox import MemoryMailbox
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.protocol import ErrorListener, Listener, VerifyReport
@@ -59,7 +61,7 @@ def _copy(record: Record, data_json: bytes) -> Record:
     return record._replace(data=codec.loads(data_json))
 
 
-class MemoryStore(MemoryBlobs, MemoryMailbox):
+class MemoryStore(MemoryBlobs, MemoryMailbox, MemoryCredentials):
     """Threads as lists of records in memory. Thread-safe; use as a context manager.
 
     Args:
@@ -70,6 +72,7 @@ class MemoryStore(MemoryBlobs, MemoryMailbox):
 
     def __init__(self, *, artifact_threshold: int = 64 * 1024) -> None:
         MemoryMailbox.__init__(self)
+        MemoryCredentials.__init__(self)
         self.artifact_threshold = artifact_threshold
         self._threads: dict[str, list[tuple[Record, bytes]]] = {}
         self._ids: dict[str, dict[str, int]] = {}

@@ -1,8 +1,8 @@
 """The embedded store: JSONL rollouts (the truth), a SQLite index, an artifact store.
 
 `EmbeddedStore` keeps every thread in a directory (``<home>``, see `layout`) and implements
-the `Store` port and the `Snapshots`, `Catalog`, `LocalHome`, `Mailbox` and `Maintenance`
-capabilities.
+the `Store` port and the `Snapshots`, `Catalog`, `LocalHome`, `Mailbox`, `Credentials` and
+`Maintenance` capabilities.
 
 Theory of operation
 -------------------
@@ -49,6 +49,7 @@ Modules
 ``leases``       single-writer leases and the durable-end notice
 ``artifacts``    content-addressed blobs
 ``mailbox``      commands other processes post for a live session: ``<home>/inbox/<thread>/``
+``credentials``  the service's token digests: ``<home>/credentials.json``, rewritten atomically
 
 What the embedded store shares with other backends stays in `threadlog.store`: the port
 (`protocol`), append validation (`validate`), large-value offloading (`offload`), a fork's

@@ -8,6 +8,7 @@ Layout under ``<home>``::
     locks/<thread_id>.lock                  single-writer leases (flock)
     journal/<pid>-<random>.wal              the open store's group-commit journal
     secret                                  keys the journal headers (`threadlog.store._perms`)
+    credentials.json, credentials.lock      the service's token digests (`credentials`)
     inbox/, quarantine/                     a session's inbox; files set aside, never deleted
 
 The month directory comes from the thread id (a UUIDv7 carries its creation time), so a

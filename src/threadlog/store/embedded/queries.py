@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from threadlog.errors import UsageError
 from threadlog.model import codec
 from threadlog.model.legality import replay_log
 from threadlog.model.refs import resolve as resolve_refs
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from threadlog.model.refs import ArtifactRef
     from threadlog.model.state import ThreadState
     from threadlog.store.embedded.artifacts import ArtifactStore
+    from threadlog.store.embedded.credentials import CredentialFile
     from threadlog.store.embedded.index import IndexedThread
     from threadlog.store.embedded.indexer import Indexer
     from threadlog.store.embedded.layout import Layout
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from threadlog.store.embedded.reader import Reader
     from threadlog.store.embedded.recovery import Recovery
     from threadlog.store.embedded.snapshots import SnapshotKeeper
-    from threadlog.store.protocol import MailboxMessage, VerifyReport
+    from threadlog.store.protocol import Credential, MailboxMessage, VerifyReport
 
 __all__ = ["Queries"]
 
@@ -48,6 +50,9 @@ class Queries:
     _recovery: Recovery
     _indexer: Indexer
     _mailbox: MailboxDir
+    _credentials: CredentialFile
+    _closed: bool
+    _closed_why: str
 
     # -- the mailbox (`threadlog.store.embedded.mailbox`): files beside the log, not records
 
@@ -62,6 +67,24 @@ class Queries:
     def done(self, message: MailboxMessage) -> None:
         """See `threadlog.store.protocol.Mailbox.done`."""
         self._mailbox.done(message)
+
+    # -- the service's tokens (`threadlog.store.embedded.credentials`): a file in the home
+
+    def add_credential(self, credential: Credential) -> None:
+        """See `threadlog.store.protocol.Credentials.add_credential`."""
+        if self._closed:
+            raise UsageError(self._closed_why)
+        self._credentials.add(credential)
+
+    def credentials(self) -> list[Credential]:
+        """See `threadlog.store.protocol.Credentials.credentials`."""
+        return self._credentials.read()
+
+    def remove_credential(self, token_id: str) -> bool:
+        """See `threadlog.store.protocol.Credentials.remove_credential`."""
+        if self._closed:
+            raise UsageError(self._closed_why)
+        return self._credentials.remove(token_id)
 
     def path_of(self, thread_id: str) -> str:
         """The rollout file of a thread (which need not exist)."""

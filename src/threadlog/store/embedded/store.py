@@ -25,6 +25,7 @@ from threadlog.store._home import default_home
 from threadlog.store.embedded.aio import AsyncCommits
 from threadlog.store.embedded.artifacts import ArtifactStore
 from threadlog.store.embedded.blobs import Blobs
+from threadlog.store.embedded.credentials import CredentialFile
 from threadlog.store.embedded.fork import Forker
 from threadlog.store.embedded.index import Index
 from threadlog.store.embedded.indexer import Committer, Indexer
@@ -136,6 +137,7 @@ class EmbeddedStore(Queries, Blobs):
         )
         self._async = AsyncCommits(journal)
         self._mailbox = MailboxDir(self.home, fops, layout.exists)
+        self._credentials = CredentialFile(self.home, fops)
         try:
             self._recovery.recover()
             self.artifacts.sweep_temp_files()

@@ -10,8 +10,8 @@ A backend's test module subclasses it and says how to make a fresh store::
 
 pytest then runs every test below against it (the ``store`` fixture makes one per test and
 closes it after). The tests use the port only, plus a capability when the store has it
-(`Snapshots`). Listeners of a durable backend are called once records are durable, so the
-tests ``flush()`` before looking at what a listener saw.
+(`Snapshots`, `Mailbox`, `Credentials`). Listeners of a durable backend are called once
+records are durable, so the tests ``flush()`` before looking at what a listener saw.
 
 The tests live in one module per topic, each a plain class of test methods that
 `StoreContract` combines (none is collected on its own: their names do not start with
@@ -28,6 +28,8 @@ The tests live in one module per topic, each a plain class of test methods that
 * ``fork``: inherited prefixes and lineage.
 * ``lifecycle``: verify, leases, flush, snapshots, close.
 * ``mailbox``: the optional `Mailbox`: post, pending, done.
+* ``credentials``: the optional `Credentials`: the service's token digests added, listed,
+  removed.
 
 This package imports pytest; ``import threadlog`` and ``import threadlog.testing`` never
 import it (pytest is no runtime dependency).
@@ -49,6 +51,7 @@ from threadlog.testing.contract._common import check_chain
 from threadlog.testing.contract.append import AppendReadTests
 from threadlog.testing.contract.artifacts import ArtifactTests, BlobTests
 from threadlog.testing.contract.concurrency import ConcurrencyTests
+from threadlog.testing.contract.credentials import CredentialTests
 from threadlog.testing.contract.fork import ForkTests
 from threadlog.testing.contract.hooks import HookTests
 from threadlog.testing.contract.idempotency import IdempotencyTests
@@ -78,6 +81,7 @@ class StoreContract(
     ForkTests,
     LifecycleTests,
     MailboxTests,
+    CredentialTests,
 ):
     """The store contract as a pytest test class; override `make_store`."""
 
