@@ -32,6 +32,7 @@ def test_every_command_has_help_with_an_example() -> None:
     from threadlog.cli import export as _export  # noqa: F401
     from threadlog.cli import live as _live  # noqa: F401
     from threadlog.cli import memory as _memory  # noqa: F401
+    from threadlog.cli import token as _token  # noqa: F401
 
     checked = 0
     for name, command in cli.commands.items():
