@@ -180,3 +180,41 @@ def test_the_seen_window_is_bounded() -> None:
         assert state.feed(ServerSentEvent(data=data, id=str(n))) is not None
     assert len(state._seen) == SEEN_WINDOW
     assert "ev-1" not in state._seen and f"ev-{SEEN_WINDOW + 49}" in state._seen
+
+
+def test_leaving_the_loop_early_closes_the_connection() -> None:
+    import asyncio
+    from contextlib import aclosing
+
+    from tests.client._service import URL
+    from threadlog.client import AsyncClient, Client
+
+    closed: list[bool] = []
+
+    class Tracked(httpx.ByteStream):
+        def close(self) -> None:
+            closed.append(True)
+
+        async def aclose(self) -> None:
+            closed.append(True)
+
+    def reply(_: httpx.Request) -> httpx.Response:
+        body = frame(1) + frame(2) + frame(3)
+        headers = {"content-type": "text/event-stream"}
+        return httpx.Response(200, headers=headers, stream=Tracked(body))
+
+    with Client(URL, transport=Script(reply).transport()) as client:
+        for record in client.stream("t1"):
+            assert record.ord == 1
+            break
+    assert closed == [True]
+
+    async def main() -> None:
+        async with AsyncClient(URL, transport=Script(reply).transport()) as client:
+            async with aclosing(client.stream("t1")) as stream:
+                async for record in stream:
+                    assert record.ord == 1
+                    break
+
+    asyncio.run(main())
+    assert closed == [True, True]
