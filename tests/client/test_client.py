@@ -222,7 +222,8 @@ def test_the_token_comes_from_the_argument_or_the_environment(
         script = Script(httpx.Response(200, json={"threads": []}))
         with Client(URL, token, transport=script.transport()) as client:
             client.threads()
-        return script.requests[0].headers.get("authorization")
+        value: str | None = script.requests[0].headers.get("authorization")
+        return value
 
     monkeypatch.delenv("THREADLOG_TOKEN", raising=False)
     assert auth(None) is None

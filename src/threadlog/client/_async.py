@@ -16,7 +16,7 @@ from threadlog.client._core import Call, base_url, default_headers, unreachable
 from threadlog.client._stream import Follow
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncGenerator, Awaitable, Callable
     from types import TracebackType
 
     from threadlog.model.envelope import Record
@@ -29,7 +29,8 @@ T = TypeVar("T")
 class AsyncClient:
     """A connection to a threadlog service (``threadlog serve``): coroutines.
 
-    The methods of `threadlog.client.Client`, awaited; `stream` is an async iterator::
+    The methods of `threadlog.client.Client`, awaited; `stream` is an async generator (wrap
+    it in ``contextlib.aclosing`` to close its connection as soon as you leave the loop)::
 
         async with AsyncClient("http://127.0.0.1:8765", token) as service:
             async for record in service.stream(thread_id, stop=lambda r: r.type == "turn.ended"):
@@ -172,7 +173,7 @@ class AsyncClient:
         reconnect: bool = True,
         max_backoff: float = 5.0,
         stop: Callable[[Record], bool] | None = None,
-    ) -> AsyncIterator[Record]:
+    ) -> AsyncGenerator[Record, None]:
         """Follow the thread live: its records after ``after``, then each new one.
 
         Reconnects after a drop or a server restart from the last record delivered, with
