@@ -140,6 +140,7 @@ def test_a_lost_answer_is_not_resent_when_that_could_act_twice(kind: str, call: 
         run(kind, script, call, *args)
     assert len(script.requests) == 1
     assert caught.value.status == 0 and caught.value.type == "ReadError"
+    assert "may have been applied" in str(caught.value) and URL in str(caught.value)
 
 
 @pytest.mark.parametrize("kind", KINDS)

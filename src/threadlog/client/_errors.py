@@ -45,6 +45,9 @@ class ServiceUnreachable(ServiceError):
     """
 
     def __init__(self, url: str, failure: str, reason: str) -> None:
-        hint = " (is `threadlog serve` running there?)" if failure.startswith("Connect") else ""
-        super().__init__(0, failure, f"cannot reach the threadlog service at {url}: {reason}{hint}")
+        if failure.startswith("Connect"):  # the request never left: nothing happened
+            message = f"cannot reach the threadlog service at {url}: {reason} (is `threadlog serve` running there?)"
+        else:  # sent, but the answer was lost: it may have been applied
+            message = f"no answer from the threadlog service at {url}: {reason} (the request may have been applied: look at the thread)"
+        super().__init__(0, failure, message)
         self.url = url
