@@ -18,7 +18,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from threadlog.cli import EXIT_FAILED, cli, handle_errors, store_options
+from threadlog.cli import EXIT_FAILED, cli, handle_errors, remote, store_options
 from threadlog.cli._store import DiskStore, open_disk_store
 from threadlog.errors import InvalidTransition, UsageError
 from threadlog.store.protocol import VerifyReport
@@ -398,15 +398,19 @@ def rebuild(home: str | None, as_json: bool) -> None:
     help="Seconds between looks at the file.",
 )
 @handle_errors
+@remote.via_service(remote.tail)
 def tail(home: str | None, as_json: bool, thread: str, after: int, interval: float) -> None:
     """Follow a thread live: print its records as JSON lines as they become durable.
 
     Reads the rollout directly (no lease, so it works beside a live agent), verifying every
-    record and its link to the one before. Stops with Ctrl-C.
+    record and its link to the one before. Stops with Ctrl-C. With --url, follows the
+    thread through a threadlog service instead, reconnecting from the last record after a
+    drop (--interval does not apply).
 
     \b
-    Example:
+    Examples:
       threadlog tail THREAD --after 40 | jq -c '{ord, type}'
+      threadlog tail THREAD --url http://127.0.0.1:8765 --token "$TOKEN"
     """
     out = sys.stdout.buffer
     with open_store(home) as store:

@@ -1,5 +1,7 @@
 """Commands that act on a thread: approve, deny, send, resolve, cancel.
 
+With ``--url`` these five act through a threadlog service instead (`threadlog.cli.remote`).
+
 Each builds a typed `threadlog.model.commands.Command` and first checks it against the
 thread's state: a decision for a call that does not exist or is not waiting for it, or a
 cancel when no turn runs, fails with a clear error and a non-zero exit, and nothing is sent.
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 import click
 import orjson
 
-from threadlog.cli import EXIT_STORE, cli, handle_errors, store_options
+from threadlog.cli import EXIT_STORE, cli, handle_errors, remote, store_options
 from threadlog.cli._store import DiskStore, open_disk_store
 from threadlog.errors import IntegrityError, LeaseHeld, UsageError
 from threadlog.model.commands import Approve, Cancel, Command, Deny, Resolve, Submit
@@ -118,14 +120,16 @@ def _act(
 @click.option("--by", default="cli", show_default=True, help="Who decides (recorded).")
 @click.option("--reason", help="Why (recorded).")
 @handle_errors
+@remote.via_service(remote.approve)
 def approve(
     home: str | None, as_json: bool, thread: str, call_id: str, by: str, reason: str | None
 ) -> None:
     """Approve a tool call that waits for a human decision.
 
     \b
-    Example:
+    Examples:
       threadlog approve THREAD call_3_0 --by alice
+      threadlog approve THREAD call_3_0 --url http://127.0.0.1:8765
     """
     _act(
         home,
@@ -142,6 +146,7 @@ def approve(
 @click.option("--by", default="cli", show_default=True, help="Who decides (recorded).")
 @click.option("--reason", help="Why (recorded, and shown to the model).")
 @handle_errors
+@remote.via_service(remote.deny)
 def deny(
     home: str | None, as_json: bool, thread: str, call_id: str, by: str, reason: str | None
 ) -> None:
@@ -165,6 +170,7 @@ def deny(
 @click.argument("text")
 @click.option("--by", default="cli", show_default=True, help="Who sends it (recorded).")
 @handle_errors
+@remote.via_service(remote.send)
 def send(home: str | None, as_json: bool, thread: str, text: str, by: str) -> None:
     """Send input: steering for the running turn, or the start of the next turn.
 
@@ -205,6 +211,7 @@ async def _queue(session: Session, text: str) -> Record:
 @click.option("--by", default="cli", show_default=True, help="Who decides (recorded).")
 @click.option("--note", help="A note for the record (and the model).")
 @handle_errors
+@remote.via_service(remote.resolve)
 def resolve(
     home: str | None,
     as_json: bool,
@@ -235,6 +242,7 @@ def resolve(
 @store_options
 @click.argument("thread")
 @handle_errors
+@remote.via_service(remote.cancel)
 def cancel(home: str | None, as_json: bool, thread: str) -> None:
     """Cancel the running turn (it ends ``aborted``; calls that have not started never run).
 
