@@ -147,12 +147,12 @@ def create_app(
     """
     settings = settings or ServerSettings()
     auth = authenticator if authenticator is not None else _default_authenticator(store)
+    streams = hub if hub is not None else _default_hub(store, settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtime = Runtime(store, model=model, tools=tools, source="api")
         host = ThreadHost(runtime, idle_after=settings.session_idle)
-        streams = hub if hub is not None else _default_hub(store, settings)
         app.state.host = host
         app.state.hub = streams
         stopping: dict[str, bool] = {"streams": False}
