@@ -195,6 +195,6 @@ def create_app(
     app.state.artifacts = ReferencedArtifacts(store)
     install_handlers(app)
     app.add_middleware(ErrorMiddleware, max_body=settings.max_body)
-    app.include_router(routes_threads.router)
-    app.include_router(routes_calls.router)
+    routes_threads.router.register(app)
+    routes_calls.router.register(app)
     return app

@@ -8,12 +8,13 @@ No ``from __future__ import annotations``: FastAPI reads the annotations at run 
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Request
+from fastapi import Header, Request
 from pydantic import Field
 from starlette.responses import Response
 
 from threadlog.errors import UsageError
 from threadlog.model.commands import Approve, Deny, Resolve
+from threadlog.server._routing import Routes
 from threadlog.server.auth import OwnedDep
 from threadlog.server.errors import ApiError
 from threadlog.server.host import ThreadHost
@@ -22,7 +23,7 @@ from threadlog.server.views import call_row
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["commands"])
+router = Routes(tags=["commands"])
 
 MAX_KEY = 255
 """The longest idempotency key accepted."""

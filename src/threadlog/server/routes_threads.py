@@ -9,12 +9,13 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import Header, Query, Request
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response, StreamingResponse
 
 from threadlog.errors import UsageError
+from threadlog.server._routing import Routes
 from threadlog.server.auth import CallerDep, OwnedDep
 from threadlog.server.errors import ApiError
 from threadlog.server.host import ThreadHost
@@ -29,7 +30,7 @@ from threadlog.store.protocol import Artifacts
 
 __all__ = ["Body", "json_response", "router"]
 
-router = APIRouter()
+router = Routes()
 
 MAX_ORD = 2**62
 """Ordinals beyond this are refused (422) rather than handed to a backend."""
