@@ -20,7 +20,7 @@ final event.
 
 State the routes read, on ``app.state``: ``store``, ``settings``, ``authenticator``,
 ``owners`` (each thread's principal, cached), ``artifacts`` (the blobs each thread
-references), and, once started, ``host`` and ``hub``.
+references), ``hub``, and, once started, ``host``.
 """
 
 from __future__ import annotations
@@ -154,7 +154,6 @@ def create_app(
         runtime = Runtime(store, model=model, tools=tools, source="api")
         host = ThreadHost(runtime, idle_after=settings.session_idle)
         app.state.host = host
-        app.state.hub = streams
         stopping: dict[str, bool] = {"streams": False}
 
         async def begin_shutdown() -> None:
@@ -191,6 +190,7 @@ def create_app(
     app.state.store = store
     app.state.settings = settings
     app.state.authenticator = auth
+    app.state.hub = streams
     app.state.owners = Owners(store)
     app.state.artifacts = ReferencedArtifacts(store)
     install_handlers(app)
