@@ -109,6 +109,7 @@ _LAZY = {
     "diff": "export",
     "export": "export",
     "memory": "memory",
+    "serve": "serve",
     "token": "token",
 }
 

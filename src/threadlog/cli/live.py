@@ -26,6 +26,7 @@ from threadlog.cli._store import DiskStore, open_disk_store
 from threadlog.errors import IntegrityError, LeaseHeld, UsageError
 from threadlog.model.commands import Approve, Cancel, Command, Deny, Resolve, Submit
 from threadlog.model.events import InputQueued
+from threadlog.runtime.commands import check_command
 from threadlog.runtime.forking import fork_point
 from threadlog.runtime.mailbox_watch import apply_command
 from threadlog.runtime.resume import hand_over
@@ -38,31 +39,10 @@ if TYPE_CHECKING:
 
     from threadlog.model.envelope import Record
     from threadlog.model.events import Resolution
-    from threadlog.model.state import ThreadState
     from threadlog.runtime.session import Session
     from threadlog.store.protocol import Store
 
 __all__ = ["approve", "cancel", "deny", "fork", "resolve", "resume_cmd", "send"]
-
-
-def check_command(state: ThreadState, command: Command) -> None:
-    """Refuse (`UsageError`) a command that does not fit the thread's state: a decision for
-    a call that does not exist or is not waiting for it, a cancel when no turn runs."""
-    thread = state.thread_id
-    match command:
-        case Approve(call_id=call_id) | Deny(call_id=call_id) | Resolve(call_id=call_id):
-            call = state.tool_calls.get(call_id)
-            if call is None:
-                raise UsageError(f"no tool call {call_id!r} in thread {thread}")
-            wanted = "unknown" if isinstance(command, Resolve) else "proposed"
-            if call.status != wanted:
-                waits = "a resolution" if wanted == "unknown" else "a decision"
-                raise UsageError(f"tool call {call_id!r} is {call.status}, not waiting for {waits}")
-        case Cancel():
-            if state.active_turn is None:
-                raise UsageError(f"no turn is running in thread {thread}: nothing to cancel")
-        case Submit():
-            pass
 
 
 def _post(store: Store, thread: str, command: Command) -> str:

@@ -44,7 +44,7 @@ import logging
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from threadlog._clock import new_id
-from threadlog.errors import RunError, UsageError
+from threadlog.errors import DuplicateEventConflict, RunError, UsageError
 from threadlog.model import snapshot
 from threadlog.model.approvals import check_policy
 from threadlog.model.budget import check_config
@@ -207,7 +207,9 @@ class Session(PlanCommands, TreeCommands):
                 parent=self.state.leaf,
                 check=self._apply,
             )
-        except (UsageError, asyncio.CancelledError):
+        except (UsageError, DuplicateEventConflict, asyncio.CancelledError):
+            # refused before anything was applied or written (a duplicate id is found
+            # before the state is touched): the session goes on
             raise
         except BaseException as exc:
             # The state may hold a record that never became durable: stop this session.
