@@ -308,22 +308,25 @@ class StreamHub:
         fresh = [r for r in records if r.ord > head] if records[0].ord <= head else records
         if not fresh:
             return
-        if fresh[0].ord != head + 1:
+        if not self._publish(topic, record_frames(fresh), fresh[0].ord):
             topic.wake.set()  # a gap (records we did not hear of): the pump reads the store
             return
         topic.heard = True
-        self._publish(topic, record_frames(fresh))
 
-    def _publish(self, topic: _Topic, frames: Frames) -> bool:
-        """Append frames continuing ``head`` to the ring; False (nothing taken) on a gap."""
+    def _publish(self, topic: _Topic, frames: Frames, start: int) -> bool:
+        """Move ``head`` on to the end of ``frames``: the last frames of a gap-free run of
+        records that began at ord ``start`` (a read may return more than the ring keeps).
+        False, and nothing taken, when the run begins past ``head + 1`` (a gap)."""
         head = topic.head
         if head is not None:
-            frames = [f for f in frames if f[0] > head]
-            if not frames:
-                return True
-            if frames[0][0] != head + 1:
+            if start > head + 1:
                 return False
+            frames = [f for f in frames if f[0] > head]
+        if not frames:
+            return True
         ring = topic.frames
+        if ring and frames[0][0] != ring[-1][0] + 1:
+            ring.clear()  # the run was longer than the ring: keep only its end
         ring.extend(frames[-self._ring :])
         if len(ring) > self._ring:
             del ring[: len(ring) - self._ring]
@@ -337,8 +340,9 @@ class StreamHub:
             base = max(topic.hint - 1, 0)
             frames = await asyncio.to_thread(self._read_tail, thread_id, base)
             if not frames:  # the first subscriber starts past the end of the log
-                frames = await asyncio.to_thread(self._read_tail, thread_id, 0)
-            self._publish(topic, frames)
+                base = 0
+                frames = await asyncio.to_thread(self._read_tail, thread_id, base)
+            self._publish(topic, frames, base + 1)
             delay = self._poll
             while True:
                 wake = topic.wake
@@ -354,9 +358,7 @@ class StreamHub:
                 head = topic.head
                 assert head is not None
                 frames = await asyncio.to_thread(self._read_tail, thread_id, head)
-                if frames and not self._publish(topic, frames):
-                    # the listener moved head past these; read again from the new head
-                    wake.set()
+                self._publish(topic, frames, head + 1)  # (the listener may have moved head on)
                 delay = max(self._poll, 4 * (time.monotonic() - started))
         except asyncio.CancelledError:
             raise
