@@ -333,8 +333,9 @@ def test_a_client_that_falls_behind_overflows(store: Store) -> None:
         append_many(store, thread, 30, start=4)  # ords 6..35: 30 behind, more than 10
         topic = hub._topics[thread]
         await wait_for(lambda: topic.head == 35, "the pump to see the new records")
-        async for chunk in slow:
-            reader.feed(chunk)
+        async with asyncio.timeout(WAIT):
+            async for chunk in slow:
+                reader.feed(chunk)
         # a new client replaying the whole thread is catching up, not lagging
         fresh = await consume(hub.stream(thread, 0), until_ord=35)
         await hub.close()

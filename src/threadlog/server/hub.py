@@ -79,9 +79,21 @@ Frames = list[tuple[int, bytes]]
 class _Topic:
     """One watched thread: its pump's state, shared by its clients."""
 
-    __slots__ = ("changed", "clients", "failed", "frames", "head", "heard", "hint", "task", "wake")
+    __slots__ = (
+        "changed",
+        "clients",
+        "failed",
+        "frames",
+        "head",
+        "heard",
+        "hint",
+        "task",
+        "thread_id",
+        "wake",
+    )
 
-    def __init__(self, hint: int) -> None:
+    def __init__(self, thread_id: str, hint: int) -> None:
+        self.thread_id = thread_id
         self.frames: Frames = []
         """The ring: ``(ord, frame)`` of the latest records, contiguous ordinals."""
         self.head: int | None = None
@@ -184,6 +196,7 @@ class StreamHub:
             raise UsageError("StreamHub.start() was not awaited before stream()")
         topic = self._subscribe(thread_id, cursor)
         start_head: int | None = None
+        more = False  # whether the last replay read was a full page (the log may go on)
         last_sent = time.monotonic()
         try:
             while True:
@@ -197,16 +210,18 @@ class StreamHub:
                         return
                     raise topic.failed
                 head = topic.head
-                if head is not None and cursor < head:
+                if head is None or cursor < head or more:
                     if start_head is None:
                         start_head = head
-                    if head - max(cursor, start_head) > self._max_lag:
+                    if head is not None and head - max(cursor, start_head or 0) > self._max_lag:
                         yield end_frame("overflow", cursor)
                         return
                     chunks = self._from_ring(topic, cursor)
                     if chunks is None:
                         try:
-                            chunks = await self._replay(thread_id, cursor, head)
+                            chunks, more = await self._replay(topic, cursor, head)
+                            if start_head is None:  # its own read told the head
+                                start_head = topic.head
                         except ThreadNotFound:
                             yield end_frame("deleted", cursor)
                             return
@@ -248,19 +263,29 @@ class StreamHub:
             i += 1
         return [(last, b"".join(taken))]
 
-    async def _replay(self, thread_id: str, cursor: int, head: int) -> list[tuple[int, bytes]]:
+    async def _replay(
+        self, topic: _Topic, cursor: int, head: int | None
+    ) -> tuple[list[tuple[int, bytes]], bool]:
         """The next page after ``cursor`` read from the store (and encoded) in a worker thread,
-        as chunks ``[(last ord, bytes)]``."""
-        limit = max(self._batch, min(head - cursor, _PAGE_MAX))
-        return await asyncio.to_thread(self._read_chunks, thread_id, cursor, limit)
+        as chunks ``[(last ord, bytes)]``, and whether it was a full page. What it read also moves the topic's head on (and
+        fills its ring) when it reaches past it: a client's read saves the pump one."""
+        behind = _PAGE_MAX if head is None else head - cursor
+        limit = max(self._batch, min(behind, _PAGE_MAX))
+        chunks, tail = await asyncio.to_thread(self._read_chunks, topic.thread_id, cursor, limit)
+        if tail:
+            self._publish(topic, tail, cursor + 1)
+        return chunks, bool(chunks) and chunks[-1][0] - cursor >= limit
 
-    def _read_chunks(self, thread_id: str, cursor: int, limit: int) -> list[tuple[int, bytes]]:
+    def _read_chunks(
+        self, thread_id: str, cursor: int, limit: int
+    ) -> tuple[list[tuple[int, bytes]], Frames]:
         records = self._store.read(thread_id, cursor, limit=limit)
         _check_follows(thread_id, cursor, records)
+        frames = record_frames(records)
         chunks: list[tuple[int, bytes]] = []
         taken: list[bytes] = []
         size = 0
-        for ord_, frame in record_frames(records):
+        for ord_, frame in frames:
             taken.append(frame)
             size += len(frame)
             if size >= _CHUNK:
@@ -268,14 +293,14 @@ class StreamHub:
                 taken, size = [], 0
         if taken:
             chunks.append((records[-1].ord, b"".join(taken)))
-        return chunks
+        return chunks, frames[-self._ring :]
 
     # -- topics and their pumps -----------------------------------------------------------------
 
     def _subscribe(self, thread_id: str, cursor: int) -> _Topic:
         topic = self._topics.get(thread_id)
         if topic is None:
-            topic = self._topics[thread_id] = _Topic(cursor)
+            topic = self._topics[thread_id] = _Topic(thread_id, cursor)
             topic.task = asyncio.create_task(self._pump(thread_id, topic), name=f"pump {thread_id}")
         topic.clients += 1
         return topic
@@ -337,13 +362,7 @@ class StreamHub:
     async def _pump(self, thread_id: str, topic: _Topic) -> None:
         """Keep the topic's head and ring up to date (see the module docstring)."""
         try:
-            base = max(topic.hint - 1, 0)
-            frames = await asyncio.to_thread(self._read_tail, thread_id, base)
-            if not frames:  # the first subscriber starts past the end of the log
-                base = 0
-                frames = await asyncio.to_thread(self._read_tail, thread_id, base)
-            self._publish(topic, frames, base + 1)
-            delay = self._poll
+            delay = self._poll  # a client's first read usually tells the head before that
             while True:
                 wake = topic.wake
                 try:
@@ -356,9 +375,12 @@ class StreamHub:
                 wake.clear()
                 started = time.monotonic()
                 head = topic.head
-                assert head is not None
-                frames = await asyncio.to_thread(self._read_tail, thread_id, head)
-                self._publish(topic, frames, head + 1)  # (the listener may have moved head on)
+                after = head if head is not None else max(topic.hint - 1, 0)
+                frames = await asyncio.to_thread(self._read_tail, thread_id, after)
+                if head is None and not frames:  # the first client starts past the end
+                    after = 0
+                    frames = await asyncio.to_thread(self._read_tail, thread_id, after)
+                self._publish(topic, frames, after + 1)  # (others may have moved head on)
                 delay = max(self._poll, 4 * (time.monotonic() - started))
         except asyncio.CancelledError:
             raise
