@@ -128,9 +128,7 @@ def _clients_main(
         raise
 
 
-def _start_clients(
-    url: str, n: int, after: int, target: int, parser: str
-) -> tuple[Any, Any, Any]:
+def _start_clients(url: str, n: int, after: int, target: int, parser: str) -> tuple[Any, Any, Any]:
     ctx = mp.get_context("spawn")
     ready = ctx.Event()
     results = ctx.Queue()
@@ -168,7 +166,9 @@ async def wait_ready(ready: Any) -> None:
         raise RuntimeError("the clients did not connect")
 
 
-async def fan_out(store: Store, base: str, clients: int, events: int, parser: str) -> dict[str, Any]:
+async def fan_out(
+    store: Store, base: str, clients: int, events: int, parser: str
+) -> dict[str, Any]:
     """(a): ``clients`` listen while ``events`` are appended as fast as the writer can."""
     thread = store.create_thread("bench")
     proc, ready, results = _start_clients(f"{base}/stream/{thread}", clients, 1, 1 + events, parser)
