@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.service import ServerProcess
+
 README = Path(__file__).resolve().parents[1] / "README.md"
+SERVICE = "http://127.0.0.1:8765"
+"""The address the README's service examples use."""
 
 
 def python_blocks() -> list[str]:
@@ -21,7 +25,13 @@ def test_readme_has_examples() -> None:
 @pytest.mark.parametrize("index", range(len(python_blocks())))
 def test_readme_example_runs(index: int, tmp_path: Path) -> None:
     code = python_blocks()[index].replace("/tmp/threadlog-quickstart", str(tmp_path / "qs"))
-    exec(compile(code, f"README.md block {index}", "exec"), {})
+    if SERVICE not in code:
+        exec(compile(code, f"README.md block {index}", "exec"), {})
+        return
+    # The service example talks to `threadlog serve`: start one (open mode, loopback).
+    with ServerProcess(str(tmp_path / "served")) as server:
+        code = code.replace(SERVICE, server.url)
+        exec(compile(code, f"README.md block {index}", "exec"), {"token": None})
 
 
 def test_readme_starts_with_the_two_commands() -> None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -41,6 +40,8 @@ from threadlog.server import routes_calls, routes_threads
 from threadlog.server.auth import Owners
 from threadlog.server.errors import ErrorMiddleware, install_handlers
 from threadlog.server.host import ThreadHost
+from threadlog.server.hub import StreamHub
+from threadlog.server.tokens import Authenticator as TokenAuthenticator
 from threadlog.server.views import ReferencedArtifacts
 
 if TYPE_CHECKING:
@@ -101,27 +102,14 @@ class Hub(Protocol):
         ...
 
 
-# The token authenticator and the stream hub are modules of their own, imported when the app
-# is built without one given (tests pass stand-ins), by name so that this module does not
-# depend on their import order.
-
-
-def _default_authenticator(store: Store) -> Authenticator:
-    tokens = importlib.import_module("threadlog.server.tokens")
-    auth: Authenticator = tokens.Authenticator(store)
-    return auth
-
-
 def _default_hub(store: Store, settings: ServerSettings) -> Hub:
-    streams = importlib.import_module("threadlog.server.hub")
-    hub: Hub = streams.StreamHub(
+    return StreamHub(
         store,
         poll=settings.poll,
         ring=settings.ring,
         heartbeat=settings.heartbeat,
         max_lag=settings.max_lag,
     )
-    return hub
 
 
 def create_app(
@@ -146,7 +134,7 @@ def create_app(
         hub: the live-stream hub (default: `threadlog.server.hub.StreamHub` over the store).
     """
     settings = settings or ServerSettings()
-    auth = authenticator if authenticator is not None else _default_authenticator(store)
+    auth = authenticator if authenticator is not None else TokenAuthenticator(store)
     streams = hub if hub is not None else _default_hub(store, settings)
 
     @contextlib.asynccontextmanager

@@ -19,6 +19,7 @@ from threadlog.server._routing import Routes
 from threadlog.server.auth import CallerDep, OwnedDep
 from threadlog.server.errors import ApiError
 from threadlog.server.host import ThreadHost
+from threadlog.server.sse import parse_last_event_id
 from threadlog.server.views import (
     ReferencedArtifacts,
     events_page,
@@ -153,12 +154,12 @@ async def event(
     return json_response(found[0].to_dict())
 
 
-def last_event_id(value: str) -> int:
+def last_event_id(value: str | None) -> int | None:
     """The ordinal a ``Last-Event-ID`` header names (400 for anything else)."""
-    text = value.strip()
-    if not (text.isascii() and text.isdigit()) or len(text) > 18:
-        raise ApiError(400, "BadRequest", f"Last-Event-ID must be an ordinal, not {value!r:.40}")
-    return int(text)
+    try:
+        return parse_last_event_id(value)
+    except UsageError as exc:
+        raise ApiError(400, "BadRequest", str(exc)) from None
 
 
 @router.get("/v1/threads/{thread}/stream", tags=["events"])
@@ -170,7 +171,9 @@ async def stream(
 ) -> Response:
     """The thread's records as Server-Sent Events, from ``after + 1`` (default: the first),
     then live; ``Last-Event-ID`` wins over ``after``."""
-    start = last_event_id(last_event) if last_event is not None else after or 0
+    start = last_event_id(last_event)
+    if start is None:
+        start = after or 0
     frames = request.app.state.hub.stream(owned.thread_id, start)
     return StreamingResponse(
         frames,

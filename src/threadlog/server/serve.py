@@ -33,6 +33,7 @@ import uvicorn
 from threadlog.errors import UsageError
 from threadlog.runtime.models import Model, ModelRequest, Reply, ScriptedModel
 from threadlog.server.app import ServerSettings, create_app
+from threadlog.server.tokens import Authenticator as TokenAuthenticator
 from threadlog.store.protocol import LocalHome
 
 if TYPE_CHECKING:
@@ -65,9 +66,7 @@ def is_loopback(host: str) -> bool:
 
 def make_authenticator(store: Store) -> Authenticator:
     """The store's token authenticator (`threadlog.server.tokens`)."""
-    tokens = importlib.import_module("threadlog.server.tokens")
-    auth: Authenticator = tokens.Authenticator(store)
-    return auth
+    return TokenAuthenticator(store)
 
 
 def _echo_script(request: ModelRequest, step: int) -> Reply:
