@@ -13,9 +13,11 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from typing import TYPE_CHECKING, Any, assert_never
 
+from threadlog import _hooks
 from threadlog._clock import new_id
 from threadlog.errors import UsageError
 from threadlog.model import snapshot
@@ -96,6 +98,13 @@ class Runtime:
         self.tools = ToolRegistry.of(tools)
         self.sessions: dict[str, Session] = {}
         self._closed = False
+        # observability (`threadlog.observe`): nothing unless installed or THREADLOG_OTEL=1
+        self._tracer = _hooks.runtime_tracer()
+        if self._tracer is not None:
+            self._tracer.attach(store)
+        self._metrics = _hooks.METRICS
+        if self._metrics is not None:
+            store.add_listener(self._metrics.on_records)
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -268,6 +277,11 @@ class Runtime:
         store = self.store
         base = None
         store.acquire(thread_id)
+        if self._tracer is not None:
+            self._tracer.seed(store, thread_id)
+        if self._metrics is not None:
+            self._metrics.add("threadlog_open_threads", 1)
+            self._metrics.add("threadlog_leases_held", 1)
         if isinstance(store, Snapshots):
             saved = store.load_snapshot(thread_id, snapshot.SNAPSHOT_VERSION)
             loaded = snapshot.load(saved[1]) if saved is not None else None
@@ -279,7 +293,9 @@ class Runtime:
         return session
 
     def _forget(self, session: Session) -> None:
-        self.sessions.pop(session.thread_id, None)
+        if self.sessions.pop(session.thread_id, None) is not None and self._metrics is not None:
+            self._metrics.add("threadlog_open_threads", -1)
+            self._metrics.add("threadlog_leases_held", -1)
 
     async def close(self) -> None:
         """Close every session (the close protocol), then the store if the runtime made it."""
@@ -288,6 +304,12 @@ class Runtime:
         self._closed = True
         for session in list(self.sessions.values()):
             await session.close()
+        if self._tracer is not None:
+            await asyncio.to_thread(self.store.flush)  # the last records reach the tracer
+            self._tracer.detach(self.store)
+        if self._metrics is not None:
+            with contextlib.suppress(ValueError):
+                self.store.remove_listener(self._metrics.on_records)
         if self._owns_store:
             await asyncio.to_thread(self.store.close)
 

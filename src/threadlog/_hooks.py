@@ -1,0 +1,84 @@
+"""Where observability plugs in: two module-level slots, empty (and free) by default.
+
+``METRICS`` holds the `MetricsSink` the store's commit path and the runtime report timings and
+counts to; ``TRACER`` the `RuntimeTracer` a `Runtime` attaches to its store. Both are ``None``
+unless something installs them (`threadlog.observe.metrics.install`,
+`threadlog.observe.live.install`), or, for tracing, ``THREADLOG_OTEL=1`` is set when the first
+`Runtime` starts. A hot path pays one global read and a ``None`` test::
+
+    sink = _hooks.METRICS
+    if sink is not None:
+        sink.observe("threadlog_fsync_seconds", elapsed)
+
+Nothing here imports OpenTelemetry, so ``import threadlog`` stays light.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from threadlog.model.envelope import Record
+    from threadlog.store.protocol import Store
+
+__all__ = ["METRICS", "TRACER", "MetricsSink", "RuntimeTracer", "runtime_tracer"]
+
+
+class MetricsSink(Protocol):
+    """What instruments report to (`threadlog.observe.metrics.Metrics`)."""
+
+    def observe(self, name: str, value: float) -> None:
+        """Record one value of a histogram."""
+        ...
+
+    def add(self, name: str, amount: float = 1, **labels: str) -> None:
+        """Add to a counter (or, with a negative amount, an up-down counter)."""
+        ...
+
+    def set(self, name: str, value: float) -> None:
+        """Set a gauge."""
+        ...
+
+    def on_records(self, thread_id: str, records: list[Record]) -> None:
+        """A store listener: count what the durable records say happened."""
+        ...
+
+
+class RuntimeTracer(Protocol):
+    """What a `Runtime` tells a live tracer (`threadlog.observe.live.LiveTracer`)."""
+
+    def attach(self, store: Store) -> None:
+        """Start seeing the store's durable records."""
+        ...
+
+    def detach(self, store: Store) -> None:
+        """Stop seeing them (the runtime closes)."""
+        ...
+
+    def seed(self, store: Store, thread_id: str) -> None:
+        """A session opens the thread: learn what its log holds already."""
+        ...
+
+
+METRICS: MetricsSink | None = None
+"""The installed metrics sink, or None (metrics off)."""
+
+TRACER: RuntimeTracer | None = None
+"""The installed live tracer, or None (tracing off)."""
+
+_env_checked = False
+
+
+def runtime_tracer() -> RuntimeTracer | None:
+    """The live tracer a new `Runtime` attaches: the installed one, or — the first time,
+    when ``THREADLOG_OTEL`` is ``1``/``true`` — one configured from the standard
+    ``OTEL_*`` variables (`threadlog.observe.live.from_env`)."""
+    global _env_checked
+    if TRACER is None and not _env_checked:
+        _env_checked = True
+        if os.environ.get("THREADLOG_OTEL", "").lower() in ("1", "true", "yes", "on"):
+            from threadlog.observe.live import install_from_env
+
+            install_from_env()
+    return TRACER
