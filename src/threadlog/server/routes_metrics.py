@@ -12,6 +12,7 @@ from __future__ import annotations
 from fastapi import Response
 
 from threadlog import _hooks
+from threadlog.observe.metrics import Metrics
 from threadlog.server._routing import Routes
 from threadlog.server.auth import CallerDep  # noqa: TC001 (FastAPI reads the annotation)
 
@@ -26,5 +27,5 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 async def metrics(who: CallerDep) -> Response:
     """The metrics, as Prometheus text (empty when metrics are off)."""
     sink = _hooks.METRICS
-    text = sink.prometheus_text() if hasattr(sink, "prometheus_text") else ""
+    text = sink.prometheus_text() if isinstance(sink, Metrics) else ""
     return Response(text, media_type=CONTENT_TYPE)
