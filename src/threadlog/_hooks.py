@@ -4,7 +4,7 @@
 counts to; ``TRACER`` the `RuntimeTracer` a `Runtime` attaches to its store. Both are ``None``
 unless something installs them (`threadlog.observe.metrics.install`,
 `threadlog.observe.live.install`), or, for tracing, ``THREADLOG_OTEL=1`` is set when the first
-`Runtime` starts. A hot path pays one global read and a ``None`` test::
+`Runtime` starts (`threadlog.runtime.runtime`). A hot path pays one global read and a ``None`` test::
 
     sink = _hooks.METRICS
     if sink is not None:
@@ -15,14 +15,13 @@ Nothing here imports OpenTelemetry, so ``import threadlog`` stays light.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from threadlog.model.envelope import Record
     from threadlog.store.protocol import Store
 
-__all__ = ["METRICS", "TRACER", "MetricsSink", "RuntimeTracer", "runtime_tracer"]
+__all__ = ["METRICS", "TRACER", "MetricsSink", "RuntimeTracer"]
 
 
 class MetricsSink(Protocol):
@@ -66,19 +65,3 @@ METRICS: MetricsSink | None = None
 
 TRACER: RuntimeTracer | None = None
 """The installed live tracer, or None (tracing off)."""
-
-_env_checked = False
-
-
-def runtime_tracer() -> RuntimeTracer | None:
-    """The live tracer a new `Runtime` attaches: the installed one, or — the first time,
-    when ``THREADLOG_OTEL`` is ``1``/``true`` — one configured from the standard
-    ``OTEL_*`` variables (`threadlog.observe.live.from_env`)."""
-    global _env_checked
-    if TRACER is None and not _env_checked:
-        _env_checked = True
-        if os.environ.get("THREADLOG_OTEL", "").lower() in ("1", "true", "yes", "on"):
-            from threadlog.observe.live import install_from_env
-
-            install_from_env()
-    return TRACER

@@ -182,3 +182,49 @@ def test_a_thread_recorded_without_tracing_exports_its_spans(tmp_path: Path) -> 
         assert len(span["traceId"]) == 32 and len(span["spanId"]) == 16
         assert span["kind"] in (1, 3)
         assert int(span["endTimeUnixNano"]) >= int(span["startTimeUnixNano"])
+
+
+def test_import_threadlog_and_a_runtime_load_no_opentelemetry(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import asyncio, sys, threadlog\n"
+        "from threadlog.runtime.runtime import Runtime\n"
+        "async def main():\n"
+        "    async with Runtime(ephemeral=True) as rt:\n"
+        "        await rt.create('alice')\n"
+        "asyncio.run(main())\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry', 'threadlog.observe'))))\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("THREADLOG_OTEL")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_threadlog_otel_1_turns_live_tracing_on_from_the_environment(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import asyncio, sys\n"
+        "from threadlog import _hooks\n"
+        "from threadlog.runtime.runtime import Runtime\n"
+        "async def main():\n"
+        "    async with Runtime(ephemeral=True) as rt:\n"
+        "        await rt.create('alice')\n"
+        "asyncio.run(main())\n"
+        "print(type(_hooks.TRACER).__name__)\n"
+    )
+    env = {
+        **__import__("os").environ,
+        "THREADLOG_OTEL": "1",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+        "OTEL_BSP_SCHEDULE_DELAY": "60000",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.strip() == "LiveTracer"

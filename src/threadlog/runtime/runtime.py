@@ -41,6 +41,23 @@ if TYPE_CHECKING:
 __all__ = ["Runtime"]
 
 
+_env_checked = False
+
+
+def _runtime_tracer() -> _hooks.RuntimeTracer | None:
+    """The live tracer a new runtime attaches: the installed one, or — the first time, when
+    ``THREADLOG_OTEL`` is ``1``/``true`` — one configured from the standard ``OTEL_*``
+    variables (`threadlog.observe.live.install_from_env`; needs ``threadlog[otel]``)."""
+    global _env_checked
+    if _hooks.TRACER is None and not _env_checked:
+        _env_checked = True
+        if os.environ.get("THREADLOG_OTEL", "").lower() in ("1", "true", "yes", "on"):
+            from threadlog.observe.live import install_from_env
+
+            install_from_env()
+    return _hooks.TRACER
+
+
 class Runtime:
     """Live sessions over one store.
 
@@ -99,7 +116,7 @@ class Runtime:
         self.sessions: dict[str, Session] = {}
         self._closed = False
         # observability (`threadlog.observe`): nothing unless installed or THREADLOG_OTEL=1
-        self._tracer = _hooks.runtime_tracer()
+        self._tracer = _runtime_tracer()
         if self._tracer is not None:
             self._tracer.attach(store)
         self._metrics = _hooks.METRICS
