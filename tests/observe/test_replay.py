@@ -69,6 +69,10 @@ def new_model() -> ScriptedModel:
     return ScriptedModel(_new, name="candidate")
 
 
+def same_model() -> ScriptedModel:
+    return ScriptedModel(_same, name="same")
+
+
 def _record(home: Path) -> str:
     async def main() -> str:
         policy = {"non_idempotent": "auto"}
@@ -213,4 +217,19 @@ def test_the_cli_replays_and_diffs(recorded: tuple[Path, str]) -> None:
     assert table.exit_code == 0, table.output
     rows = orjson.loads(table.output)
     assert [r["divergence"] is None for r in rows] == [False, True]
+    # by source: every replay of it (the one above), as a table
+    again = runner.invoke(
+        cli, ["replay", source, "--home", str(home), "--model", f"python:{__name__}:same_model"]
+    )
+    assert again.exit_code == 0, again.output
+    assert "the trajectories do not diverge" in again.output
+    out = runner.invoke(
+        cli, ["diff", "--trajectory", "--batch", source, "--home", str(home), "--json"]
+    )
+    assert out.exit_code == 0, out.output
+    rows = orjson.loads(out.output)
+    assert [r["b"] for r in rows][0] == replay
+    assert [r["divergence"] is None for r in rows] == [False, True]
+    table = runner.invoke(cli, ["diff", "--trajectory", "--batch", source, "--home", str(home)])
+    assert "step 3: pay arguments" in table.output and "completed" in table.output
     assert RUNS == {"lookup": 2, "pay": 1}

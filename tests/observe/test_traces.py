@@ -220,7 +220,7 @@ def test_threadlog_otel_1_turns_live_tracing_on_from_the_environment(tmp_path: P
     )
     env = {
         **__import__("os").environ,
-        "THREADLOG_OTEL": "1",
+        "THREADLOG_OTEL": "traces",
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
         "OTEL_BSP_SCHEDULE_DELAY": "60000",
     }
@@ -228,3 +228,10 @@ def test_threadlog_otel_1_turns_live_tracing_on_from_the_environment(tmp_path: P
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
     assert out.stdout.strip() == "LiveTracer"
+
+
+def test_threadlog_otel_names_the_signals() -> None:
+    assert live.signals("1") == live.signals("all") == {"traces", "metrics"}
+    assert live.signals("traces") == {"traces"}
+    assert live.signals("metrics, traces") == {"traces", "metrics"}
+    assert live.signals("") == live.signals("0") == live.signals("nonsense") == set()

@@ -39,7 +39,10 @@ __all__ = ["diff", "export"]
     "cost, time) and name the first divergence.",
 )
 @click.option(
-    "--batch", is_flag=True, help="With --trajectory: pairs A:B of threads, a table of outcomes."
+    "--batch",
+    is_flag=True,
+    help="With --trajectory: pairs A:B of threads, or a source thread (each of its "
+    "replays against it); a table of outcomes.",
 )
 @handle_errors
 def diff(
@@ -54,6 +57,7 @@ def diff(
       threadlog diff THREAD 14 27
       threadlog diff --trajectory THREAD REPLAY --json
       threadlog diff --trajectory --batch A1:B1 A2:B2
+      threadlog diff --trajectory --batch SOURCE     every replay of SOURCE
     """
     if trajectory or batch:
         from threadlog.cli.trajectory import trajectory_diff

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from threadlog.cli import cli, handle_errors, store_options
-from threadlog.cli._store import open_disk_store
+from threadlog.cli._store import DiskStore, open_disk_store
 from threadlog.cli._tree import short
 from threadlog.errors import UsageError
 from threadlog.observe.trajectory import TrajectoryDiff, diff, trajectory
@@ -29,22 +29,45 @@ if TYPE_CHECKING:
     from threadlog.runtime.replay import Unmatched
     from threadlog.store.protocol import Store
 
-__all__ = ["print_diff", "replay", "trajectory_diff"]
+__all__ = ["print_diff", "replay", "replays_of", "trajectory_diff"]
 
 
-def _pairs(args: Sequence[str], batch: bool) -> list[tuple[str, str]]:
+def replays_of(store: DiskStore, source: str) -> list[str]:
+    """The threads that are replays of ``source`` (their config's ``replay.source``), oldest
+    first: new threads say so in ``thread.created``, forks in the settings after the prefix."""
+    found = []
+    for info in store.threads():
+        head = store.read(info.thread_id, limit=1)
+        data = head[0].data if head and isinstance(head[0].data, dict) else {}
+        lineage = data.get("lineage") if isinstance(data.get("lineage"), dict) else None
+        if lineage is None or lineage.get("thread") != source:
+            continue
+        tag = (data.get("config") or {}).get("replay")
+        if tag is None and isinstance(lineage.get("ord"), int):
+            after = store.read(info.thread_id, after=lineage["ord"], limit=1)
+            if after and after[0].type == "config.changed":
+                tag = (after[0].data.get("changes") or {}).get("replay")
+        if isinstance(tag, dict) and tag.get("source") == source:
+            found.append((head[0].ts, info.thread_id))
+    return [thread for _, thread in sorted(found)]
+
+
+def _pairs(store: DiskStore, args: Sequence[str], batch: bool) -> list[tuple[str, str]]:
     if not batch:
         if len(args) != 2:
             raise UsageError("diff --trajectory takes two threads: A B")
         return [(args[0], args[1])]
-    pairs = []
+    pairs: list[tuple[str, str]] = []
     for arg in args:
         a, sep, b = arg.partition(":")
-        if not sep or not a or not b:
-            raise UsageError(f"--batch takes pairs A:B, not {arg!r}")
+        if not sep:  # a source: every replay of it
+            pairs.extend((arg, replay) for replay in replays_of(store, arg))
+            continue
+        if not a or not b:
+            raise UsageError(f"--batch takes pairs A:B or sources, not {arg!r}")
         pairs.append((a, b))
     if not pairs:
-        raise UsageError("--batch takes at least one pair A:B")
+        raise UsageError("--batch found nothing to compare (pairs A:B, or a replayed source)")
     return pairs
 
 
@@ -54,8 +77,8 @@ def _diff_of(store: Store, a: str, b: str) -> TrajectoryDiff:
 
 def trajectory_diff(home: str | None, as_json: bool, args: Sequence[str], batch: bool) -> None:
     """``threadlog diff --trajectory A B`` and ``--batch A1:B1 A2:B2 …``."""
-    pairs = _pairs(args, batch)
     with open_disk_store(home) as store:
+        pairs = _pairs(store, args, batch)
         diffs = [_diff_of(store, a, b) for a, b in pairs]
     if batch:
         rows = [_row(d) for d in diffs]

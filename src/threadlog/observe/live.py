@@ -11,8 +11,9 @@ calls `seed` when it opens the thread, which reads the log so far and feeds it w
 anything (those spans ended, and were emitted, in the process that wrote them). Records at or
 below the last ordinal fed are skipped, so a record delivered twice is traced once.
 
-Turn it on with ``THREADLOG_OTEL=1`` and the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` /
-``OTEL_SERVICE_NAME`` (`install_from_env`), or in code with ``install(LiveTracer(sink))``.
+Turn it on with ``THREADLOG_OTEL=1`` (traces and metrics; ``traces`` or ``metrics`` for one)
+and the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_SERVICE_NAME`` (`install_from_env`),
+or in code with ``install(LiveTracer(sink))``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from threadlog.observe.spans import Span
     from threadlog.store.protocol import Store
 
-__all__ = ["LiveTracer", "install", "install_from_env", "uninstall"]
+__all__ = ["LiveTracer", "install", "install_from_env", "signals", "uninstall"]
 
 log = logging.getLogger("threadlog.observe")
 
@@ -120,12 +121,29 @@ def uninstall() -> None:
     _hooks.TRACER = None
 
 
-def install_from_env() -> LiveTracer:
-    """A tracer sending OTLP over HTTP as the ``OTEL_*`` environment variables say
-    (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``, …), installed.
+def signals(value: str | None) -> frozenset[str]:
+    """What ``THREADLOG_OTEL`` turns on: ``1``/``true``/``all`` → traces and metrics, else a
+    comma list of ``traces`` and ``metrics``; empty, ``0`` or ``false`` → nothing."""
+    words = {w.strip().lower() for w in (value or "").split(",") if w.strip()}
+    if words & {"1", "true", "yes", "on", "all"}:
+        return frozenset({"traces", "metrics"})
+    return frozenset(words & {"traces", "metrics"})
+
+
+def install_from_env(which: frozenset[str] = frozenset({"traces"})) -> LiveTracer | None:
+    """Tracing (and, with ``metrics`` in ``which``, OTel metrics) sent over OTLP/HTTP as the
+    ``OTEL_*`` environment variables say (``OTEL_EXPORTER_OTLP_ENDPOINT``,
+    ``OTEL_SERVICE_NAME``, …), installed. Returns the tracer (None without ``traces``).
 
     Needs ``threadlog[otel]``; raises `UsageError` without it.
     """
-    from threadlog.observe.sdk import SdkSpanSink, otlp_processor
+    from threadlog.observe import sdk
 
-    return install(LiveTracer(SdkSpanSink(otlp_processor())))
+    if "metrics" in which and _hooks.METRICS is None:
+        from threadlog.observe.metrics import Metrics
+        from threadlog.observe.metrics import install as install_metrics
+
+        install_metrics(Metrics(meter=sdk.otlp_meter()))
+    if "traces" not in which:
+        return None
+    return install(LiveTracer(sdk.SdkSpanSink(sdk.otlp_processor())))

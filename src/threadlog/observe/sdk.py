@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from threadlog.observe.spans import Span
 
-__all__ = ["SdkSpanSink", "otlp_processor", "to_readable"]
+__all__ = ["SdkSpanSink", "otlp_meter", "otlp_processor", "to_readable"]
 
 _KINDS = {"internal": trace.SpanKind.INTERNAL, "client": trace.SpanKind.CLIENT}
 _STATUS = {
@@ -102,3 +102,22 @@ def otlp_processor() -> SpanProcessor:
     processor = BatchSpanProcessor(OTLPSpanExporter())
     atexit.register(processor.shutdown)
     return processor
+
+
+def otlp_meter() -> Any:
+    """A meter whose instruments are exported over OTLP/HTTP every
+    ``OTEL_METRIC_EXPORT_INTERVAL`` ms (default 60 s), configured by the ``OTEL_*``
+    variables, flushed when the process exits."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    try:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise UsageError(
+            "sending metrics needs the OTLP exporter: pip install 'threadlog[otel]'"
+        ) from exc
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+    provider = MeterProvider(metric_readers=[reader], resource=Resource.create())
+    atexit.register(provider.shutdown)
+    return provider.get_meter("threadlog", __version__)

@@ -46,15 +46,17 @@ _env_checked = False
 
 def _runtime_tracer() -> _hooks.RuntimeTracer | None:
     """The live tracer a new runtime attaches: the installed one, or — the first time, when
-    ``THREADLOG_OTEL`` is ``1``/``true`` — one configured from the standard ``OTEL_*``
-    variables (`threadlog.observe.live.install_from_env`; needs ``threadlog[otel]``)."""
+    ``THREADLOG_OTEL`` is set (``1``: traces and metrics; or ``traces``, ``metrics``) — one
+    configured from the standard ``OTEL_*`` variables
+    (`threadlog.observe.live.install_from_env`; needs ``threadlog[otel]``)."""
     global _env_checked
-    if _hooks.TRACER is None and not _env_checked:
+    if not _env_checked:
         _env_checked = True
-        if os.environ.get("THREADLOG_OTEL", "").lower() in ("1", "true", "yes", "on"):
-            from threadlog.observe.live import install_from_env
+        wanted = os.environ.get("THREADLOG_OTEL", "")
+        if wanted and wanted.lower() not in ("0", "false", "no", "off"):
+            from threadlog.observe.live import install_from_env, signals
 
-            install_from_env()
+            install_from_env(signals(wanted) - ({"traces"} if _hooks.TRACER else set()))
     return _hooks.TRACER
 
 
