@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from threadlog.model.envelope import Record
     from threadlog.store.protocol import Store
 
 __all__ = ["METRICS", "TRACER", "MetricsSink", "RuntimeTracer"]
@@ -39,8 +38,12 @@ class MetricsSink(Protocol):
         """Set a gauge."""
         ...
 
-    def on_records(self, thread_id: str, records: list[Record]) -> None:
-        """A store listener: count what the durable records say happened."""
+    def attach(self, store: Store) -> None:
+        """Start counting what the store's durable records say happened."""
+        ...
+
+    def detach(self, store: Store) -> None:
+        """Stop counting them (the runtime closes)."""
         ...
 
 

@@ -24,6 +24,7 @@ recorded on OTel instruments of the same names, for an OTel metrics pipeline.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -32,6 +33,7 @@ from threadlog import _hooks
 
 if TYPE_CHECKING:
     from threadlog.model.envelope import Record
+    from threadlog.store.protocol import Store
 
 __all__ = ["INSTRUMENTS", "Instrument", "Metrics", "install", "uninstall"]
 
@@ -144,6 +146,28 @@ class Metrics:
         self._values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
         self._meter = meter
         self._otel: dict[str, Any] = {}
+        self._stores: dict[int, int] = {}
+
+    def attach(self, store: Store) -> None:
+        """Count ``store``'s durable records (`on_records`); a store shared by several
+        runtimes is listened to once."""
+        with self._lock:
+            n = self._stores.get(id(store), 0)
+            self._stores[id(store)] = n + 1
+        if n == 0:
+            store.add_listener(self.on_records)
+
+    def detach(self, store: Store) -> None:
+        """Stop counting once every runtime that attached ``store`` has detached."""
+        with self._lock:
+            n = self._stores.get(id(store), 0) - 1
+            if n > 0:
+                self._stores[id(store)] = n
+                return
+            self._stores.pop(id(store), None)
+        if n == 0:
+            with contextlib.suppress(ValueError):
+                store.remove_listener(self.on_records)
 
     # -- the sink (`threadlog._hooks.MetricsSink`) -----------------------------------------
 

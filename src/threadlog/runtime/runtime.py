@@ -123,7 +123,7 @@ class Runtime:
             self._tracer.attach(store)
         self._metrics = _hooks.METRICS
         if self._metrics is not None:
-            store.add_listener(self._metrics.on_records)
+            self._metrics.attach(store)
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -323,12 +323,13 @@ class Runtime:
         self._closed = True
         for session in list(self.sessions.values()):
             await session.close()
+        if self._tracer is not None or self._metrics is not None:
+            with contextlib.suppress(Exception):  # a failed store: the sessions reported it
+                await asyncio.to_thread(self.store.flush)  # the last records are seen
         if self._tracer is not None:
-            await asyncio.to_thread(self.store.flush)  # the last records reach the tracer
             self._tracer.detach(self.store)
         if self._metrics is not None:
-            with contextlib.suppress(ValueError):
-                self.store.remove_listener(self._metrics.on_records)
+            self._metrics.detach(self.store)
         if self._owns_store:
             await asyncio.to_thread(self.store.close)
 
