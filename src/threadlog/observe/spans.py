@@ -135,6 +135,35 @@ class _Open:
     attributes: dict[str, AttrValue]
     events: list[SpanEvent] = field(default_factory=list)
 
+    @classmethod
+    def at(
+        cls,
+        ids: tuple[str, str, str | None],
+        name: str,
+        kind: SpanKind,
+        record: Record,
+        ns: int,
+        attributes: dict[str, AttrValue],
+        events: list[SpanEvent] | None = None,
+    ) -> _Open:
+        """A span starting at ``record``; ``ids`` is (trace id, span id, parent span id)."""
+        trace, span, parent = ids
+        return cls(
+            trace,
+            span,
+            parent,
+            name,
+            kind,
+            ns,
+            record.ord,
+            record.id,
+            record.ord,
+            record.id,
+            ns,
+            attributes,
+            events or [],
+        )
+
     def touch(self, record: Record, ns: int) -> None:
         self.last_ord, self.last_id, self.last_ns = record.ord, record.id, ns
 
@@ -241,99 +270,24 @@ class SpanBuilder:
                     self._pending.append(event)
             case "step.started":
                 self._step_started(record, data, ns)
-            case "provider.started":
-                step = self._steps.get(str(data.get("step_id")))
-                if step is not None:
-                    step.touch(record, ns)
-                    provider, model = str(data.get("provider")), str(data.get("model"))
-                    step.name = f"chat {model}"
-                    step.attributes["gen_ai.system"] = provider
-                    step.attributes["gen_ai.provider.name"] = provider
-                    step.attributes["gen_ai.request.model"] = model
-                    attempt = data.get("attempt")
-                    if isinstance(attempt, int) and attempt > 1:
-                        step.events.append(
-                            _event("threadlog.provider.retry", ns, threadlog__attempt=attempt)
-                        )
-            case "provider.interrupted":
-                key = str(data.get("step_id"))
-                step = self._steps.get(key)
-                if step is not None:
-                    step.touch(record, ns)
-                    reason = str(data.get("reason"))
-                    step.events.append(
-                        _event(
-                            "threadlog.provider.interrupted",
-                            ns,
-                            threadlog__reason=reason,
-                            threadlog__retryable=bool(data.get("retryable")),
-                        )
-                    )
-                    if not data.get("retryable"):
-                        del self._steps[key]
-                        out.append(step.close(ns, "error", reason))
-            case "model.responded":
-                step = self._steps.pop(str(data.get("step_id")), None)
-                if step is not None:
-                    step.touch(record, ns)
-                    self._responded(step, data)
-                    out.append(step.close(ns, "ok"))
+            case "provider.started" | "provider.interrupted" | "model.responded":
+                ended = self._step_record(record, data, ns)
+                if ended is not None:
+                    out.append(ended)
             case "tool_call.proposed":
                 self._proposed(record, data, ns)
-            case "tool_call.approved" | "tool_call.denied":
-                verb = record.type.rpartition(".")[2]
-                call = self._calls.get(str(data.get("call_id")))
-                if call is not None:
-                    call.touch(record, ns)
-                    call.events.append(
-                        _event(
-                            f"threadlog.tool_call.{verb}",
-                            ns,
-                            threadlog__by=str(data.get("by")),
-                            threadlog__reason=data.get("reason"),
-                        )
-                    )
-                    if verb == "denied":
-                        out.append(self._end_call(str(data["call_id"]), ns, "denied"))
             case "tool_call.started":
-                out.extend(self._started(record, data, ns))
-            case "tool_call.finished":
-                call_id = str(data.get("call_id"))
-                call = self._calls.get(call_id)
-                if call is not None:
-                    call.touch(record, ns)
-                    if data.get("ok"):
-                        out.append(self._end_call(call_id, ns, "ok", "ok"))
-                    else:
-                        error = str(data.get("error"))
-                        out.append(self._end_call(call_id, ns, "error", "error", error))
-            case "tool_call.cancelled":
-                call_id = str(data.get("call_id"))
-                call = self._calls.get(call_id)
-                if call is not None:
-                    call.touch(record, ns)
-                    call.events.append(
-                        _event(
-                            "threadlog.tool_call.cancelled",
-                            ns,
-                            threadlog__reason=data.get("reason"),
-                        )
-                    )
-                    out.append(self._end_call(call_id, ns, "cancelled"))
-            case "tool_call.unknown":
-                call_id = str(data.get("call_id"))
-                call = self._calls.get(call_id)
-                if call is not None:
-                    call.touch(record, ns)
-                    reason = str(data.get("reason"))
-                    call.events.append(
-                        _event("threadlog.tool_call.unknown", ns, threadlog__reason=reason)
-                    )
-                    out.append(
-                        self._end_call(
-                            call_id, ns, "unknown", "error", f"outcome unknown: {reason}"
-                        )
-                    )
+                self._started(record, data, ns)
+            case (
+                "tool_call.approved"
+                | "tool_call.denied"
+                | "tool_call.finished"
+                | "tool_call.cancelled"
+                | "tool_call.unknown"
+            ):
+                ended = self._call_record(record, data, ns)
+                if ended is not None:
+                    out.append(ended)
             case "tool_call.resolved":
                 resolved = self._resolved(record, data, ns)
                 if resolved is not None:
@@ -360,17 +314,11 @@ class SpanBuilder:
         }
         if isinstance(data.get("resumes"), str):
             attributes["threadlog.turn.resumes"] = data["resumes"]
-        turn = _Open(
-            trace_id(self.thread, turn_id),
-            span_id(self.thread, "turn", turn_id),
-            None,
+        turn = _Open.at(
+            (trace_id(self.thread, turn_id), span_id(self.thread, "turn", turn_id), None),
             "invoke_agent threadlog",
             "internal",
-            ns,
-            record.ord,
-            record.id,
-            record.ord,
-            record.id,
+            record,
             ns,
             attributes,
             list(self._pending),
@@ -406,17 +354,11 @@ class SpanBuilder:
             "threadlog.turn.id": turn_id,
             **attributes,
         }
-        return _Open(
-            turn.trace_id,
-            span_id(self.thread, *key),
-            turn.span_id,
+        return _Open.at(
+            (turn.trace_id, span_id(self.thread, *key), turn.span_id),
             name,
             kind,
-            ns,
-            record.ord,
-            record.id,
-            record.ord,
-            record.id,
+            record,
             ns,
             attributes,
         )
@@ -434,6 +376,43 @@ class SpanBuilder:
         )
         if step is not None:
             self._steps[step_id] = step
+
+    def _step_record(self, record: Record, data: dict[str, Any], ns: int) -> Span | None:
+        """A step's request left, failed or was answered."""
+        key = str(data.get("step_id"))
+        step = self._steps.get(key)
+        if step is None:
+            return None
+        step.touch(record, ns)
+        if record.type == "provider.started":
+            provider, model = str(data.get("provider")), str(data.get("model"))
+            step.name = f"chat {model}"
+            step.attributes["gen_ai.system"] = provider
+            step.attributes["gen_ai.provider.name"] = provider
+            step.attributes["gen_ai.request.model"] = model
+            attempt = data.get("attempt")
+            if isinstance(attempt, int) and attempt > 1:
+                step.events.append(
+                    _event("threadlog.provider.retry", ns, threadlog__attempt=attempt)
+                )
+            return None
+        if record.type == "provider.interrupted":
+            reason, retryable = str(data.get("reason")), bool(data.get("retryable"))
+            step.events.append(
+                _event(
+                    "threadlog.provider.interrupted",
+                    ns,
+                    threadlog__reason=reason,
+                    threadlog__retryable=retryable,
+                )
+            )
+            if retryable:
+                return None
+            del self._steps[key]
+            return step.close(ns, "error", reason)
+        del self._steps[key]
+        self._responded(step, data)
+        return step.close(ns, "ok")
 
     @staticmethod
     def _responded(step: _Open, data: dict[str, Any]) -> None:
@@ -487,7 +466,7 @@ class SpanBuilder:
             self._call_turn[call_id] = (call.trace_id, call.parent or "")
             self._call_info[call_id] = (tool, call.span_id, str(data.get("side_effect")))
 
-    def _started(self, record: Record, data: dict[str, Any], ns: int) -> list[Span]:
+    def _started(self, record: Record, data: dict[str, Any], ns: int) -> None:
         call_id = str(data.get("call_id"))
         attempt = data.get("attempt") if isinstance(data.get("attempt"), int) else 1
         assert isinstance(attempt, int)
@@ -497,17 +476,11 @@ class SpanBuilder:
             trace, parent = self._call_turn[call_id]
             tool, _, side_effect = self._call_info[call_id]
             n = self._attempts[call_id] = self._attempts.get(call_id, 1) + 1
-            call = _Open(
-                trace,
-                span_id(self.thread, "call", call_id, str(n)),
-                parent or None,
+            call = _Open.at(
+                (trace, span_id(self.thread, "call", call_id, str(n)), parent or None),
                 f"execute_tool {tool}",
                 "internal",
-                ns,
-                record.ord,
-                record.id,
-                record.ord,
-                record.id,
+                record,
                 ns,
                 {
                     "gen_ai.operation.name": "execute_tool",
@@ -522,10 +495,32 @@ class SpanBuilder:
             self._calls[call_id] = call
             self._call_info[call_id] = (tool, call.span_id, side_effect)
         if call is None:
-            return []
+            return
         call.touch(record, ns)
         call.events.append(_event("threadlog.tool_call.started", ns, threadlog__attempt=attempt))
-        return []
+
+    def _call_record(self, record: Record, data: dict[str, Any], ns: int) -> Span | None:
+        """A decision or an outcome of a call: an event, and for an outcome the span's end."""
+        call_id = str(data.get("call_id"))
+        call = self._calls.get(call_id)
+        if call is None:
+            return None
+        call.touch(record, ns)
+        verb = record.type.rpartition(".")[2]
+        if verb == "finished":
+            if data.get("ok"):
+                return self._end_call(call_id, ns, "ok", "ok")
+            return self._end_call(call_id, ns, "error", "error", str(data.get("error")))
+        by = str(data["by"]) if verb in ("approved", "denied") else None
+        reason = data.get("reason")
+        call.events.append(
+            _event(f"threadlog.tool_call.{verb}", ns, threadlog__by=by, threadlog__reason=reason)
+        )
+        if verb == "denied" or verb == "cancelled":
+            return self._end_call(call_id, ns, verb)
+        if verb == "unknown":
+            return self._end_call(call_id, ns, verb, "error", f"outcome unknown: {reason}")
+        return None
 
     def _end_call(
         self,
@@ -553,17 +548,11 @@ class SpanBuilder:
             threadlog__by=by,
             threadlog__note=data.get("note"),
         )
-        span = _Open(
-            trace,
-            span_id(self.thread, "resolve", record.id),
-            parent,
+        span = _Open.at(
+            (trace, span_id(self.thread, "resolve", record.id), parent),
             f"resolve_tool {tool}",
             "internal",
-            ns,
-            record.ord,
-            record.id,
-            record.ord,
-            record.id,
+            record,
             ns,
             {
                 "gen_ai.tool.name": tool,
