@@ -172,8 +172,17 @@ def test_replay_at_forks_the_source(recorded: tuple[Path, str]) -> None:
             asyncio.run(replay_thread(store, source, new_model(), tools=TOOLS, at=999))
         result = asyncio.run(replay_thread(store, source, new_model(), tools=TOOLS, at=1))
         head = store.read(result.thread)[0].data
-    assert head["lineage"]["thread"] == source and head["lineage"]["ord"] == 1
-    assert first[0].type == "thread.created"
+        assert head["lineage"]["thread"] == source and head["lineage"]["ord"] == 1
+        # inside the turn: the fork moves back to its start, and the turn is replayed whole
+        inside = next(r.ord for r in first if r.type == "tool_call.finished")
+        started = next(r.ord for r in first if r.type == "turn.started")
+        moved = asyncio.run(replay_thread(store, source, new_model(), tools=TOOLS, at=inside))
+        assert moved.at == started - 1
+        assert len(moved.served) == 2 and len(moved.denied) == 1
+        child = store.read(moved.thread)
+        assert child[0].data["lineage"]["ord"] == started - 1
+        found = diff(trajectory(first), trajectory(child))
+        assert found.divergence is not None and found.divergence.step == 3
     assert RUNS == {"lookup": 2, "pay": 1}
 
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from threadlog.errors import UsageError
 from threadlog.model import codec
+from threadlog.runtime.forking import fork_point
 from threadlog.runtime.runtime import Runtime
 from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolContext, ToolError
 
@@ -259,8 +260,11 @@ async def replay_thread(
     if at is not None and ephemeral:
         raise UsageError("--at forks the source in its store: it cannot be ephemeral")
     records = [r._replace(data=store.resolve(r.data)) for r in store.read(thread_id)]
-    if at is not None and not 1 <= at <= records[-1].ord:
-        raise UsageError(f"thread {thread_id} has no record {at}")
+    if at is not None:
+        if not 1 <= at <= records[-1].ord:
+            raise UsageError(f"thread {thread_id} has no record {at}")
+        # inside a turn, the fork moves back to the turn's start: that turn is replayed too
+        at = (await asyncio.to_thread(fork_point, store, thread_id, at)).ord
     source = _read_source(records, at)
     serving = _Serving(source, tools)
     tag = {
