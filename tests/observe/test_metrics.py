@@ -87,7 +87,7 @@ def test_the_service_serves_prometheus_text(tmp_path: Path, installed: None) -> 
     from tests.server.conftest import make_app, serve_in_thread
     from threadlog.store.open import open_store
 
-    _hooks.METRICS = None
+    m.install()
     with open_store(str(tmp_path / "home")) as store:
         app = make_app(store)
         with serve_in_thread(app) as url, httpx.Client(base_url=url, timeout=30) as client:

@@ -33,9 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from fastapi import FastAPI
 
-from threadlog import _hooks
 from threadlog._version import __version__
-from threadlog.observe.metrics import install as install_metrics
 from threadlog.runtime.runtime import Runtime
 from threadlog.runtime.tools import BUILTIN_TOOLS
 from threadlog.server import routes_calls, routes_metrics, routes_threads
@@ -136,8 +134,6 @@ def create_app(
         hub: the live-stream hub (default: `threadlog.server.hub.StreamHub` over the store).
     """
     settings = settings or ServerSettings()
-    if _hooks.METRICS is None:  # GET /metrics (threadlog.observe.metrics): on for a server
-        install_metrics()
     auth = authenticator if authenticator is not None else TokenAuthenticator(store)
     streams = hub if hub is not None else _default_hub(store, settings)
 

@@ -2,7 +2,8 @@
 
 The metrics are those of `threadlog.observe.metrics` (append and fsync latency, records per
 commit, queue depth, open threads, leases, recoveries and repairs, tool calls by outcome),
-which `threadlog.server.app.create_app` turns on. The route takes a bearer token like every
+which `threadlog.server.serve.serve` (``threadlog serve``) turns on; an application that
+mounts `create_app` itself calls `threadlog.observe.metrics.install` (else the text is empty). The route takes a bearer token like every
 other route (any principal may read it: the numbers are totals over the whole process and
 carry no thread's content); a Prometheus scrape job sends it with ``authorization``.
 """

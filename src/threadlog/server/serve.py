@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import uvicorn
 
+from threadlog import _hooks
 from threadlog.errors import UsageError
+from threadlog.observe.metrics import install as install_metrics
 from threadlog.runtime.modelspec import model_from_spec
 from threadlog.server.app import ServerSettings, create_app
 from threadlog.server.tokens import Authenticator as TokenAuthenticator
@@ -154,6 +156,8 @@ def serve(
             f"the store has no token, so the service would be open to anyone: it serves "
             f"{host} only with a token (threadlog token add PRINCIPAL), or serve on 127.0.0.1"
         )
+    if _hooks.METRICS is None:  # GET /metrics (threadlog.observe.metrics): on for a server
+        install_metrics()
     sock = bind(host, port)
     with sock:
         bound = sock.getsockname()[1]
