@@ -108,6 +108,7 @@ _LAZY = {
     "fork": "live",
     "diff": "export",
     "export": "export",
+    "import": "importing",
     "memory": "memory",
     "serve": "serve",
     "token": "token",

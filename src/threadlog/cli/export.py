@@ -97,7 +97,10 @@ def diff(home: str | None, as_json: bool, thread: str, a: str, b: str) -> None:
     default="jsonl",
     show_default=True,
     help="jsonl: every record; messages: every conversation message "
-    "in log order (all branches, nothing compacted away); html: a readable page.",
+    "in log order (all branches, nothing compacted away); html: a readable page; "
+    "openai / anthropic / responses: the active branch as a Chat Completions message list, "
+    "a Messages API body, Responses API input items (post them as they are); "
+    "trajectory: the active branch as steps with tool calls, timings, outcome and usage.",
 )
 @click.option(
     "--output", "-o", type=click.File("w"), default="-", help="Write here instead of stdout."
@@ -110,6 +113,7 @@ def export(home: str | None, as_json: bool, thread: str, fmt: str, output: Any) 
     Example:
       threadlog export THREAD --format messages > messages.json
       threadlog export THREAD --format html -o thread.html
+      threadlog export THREAD --format openai > messages.json
     """
     with open_disk_store(home) as store:
         text = export_thread(store, thread, cast("Format", fmt))
