@@ -27,8 +27,10 @@ One file's import:
    kept as a ``custom.import.record`` (nothing is silently dropped); a last line without its
    newline (a writer caught mid-line) is left for the next import and reported.
 5. **Finish.** The parser names the active leaf (the source's chosen conversation), moved to
-   with ``leaf.moved`` if needed; a progress record ends the batch; the store is flushed once
-   (records are appended with ``durable=False``, so the whole file costs one fsync).
+   with ``leaf.moved`` if needed, and a progress record ends the batch. Records are appended
+   buffered (``durable=False``); `import_paths` flushes the store once every 100 files (one
+   fsync for all of them) and saves the ledger after each flush; a caller of `import_file`
+   flushes itself.
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ PROGRESS = "custom.import.progress"
 HEAD = 4096
 """Bytes of a file's head, and before its read offset, whose checksums say it only grew."""
 BOM = b"\xef\xbb\xbf"
+FLUSH_FILES = 100
+FLUSH_BYTES = 64 << 20
+"""Flush (one fsync for all their records) and save the ledger after this many files or bytes."""
 
 
 @dataclass(slots=True)
@@ -390,7 +395,6 @@ def _import(
         appended += 1
     elif report.status == "grown":
         report.status = "unchanged"
-    store.flush()
     report.records = appended
     ledger.files[source] = {
         "key": identity.key,
@@ -411,18 +415,29 @@ def import_paths(
 ) -> ImportReport:
     """Import every session file under ``paths`` into ``store``.
 
-    ``progress(path, bytes)`` is called after each file. The ledger is saved at the end and
-    every 200 files on the way.
+    ``progress(path, bytes)`` is called after each file.
+
+    Records are appended buffered (``durable=False``); the store is flushed every
+    `FLUSH_FILES` files or `FLUSH_BYTES` bytes of source and at the end, and only then is the
+    ledger saved, so the ledger never claims a file whose records are not durable (a crash
+    loses at most the files since the last flush, which the next run imports again).
     """
     ledger = Ledger.open(store)
     report = ImportReport()
+    pending_files = pending_bytes = 0
     try:
-        for n, path in enumerate(walk(paths, fmt), 1):
-            report.files.append(import_file(store, fmt, path, ledger))
+        for path in walk(paths, fmt):
+            done = import_file(store, fmt, path, ledger)
+            report.files.append(done)
+            pending_files += 1
+            pending_bytes += done.bytes
+            if pending_files >= FLUSH_FILES or pending_bytes >= FLUSH_BYTES:
+                store.flush()
+                ledger.save()
+                pending_files = pending_bytes = 0
             if progress is not None:
                 progress(path, (sizes or {}).get(path, 0))
-            if n % 200 == 0:
-                ledger.save()
     finally:
+        store.flush()
         ledger.save()
     return report

@@ -35,6 +35,7 @@ store for an illegal transition; what the store still refuses is reported, never
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +91,7 @@ class Emitter:
     """Records this emitter appended (replays of stored records not counted)."""
     line: int = 0
     """The source line being imported (for problem reports)."""
+    _prefix: Any = None
 
     def resume_from(self, state: ThreadState) -> None:
         """Continue a thread imported before from where its log stands: its running turn
@@ -103,7 +105,20 @@ class Emitter:
 
     def anchor(self, item: str) -> str:
         """The id of the last record of item ``item`` (what its children continue)."""
-        return derived_id("threadlog.import", self.key, item, "0")
+        return self.record_id(item, 0)
+
+    def record_id(self, item: str, n: int) -> str:
+        """``derived_id("threadlog.import", key, item, str(n))``, from a cached prefix hash
+        (the ids of an import cost a tenth of its time otherwise)."""
+        if self._prefix is None:
+            self._prefix = hashlib.sha256(_part("threadlog.import") + _part(self.key))
+        h = self._prefix.copy()
+        h.update(_part(item) + _part(str(n)))
+        value = int.from_bytes(h.digest()[:16], "big")
+        value = (value & ~(0xF << 76)) | (0x8 << 76)
+        value = (value & ~(0b11 << 62)) | (0b10 << 62)
+        x = f"{value:032x}"
+        return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
     def parent_of(self, parent: str | None, *, previous: bool = False) -> str:
         """The record an item continues: the anchor of source item ``parent``; the previous
@@ -125,9 +140,7 @@ class Emitter:
         node: str | None = self.anchor(item)
         if node not in self.known:
             return None
-        own = {node} | {
-            derived_id("threadlog.import", self.key, item, str(n)) for n in range(1, 64)
-        }
+        own = {node} | {self.record_id(item, n) for n in range(1, 64)}
         while node in own:
             node = self.parents.get(node)
         return node
@@ -335,11 +348,7 @@ class Emitter:
         last = len(records) - 1
         up = parent
         for n, (type_, data) in enumerate(records):
-            rid = (
-                self.anchor(item)
-                if n == last
-                else derived_id("threadlog.import", self.key, item, str(n + 1))
-            )
+            rid = self.record_id(item, 0 if n == last else n + 1)
             if not self._append(rid, type_, data, up):
                 return False
             up = rid
@@ -369,6 +378,11 @@ class Emitter:
         elif type_ == "leaf.moved":
             self.leaf = data["to"]
         return True
+
+
+def _part(text: str) -> bytes:
+    raw = text.encode("utf-8", "surrogatepass")
+    return len(raw).to_bytes(4, "big") + raw
 
 
 def _numbers(usage: dict[str, Any] | None) -> dict[str, Any]:
