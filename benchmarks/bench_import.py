@@ -51,7 +51,12 @@ def _text(rng: random.Random, size: int) -> str:
 def session_file(path: str, target: int, rng: random.Random) -> int:
     """Write one Claude Code session of about ``target`` bytes; its line count."""
     sid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-    base = {"userType": "external", "cwd": "/home/user/project", "sessionId": sid, "version": "1.0.98"}
+    base = {
+        "userType": "external",
+        "cwd": "/home/user/project",
+        "sessionId": sid,
+        "version": "1.0.98",
+    }
     lines: list[bytes] = []
     size = 0
     parent: str | None = None
@@ -97,35 +102,69 @@ def session_file(path: str, target: int, rng: random.Random) -> int:
         for step in range(rng.randint(1, 4)):
             line(
                 "assistant",
-                {"id": f"{mid}_{step}", "role": "assistant", "model": "claude-sonnet-4-20250514",
-                 "content": [{"type": "thinking", "thinking": _text(rng, 200), "signature": "c2ln" * 20}],
-                 "usage": usage},
+                {
+                    "id": f"{mid}_{step}",
+                    "role": "assistant",
+                    "model": "claude-sonnet-4-20250514",
+                    "content": [
+                        {"type": "thinking", "thinking": _text(rng, 200), "signature": "c2ln" * 20}
+                    ],
+                    "usage": usage,
+                },
             )
             call = f"toolu_{turn}_{step}"
             line(
                 "assistant",
-                {"id": f"{mid}_{step}", "role": "assistant", "model": "claude-sonnet-4-20250514",
-                 "content": [{"type": "tool_use", "id": call, "name": "Bash",
-                              "input": {"command": _text(rng, 60)}}],
-                 "usage": usage, "stop_reason": "tool_use"},
+                {
+                    "id": f"{mid}_{step}",
+                    "role": "assistant",
+                    "model": "claude-sonnet-4-20250514",
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "id": call,
+                            "name": "Bash",
+                            "input": {"command": _text(rng, 60)},
+                        }
+                    ],
+                    "usage": usage,
+                    "stop_reason": "tool_use",
+                },
             )
             output = _text(rng, rng.randint(1000, 6000))
             line(
                 "user",
-                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call, "content": output}]},
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": call, "content": output}],
+                },
                 toolUseResult={"stdout": output[:200], "stderr": "", "interrupted": False},
             )
         line(
             "assistant",
-            {"id": f"{mid}_end", "role": "assistant", "model": "claude-sonnet-4-20250514",
-             "content": [{"type": "text", "text": _text(rng, rng.randint(100, 800))}],
-             "usage": usage, "stop_reason": "end_turn"},
+            {
+                "id": f"{mid}_end",
+                "role": "assistant",
+                "model": "claude-sonnet-4-20250514",
+                "content": [{"type": "text", "text": _text(rng, rng.randint(100, 800))}],
+                "usage": usage,
+                "stop_reason": "end_turn",
+            },
         )
         if turn == 8:
-            emit({"parentUuid": None, **base, "type": "system", "subtype": "compact_boundary",
-                  "uuid": f"{sid[:8]}-cccc-4000-8000-000000000000", "logicalParentUuid": parent,
-                  "content": "Conversation compacted", "compactMetadata": {"preTokens": 90000},
-                  "timestamp": "2025-09-01T11:00:00.000Z"})
+            emit(
+                {
+                    "parentUuid": None,
+                    **base,
+                    "type": "system",
+                    "subtype": "compact_boundary",
+                    "uuid": f"{sid[:8]}-cccc-4000-8000-000000000000",
+                    "logicalParentUuid": parent,
+                    "content": "Conversation compacted",
+                    "compactMetadata": {"preTokens": 90000},
+                    "timestamp": "2025-09-01T11:00:00.000Z",
+                }
+            )
             parent = f"{sid[:8]}-cccc-4000-8000-000000000000"
     with open(path, "wb") as f:
         f.write(b"\n".join(lines) + b"\n")
@@ -170,9 +209,7 @@ def main() -> None:
         first, records = run(store, sources)
         again, again_records = run(store, sources)
         rng = random.Random(11)
-        grown_files = sorted(
-            os.path.join(r, f) for r, _, fs in os.walk(sources) for f in fs
-        )[:20]
+        grown_files = sorted(os.path.join(r, f) for r, _, fs in os.walk(sources) for f in fs)[:20]
         for path in grown_files:  # ten more lines each: a session that went on
             with open(path, "rb") as f:
                 last = orjson.loads(f.read().rstrip(b"\n").rsplit(b"\n", 1)[-1])
@@ -180,10 +217,20 @@ def main() -> None:
             with open(path, "ab") as f:
                 for k in range(10):
                     uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-                    f.write(orjson.dumps({"parentUuid": parent, "isSidechain": False, "type": "user",
-                                          "uuid": uid, "sessionId": last.get("sessionId"),
-                                          "timestamp": f"2025-09-02T00:00:{k:02d}.000Z",
-                                          "message": {"role": "user", "content": f"more {k}"}}) + b"\n")
+                    f.write(
+                        orjson.dumps(
+                            {
+                                "parentUuid": parent,
+                                "isSidechain": False,
+                                "type": "user",
+                                "uuid": uid,
+                                "sessionId": last.get("sessionId"),
+                                "timestamp": f"2025-09-02T00:00:{k:02d}.000Z",
+                                "message": {"role": "user", "content": f"more {k}"},
+                            }
+                        )
+                        + b"\n"
+                    )
                     parent = uid
         grown, grown_records = run(store, sources)
         figures = {
@@ -209,7 +256,9 @@ def main() -> None:
         f"first import: {files} files, {total / 1e6:.1f} MB, {lines} lines -> {records} records "
         f"in {first:.2f} s: {figures['mb_per_s']} MB/s, {figures['records_per_s']} records/s"
     )
-    print(f"re-run: {again:.3f} s ({figures['rerun_ratio']:.1%} of the first), {again_records} records")
+    print(
+        f"re-run: {again:.3f} s ({figures['rerun_ratio']:.1%} of the first), {again_records} records"
+    )
     print(f"20 files grown by 10 lines: {grown:.3f} s, {grown_records} records")
 
 

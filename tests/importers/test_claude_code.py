@@ -202,3 +202,52 @@ def test_a_single_file_path(tmp_path: Path) -> None:
     with open_store("memory://") as store:
         report = import_paths(store, source_format("claude-code"), [str(MAIN)])
         assert [f.status for f in report.files] == ["imported"]
+
+
+def test_a_large_tool_output_goes_to_the_artifact_store(store: Any, tmp_path: Path) -> None:
+    from threadlog.export import load_records, openai_messages
+    from threadlog.model.refs import is_artifact_ref
+
+    big = "line of output\n" * 20_000
+    lines = [
+        {
+            "type": "user",
+            "uuid": "x1",
+            "parentUuid": None,
+            "sessionId": "big",
+            "message": {"role": "user", "content": "dump it"},
+        },
+        {
+            "type": "assistant",
+            "uuid": "x2",
+            "parentUuid": "x1",
+            "message": {
+                "id": "m",
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "t1",
+                        "name": "Bash",
+                        "input": {"command": "cat big"},
+                    }
+                ],
+            },
+        },
+        {
+            "type": "user",
+            "uuid": "x3",
+            "parentUuid": "x2",
+            "message": {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t1", "content": big}],
+            },
+        },
+    ]
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    [f] = import_paths(store, source_format("claude-code"), [str(path)]).files
+    [finished] = [r for r in store.read(f.thread) if r.type == "tool_call.finished"]
+    assert is_artifact_ref(finished.data["result"])
+    assert openai_messages(load_records(store, f.thread))[-1]["content"] == big
+    assert store.verify(f.thread).ok
