@@ -362,7 +362,10 @@ class Emitter:
             self.store.append(self.thread_id, type_, data, durable=False, id=rid, parent=parent)
         except ConflictError as exc:
             self.report.problem(
-                self.line, "changed", f"the source changed since it was imported: {exc}"
+                self.line,
+                "changed",
+                "a record of this line's identity was imported before with other content "
+                f"(the line changed, or the session repeats an id): {exc}",
             )
             return False
         except UsageError as exc:

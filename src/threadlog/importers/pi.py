@@ -252,6 +252,10 @@ class _Parser:
                 if block.get("type") == "text":
                     texts.append(str(block.get("text", "")))
                 elif block.get("type") == "thinking":
+                    signature = block.get("thinkingSignature")
+                    if isinstance(signature, str) and "signature" not in block:
+                        # the provider's signature, under the name its API takes back
+                        block = {**block, "signature": signature}
                     thinking.append(block)
                 elif block.get("type") == "toolCall":
                     args = block.get("arguments")
