@@ -122,3 +122,42 @@ def test_a_rewritten_line_is_reported_not_duplicated(home: str, sources: Path) -
     with open_store(home) as store:
         records = store.read(first.files[0].thread)
     assert conversation(records)[-1] == ("user", "next")
+
+
+def test_a_second_import_into_the_same_store_waits_for_the_first(home: str) -> None:
+    import threading
+
+    from threadlog.importers._ledger import Ledger
+
+    with open_store(home) as store:
+        first = Ledger.open(store)
+        opened = threading.Event()
+
+        def second() -> None:
+            Ledger.open(store).close()
+            opened.set()
+
+        worker = threading.Thread(target=second)
+        worker.start()
+        assert not opened.wait(0.3)
+        first.close()
+        assert opened.wait(5)
+        worker.join()
+
+
+def test_a_claude_code_fork_names_its_source(home: str, tmp_path: Path) -> None:
+    path = tmp_path / "fork.jsonl"
+    path.write_text(
+        '{"type":"user","uuid":"f1","parentUuid":null,"sessionId":"forked-1",'
+        '"forkedFrom":{"sessionId":"7d3c2a10-5b6e-4f1a-9c8d-0e1f2a3b4c5d","messageUuid":"f1"},'
+        '"message":{"role":"user","content":"from the fork"}}\n'
+    )
+    from .conftest import FIXTURES
+
+    main = _run(
+        home, "claude-code", FIXTURES / "claude-code" / "-home-user-project" / f"{CLAUDE}.jsonl"
+    )
+    [fork] = _run(home, "claude-code", path).files
+    with open_store(home) as store:
+        lineage = store.read(fork.thread, limit=1)[0].data["lineage"]
+    assert lineage["kind"] == "fork" and lineage["thread"] == main.files[0].thread

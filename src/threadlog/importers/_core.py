@@ -438,6 +438,9 @@ def import_paths(
             if progress is not None:
                 progress(path, (sizes or {}).get(path, 0))
     finally:
-        store.flush()
-        ledger.save()
+        try:
+            store.flush()
+            ledger.save()
+        finally:
+            ledger.close()
     return report

@@ -20,11 +20,16 @@ So the ledger is a cache of those facts, kept in the store's directory
 
 A lost or stale ledger costs time, never correctness: every decision it feeds is checked
 against the store (the thread exists; the file's bytes match the recorded checksums).
+
+Two imports into one store at once could both create a thread for a new session; so an
+import holds an exclusive ``flock`` on ``<home>/imports/lock`` from `Ledger.open` to
+`Ledger.close`, and a second one waits for the first to finish.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -60,13 +65,28 @@ class Ledger:
     keys: dict[str, str] = field(default_factory=dict)
     examined: set[str] = field(default_factory=set)
     _scanned: bool = False
+    _lock: int | None = None
 
     @classmethod
     def open(cls, store: Store) -> Ledger:
-        """The store's ledger (empty if it has none, or none can be kept)."""
+        """The store's ledger (empty if it has none, or none can be kept), locked for this
+        import (waiting for another import into the same store to finish)."""
         if not isinstance(store, LocalHome):
             return cls(None)
-        path = os.path.join(store.home, "imports", "ledger.json")
+        directory = os.path.join(store.home, "imports")
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        lock = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(lock)
+            raise
+        ledger = cls._read(os.path.join(directory, "ledger.json"))
+        ledger._lock = lock
+        return ledger
+
+    @classmethod
+    def _read(cls, path: str) -> Ledger:
         try:
             with open(path, "rb") as f:
                 raw = orjson.loads(f.read())
@@ -80,6 +100,12 @@ class Ledger:
             keys=dict(raw.get("keys") or {}),
             examined=set(raw.get("examined") or ()),
         )
+
+    def close(self) -> None:
+        """Release the import lock (the ledger should be saved first)."""
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            os.close(lock)  # closing the descriptor drops its flock
 
     def thread_for(self, store: Store, key: str) -> str | None:
         """The thread that holds import key ``key``, or None."""

@@ -91,8 +91,21 @@ class ClaudeCode:
                 lineage={"key": parent_key, "kind": "subagent", "agent": stem[len("agent-") :]},
             )
         session = next((o["sessionId"] for o in objs if isinstance(o.get("sessionId"), str)), stem)
+        lineage = None
+        forked = next(
+            (o["forkedFrom"] for o in objs if isinstance(o.get("forkedFrom"), dict)), None
+        )
+        source = forked.get("sessionId") if forked is not None else None
+        if isinstance(source, str) and source != session:
+            # a branch Claude Code copied into a session of its own
+            lineage = {"key": f"claude-code:{source}", "kind": "fork"}
         return Identity(
-            key=f"claude-code:{session}", session=session, version=version, cwd=cwd, title=title
+            key=f"claude-code:{session}",
+            session=session,
+            version=version,
+            cwd=cwd,
+            title=title,
+            lineage=lineage,
         )
 
     def parser(self, ctx: FileContext, saved: dict[str, Any] | None) -> _Parser:
