@@ -164,6 +164,7 @@ class Codex:
             ctx,
             explicit_turns=bool(saved.get("explicit_turns")),
             model=saved.get("model") if isinstance(saved.get("model"), str) else None,
+            settings=dict(as_dict(saved.get("settings"))),
         )
 
 
@@ -183,6 +184,8 @@ class _Parser:
     ctx: FileContext
     explicit_turns: bool = False
     model: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The settings the last ``turn_context`` left."""
     restart: bool = False
     pending: _Pending | None = None
 
@@ -213,11 +216,14 @@ class _Parser:
             self._event(key, payload, ts)
         elif kind == "turn_context":
             self._flush()
-            changes = {k: payload[k] for k in SETTINGS if payload.get(k) is not None}
-            if isinstance(changes.get("effort"), str):
-                changes["thinking"] = changes.pop("effort")
+            settings = {k: payload[k] for k in SETTINGS if payload.get(k) is not None}
+            if isinstance(settings.get("effort"), str):
+                settings["thinking"] = settings.pop("effort")
             if isinstance(payload.get("model"), str):
                 self.model = payload["model"]
+            # every turn repeats its context: only what changed is a config.changed
+            changes = {k: v for k, v in settings.items() if self.settings.get(k) != v}
+            self.settings.update(changes)
             if changes:
                 emit.config(key, emit.parent_of(None, previous=True), changes, ts)
         elif kind == "compacted":
@@ -329,4 +335,8 @@ class _Parser:
         return None
 
     def saved(self) -> dict[str, Any]:
-        return {"explicit_turns": self.explicit_turns, "model": self.model}
+        return {
+            "explicit_turns": self.explicit_turns,
+            "model": self.model,
+            "settings": self.settings,
+        }
