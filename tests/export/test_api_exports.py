@@ -26,7 +26,7 @@ from threadlog.model.ids import derived_id
 from threadlog.model.tree import Tree
 from threadlog.runtime import Reply, Runtime, ScriptedModel, Tool, ToolCallSpec, ToolContext
 
-from ..importers.conftest import FIXTURES
+from ..importers._helpers import FIXTURES
 from .api_stubs import stub_transport, validate_chat_completions, validate_messages
 
 CLAUDE = "claude-code:7d3c2a10-5b6e-4f1a-9c8d-0e1f2a3b4c5d"

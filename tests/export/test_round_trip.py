@@ -20,7 +20,7 @@ from threadlog.export import anthropic_request, openai_messages
 from threadlog.export._active import active_conversation
 from threadlog.importers import SOURCES, import_paths, source_format
 
-from ..importers.conftest import FIXTURES
+from ..importers._helpers import FIXTURES
 
 
 @pytest.fixture(scope="module")

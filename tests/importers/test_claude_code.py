@@ -17,7 +17,7 @@ from threadlog import open_store
 from threadlog.importers import import_paths, source_format
 from threadlog.model.reducer import replay
 
-from .conftest import FIXTURES, anchor, conversation
+from ._helpers import FIXTURES, anchor, conversation
 
 SESSION = "7d3c2a10-5b6e-4f1a-9c8d-0e1f2a3b4c5d"
 KEY = f"claude-code:{SESSION}"

@@ -12,7 +12,7 @@ from threadlog.importers import import_paths, source_format
 from threadlog.model.context import Context
 from threadlog.model.reducer import replay
 
-from .conftest import FIXTURES, anchor, conversation, simple
+from ._helpers import FIXTURES, anchor, conversation, simple
 
 SESSION = "0199a213-81c0-7800-8aa1-bbab2a035a53"
 KEY = f"codex:{SESSION}"

@@ -11,7 +11,7 @@ from typing import Any
 from threadlog import open_store
 from threadlog.importers import import_paths, source_format
 
-from .conftest import conversation
+from ._helpers import conversation
 
 CLAUDE = "7d3c2a10-5b6e-4f1a-9c8d-0e1f2a3b4c5d"
 CODEX = "0199a213-81c0-7800-8aa1-bbab2a035a53"
@@ -152,7 +152,7 @@ def test_a_claude_code_fork_names_its_source(home: str, tmp_path: Path) -> None:
         '"forkedFrom":{"sessionId":"7d3c2a10-5b6e-4f1a-9c8d-0e1f2a3b4c5d","messageUuid":"f1"},'
         '"message":{"role":"user","content":"from the fork"}}\n'
     )
-    from .conftest import FIXTURES
+    from ._helpers import FIXTURES
 
     main = _run(
         home, "claude-code", FIXTURES / "claude-code" / "-home-user-project" / f"{CLAUDE}.jsonl"

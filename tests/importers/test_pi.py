@@ -11,7 +11,7 @@ from threadlog import open_store
 from threadlog.importers import import_paths, source_format
 from threadlog.model.reducer import replay
 
-from .conftest import FIXTURES, anchor, conversation
+from ._helpers import FIXTURES, anchor, conversation
 
 V3 = "b2c4e6f8-1a3c-4e5f-8a9b-0c1d2e3f4a5b"
 KEY = f"pi:{V3}"
