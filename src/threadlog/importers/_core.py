@@ -51,6 +51,7 @@ from threadlog.model.legality import replay_log
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
+    from typing import BinaryIO
 
     from threadlog.model.state import ThreadState
     from threadlog.store.protocol import Store
@@ -69,6 +70,8 @@ __all__ = [
 PROGRESS = "custom.import.progress"
 HEAD = 4096
 """Bytes of a file's head, and before its read offset, whose checksums say it only grew."""
+HEAD_READ = 65536
+"""Bytes read first: the file's identity is in its first lines."""
 BOM = b"\xef\xbb\xbf"
 FLUSH_FILES = 100
 FLUSH_BYTES = 64 << 20
@@ -308,6 +311,17 @@ def import_file(store: Store, fmt: SourceFormat, path: str, ledger: Ledger) -> F
     return report
 
 
+def _read_head(f: BinaryIO) -> bytes:
+    """The file's first `HEAD_READ` bytes, and more up to its first newline."""
+    head = f.read(HEAD_READ)
+    while b"\n" not in head:
+        more = f.read(HEAD_READ)
+        if not more:
+            break
+        head += more
+    return head
+
+
 def _import(
     store: Store, fmt: SourceFormat, source: str, ledger: Ledger, report: FileReport
 ) -> None:
@@ -324,31 +338,40 @@ def _import(
         report.children = list(entry.get("children") or [])
         return
     with open(source, "rb") as f:
-        data = f.read()
-    base = 0
-    if data.startswith(BOM):
-        base = len(BOM)
-        report.problem(1, "bom", "the file starts with a UTF-8 byte-order mark (skipped)")
-    head, _, _ = _split(_head(data, base), base, 0, report)
-    identity = fmt.identify(source, head)
-    start, lineno, saved = base, 0, None
-    emit, state, progress = open_emitter(store, ledger, report, identity, source, fmt.name)
-    existing = state is not None
-    report.thread = emit.thread_id
-    if state is not None:
-        report.status = "grown"
-        if progress is not None and not progress.get("restart"):
-            offset = progress.get("offset", 0)
+        head = _read_head(f)
+        base = 0
+        if head.startswith(BOM):
+            base = len(BOM)
+            report.problem(1, "bom", "the file starts with a UTF-8 byte-order mark (skipped)")
+        identity = fmt.identify(source, _split(_head(head, base), base, 0, report)[0])
+        emit, state, progress = open_emitter(store, ledger, report, identity, source, fmt.name)
+        report.thread = emit.thread_id
+        # ``data`` is the file from byte ``at``: all of it, or for a file that only grew,
+        # from a little before where the last import stopped (never read or hashed again)
+        data, at, start, lineno, saved = b"", 0, base, 0, None
+        if state is not None:
+            report.status = "grown"
+            offset = progress.get("offset") if progress is not None else None
             if (
-                isinstance(offset, int)
-                and base <= offset <= len(data)
-                and _digest(data[: min(offset, HEAD)]) == progress.get("head")
-                and _digest(data[max(0, offset - HEAD) : offset]) == progress.get("tail")
+                progress is not None
+                and not progress.get("restart")
+                and isinstance(offset, int)
+                and base <= offset <= st.st_size
+                and _digest(head[: min(offset, HEAD)]) == progress.get("head")
             ):
-                start, lineno = offset, int(progress.get("lines", 0))
-                saved = progress.get("parser") or {}
-                emit.resume_from(state)
-                emit.last_anchor = progress.get("last_anchor")
+                at = max(0, offset - HEAD)
+                f.seek(at)
+                data = f.read()
+                if _digest(data[: offset - at]) == progress.get("tail"):
+                    start, lineno = offset - at, int(progress.get("lines", 0))
+                    saved = progress.get("parser") or {}
+                    emit.resume_from(state)
+                    emit.last_anchor = progress.get("last_anchor")
+                else:
+                    data, at = b"", 0
+        if not data and at == 0:
+            f.seek(0)
+            data = f.read()
     lines, end, last_no = _split(data, start, lineno, report)
     report.bytes = end - start
     report.lines = last_no - lineno
@@ -368,21 +391,23 @@ def _import(
             )
             continue
         parser.feed(line)
+    offset_end = at + end
     leaf = parser.finish()
     if leaf is not None:
-        emit.move_leaf(leaf, f"leaf@{end}")
+        emit.move_leaf(leaf, f"leaf@{offset_end}")
     for suffix, child in ctx.children.items():
         if child.last_anchor is not None:
-            child.move_leaf(child.last_anchor, f"leaf@{end}:{suffix}")
+            child.move_leaf(child.last_anchor, f"leaf@{offset_end}:{suffix}")
     appended = emit.appended + sum(c.appended for c in ctx.children.values())
-    if appended or not existing:
+    if appended or state is None:
+        first = head if at > 0 or len(head) >= min(offset_end, HEAD) else data
         progress_data = {
             "path": source,
-            "offset": end,
+            "offset": offset_end,
             "lines": last_no,
             "size": st.st_size,
             "mtime_ns": st.st_mtime_ns,
-            "head": _digest(data[: min(end, HEAD)]),
+            "head": _digest(first[: min(offset_end, HEAD)]),
             "tail": _digest(data[max(0, end - HEAD) : end]),
             "last_anchor": emit.last_anchor,
             "parser": parser.saved(),
@@ -390,7 +415,9 @@ def _import(
             "times": emit.times,
             "problems": len(report.problems),
         }
-        pid = derived_id("threadlog.import", identity.key, f"progress@{end}:{st.st_mtime_ns}", "p")
+        pid = derived_id(
+            "threadlog.import", identity.key, f"progress@{offset_end}:{st.st_mtime_ns}", "p"
+        )
         store.append(emit.thread_id, PROGRESS, progress_data, durable=False, id=pid)
         appended += 1
     elif report.status == "grown":
