@@ -257,15 +257,19 @@ def walk(paths: Iterable[str], fmt: SourceFormat) -> Iterator[str]:
             yield path
 
 
-def _split(data: bytes, start: int, lineno: int, report: FileReport) -> tuple[list[Line], int, int]:
-    """The complete lines of ``data`` from byte ``start``: ``(lines, end offset, last line
-    number)``. A last line without a newline is not returned (it is reported)."""
-    lines: list[Line] = []
+def _spans(
+    data: bytes, start: int, lineno: int, report: FileReport
+) -> tuple[list[tuple[int, int, int]], int, int]:
+    """The complete, non-blank lines of ``data`` from byte ``start`` as ``(number, start,
+    end)``, then the offset after the last complete line and its number. A last line without
+    a newline is not returned (it is reported). Lines are parsed one by one as they are fed
+    (`_parse`), so a large file never holds all its parsed lines at once."""
+    spans: list[tuple[int, int, int]] = []
     pos = start
     size = len(data)
-    loads = orjson.loads
+    find = data.find
     while pos < size:
-        nl = data.find(b"\n", pos)
+        nl = find(b"\n", pos)
         if nl < 0:
             tail = data[pos:]
             if tail.strip():
@@ -276,15 +280,23 @@ def _split(data: bytes, start: int, lineno: int, report: FileReport) -> tuple[li
                 )
             break
         lineno += 1
-        raw = data[pos:nl]
+        if nl > pos and not data[pos:nl].isspace():
+            spans.append((lineno, pos, nl))
         pos = nl + 1
-        if not raw.strip():
-            continue
-        try:
-            lines.append(Line(lineno, loads(raw)))
-        except orjson.JSONDecodeError as exc:
-            lines.append(Line(lineno, None, str(exc), raw))
-    return lines, pos, lineno
+    return spans, pos, lineno
+
+
+def _parse(data: bytes, no: int, a: int, b: int) -> Line:
+    raw = data[a:b]
+    try:
+        return Line(no, orjson.loads(raw))
+    except orjson.JSONDecodeError as exc:
+        return Line(no, None, str(exc), raw)
+
+
+def _split(data: bytes, start: int, lineno: int, report: FileReport) -> list[Line]:
+    """The complete lines of ``data`` from byte ``start``, parsed."""
+    return [_parse(data, *span) for span in _spans(data, start, lineno, report)[0]]
 
 
 def _head(data: bytes, base: int) -> bytes:
@@ -343,7 +355,7 @@ def _import(
         if head.startswith(BOM):
             base = len(BOM)
             report.problem(1, "bom", "the file starts with a UTF-8 byte-order mark (skipped)")
-        identity = fmt.identify(source, _split(_head(head, base), base, 0, report)[0])
+        identity = fmt.identify(source, _split(_head(head, base), base, 0, report))
         emit, state, progress = open_emitter(store, ledger, report, identity, source, fmt.name)
         report.thread = emit.thread_id
         # ``data`` is the file from byte ``at``: all of it, or for a file that only grew,
@@ -372,12 +384,13 @@ def _import(
         if not data and at == 0:
             f.seek(0)
             data = f.read()
-    lines, end, last_no = _split(data, start, lineno, report)
+    spans, end, last_no = _spans(data, start, lineno, report)
     report.bytes = end - start
     report.lines = last_no - lineno
     ctx = FileContext(store, ledger, identity, report, emit, source, fmt.name)
     parser = fmt.parser(ctx, saved)
-    for line in lines:
+    for span in spans:
+        line = _parse(data, *span)
         emit.line = line.no
         for child in ctx.children.values():
             child.line = line.no
