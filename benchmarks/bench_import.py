@@ -6,7 +6,9 @@ a compaction in every file), then measures
 
 * the first import of the whole directory (MB/s of source read, files/s, records/s);
 * the re-run, which must be a no-op (nothing appended) taking under 10% of the first;
-* a grown file: each of 20 files gets 10 more lines, then the directory is imported again.
+* a grown file: each of 20 files gets 10 more lines, then the directory is imported again;
+* the importer alone: the same first import into a stand-in store that accepts every append
+  without checking or writing it (what reading, parsing and mapping cost, without the store).
 
 The store and the sources live in a temporary directory (``--dir`` to choose where). The
 figures go to stdout; ``--json`` prints them as one object.
@@ -26,11 +28,13 @@ import shutil
 import tempfile
 import time
 import uuid
+from typing import Any
 
 import orjson
 
 from threadlog import open_store
 from threadlog.importers import import_paths, source_format
+from threadlog.model.envelope import Record
 
 WORDS = (
     "the file function test module error value return import class self data path line "
@@ -183,6 +187,41 @@ def generate(root: str, files: int, size: int, seed: int = 7) -> tuple[int, int]
     return total_bytes, total_lines
 
 
+class NullStore:
+    """Takes appends without checking or keeping them: the importer's own cost."""
+
+    def __init__(self) -> None:
+        self.threads: dict[str, list[Record]] = {}
+        self.appends = 0
+
+    def exists(self, thread: str) -> bool:
+        return thread in self.threads
+
+    def thread_ids(self) -> list[str]:
+        return list(self.threads)
+
+    def create_thread(self, principal: str = "local", **config: Any) -> str:
+        thread = f"{len(self.threads):08x}-0000-7000-8000-000000000000"
+        first = Record(1, thread, thread, 1, None, "", "thread.created", {}, "", "")
+        self.threads[thread] = [first]
+        return thread
+
+    def read(self, thread: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
+        return self.threads[thread][:limit]
+
+    def append(self, thread: str, type: str, data: Any = None, **options: Any) -> None:
+        self.appends += 1
+
+    def flush(self) -> None:
+        pass
+
+
+def run_null(sources: str) -> float:
+    start = time.perf_counter()
+    import_paths(NullStore(), source_format("claude-code"), [sources])  # type: ignore[arg-type]
+    return time.perf_counter() - start
+
+
 def run(store_dir: str, sources: str) -> tuple[float, int]:
     start = time.perf_counter()
     with open_store(store_dir) as store:
@@ -206,6 +245,7 @@ def main() -> None:
     try:
         sources, store = os.path.join(work, "sources"), os.path.join(work, "store")
         total, lines = generate(sources, files, args.size * 1024)
+        alone = run_null(sources)
         first, records = run(store, sources)
         again, again_records = run(store, sources)
         rng = random.Random(11)
@@ -246,6 +286,8 @@ def main() -> None:
             "rerun_ratio": round(again / first, 4),
             "grown_s": round(grown, 3),
             "grown_records": grown_records,
+            "importer_alone_s": round(alone, 3),
+            "importer_alone_mb_per_s": round(total / alone / 1e6, 1),
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -260,6 +302,10 @@ def main() -> None:
         f"re-run: {again:.3f} s ({figures['rerun_ratio']:.1%} of the first), {again_records} records"
     )
     print(f"20 files grown by 10 lines: {grown:.3f} s, {grown_records} records")
+    print(
+        f"the importer alone (a store that takes appends unchecked): {alone:.2f} s, "
+        f"{figures['importer_alone_mb_per_s']} MB/s"
+    )
 
 
 if __name__ == "__main__":
