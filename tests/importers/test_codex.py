@@ -105,3 +105,17 @@ def test_a_sub_agent_names_its_parent(imported: Any) -> None:
         ("user", "Review the patch"),
         ("assistant", "Looks good.", []),
     ]
+
+
+def test_a_rollout_by_another_name_is_found_and_other_files_are_not(tmp_path: Any) -> None:
+    day = tmp_path / "sessions" / "2026" / "01" / "02"
+    day.mkdir(parents=True)
+    (day / "0199a213-0000-7000-8000-000000000001.jsonl").write_text(
+        '{"timestamp":"2026-01-02T00:00:00Z","type":"session_meta","payload":{"id":"named-1"}}\n'
+    )
+    (tmp_path / "history.jsonl").write_text('{"session_id":"x","ts":1,"text":"hi"}\n')
+    with open_store("memory://") as store:
+        report = import_paths(store, source_format("codex"), [str(tmp_path)])
+    assert [f.path.rsplit("/", 1)[-1] for f in report.files] == [
+        "0199a213-0000-7000-8000-000000000001.jsonl"
+    ]

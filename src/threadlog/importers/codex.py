@@ -111,7 +111,15 @@ class Codex:
 
     def matches(self, path: str) -> bool:
         name = os.path.basename(path)
-        return name.startswith("rollout-") and name.endswith(".jsonl")
+        if not name.endswith(".jsonl"):
+            return False
+        if name.startswith("rollout-"):
+            return True
+        try:  # other names (``<id>.jsonl``): a rollout starts with its session meta
+            with open(path, "rb") as f:
+                return b'"session_meta"' in f.read(512)
+        except OSError:
+            return False
 
     def identify(self, path: str, lines: list[Line]) -> Identity:
         meta: dict[str, Any] = {}
