@@ -161,3 +161,9 @@ def test_a_claude_code_fork_names_its_source(home: str, tmp_path: Path) -> None:
     with open_store(home) as store:
         lineage = store.read(fork.thread, limit=1)[0].data["lineage"]
     assert lineage["kind"] == "fork" and lineage["thread"] == main.files[0].thread
+
+
+def test_the_ledger_is_private(home: str, sources: Path) -> None:
+    _run(home, "pi", sources / "pi")
+    for name in ("ledger.json", "lock"):
+        assert os.stat(os.path.join(home, "imports", name)).st_mode & 0o077 == 0

@@ -153,8 +153,15 @@ class Ledger:
         directory = os.path.dirname(self.path)
         os.makedirs(directory, exist_ok=True)
         tmp = f"{self.path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
+        # private like every file of a home (0600), written whole, then renamed into place
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
