@@ -251,3 +251,80 @@ def test_a_large_tool_output_goes_to_the_artifact_store(store: Any, tmp_path: Pa
     assert is_artifact_ref(finished.data["result"])
     assert openai_messages(load_records(store, f.thread))[-1]["content"] == big
     assert store.verify(f.thread).ok
+
+
+def test_text_beside_tool_results_joins_the_running_turn(tmp_path: Path) -> None:
+    lines = [
+        {
+            "type": "user",
+            "uuid": "m1",
+            "parentUuid": None,
+            "sessionId": "mixed",
+            "message": {"role": "user", "content": "run it"},
+        },
+        {
+            "type": "assistant",
+            "uuid": "m2",
+            "parentUuid": "m1",
+            "message": {
+                "id": "a",
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "make"}},
+                    {
+                        "type": "tool_use",
+                        "id": "t2",
+                        "name": "Bash",
+                        "input": {"command": "make test"},
+                    },
+                ],
+            },
+        },
+        {
+            "type": "user",
+            "uuid": "m3",
+            "parentUuid": "m2",
+            "message": {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "built"},
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t2",
+                        "content": [
+                            {"type": "text", "text": "1 failed"},
+                            {"type": "image", "source": {}},
+                        ],
+                        "is_error": True,
+                    },
+                    {"type": "text", "text": "[Request interrupted by user]"},
+                ],
+            },
+        },
+        {
+            "type": "assistant",
+            "uuid": "m4",
+            "parentUuid": "m3",
+            "message": {
+                "id": "b",
+                "role": "assistant",
+                "content": [{"type": "text", "text": "Stopped."}],
+            },
+        },
+    ]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with open_store("memory://") as store:
+        [f] = import_paths(store, source_format("claude-code"), [str(path)]).files
+        records = store.read(f.thread)
+        state = replay(records)
+    assert f.problems == []
+    assert conversation(records) == [
+        ("user", "run it"),
+        ("assistant", None, ["Bash", "Bash"]),
+        ("tool", "t1", "built"),
+        ("tool", "t2", "error: 1 failed\n[image]"),
+        ("user", "[Request interrupted by user]"),
+        ("assistant", "Stopped.", []),
+    ]
+    assert len(state.turns) == 1 and len(state.inputs) == 1

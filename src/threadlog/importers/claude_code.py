@@ -148,7 +148,9 @@ class _Parser:
         kind = obj.get("type")
         uuid = obj.get("uuid")
         if kind not in CHAIN or not isinstance(uuid, str):
-            if kind not in KNOWN_NOTES:
+            if kind in CHAIN:
+                self.ctx.report.problem(line.no, "malformed", f"a {kind} line without a uuid")
+            elif kind not in KNOWN_NOTES:
                 self.ctx.report.problem(
                     line.no, "unknown_type", f"record type {kind!r} kept as a note"
                 )
@@ -229,8 +231,8 @@ class _Parser:
             for b in results
         ]
         if text:
-            emit.tool_results(f"{uuid}~results", up, triples, ts)
-            emit.steer(uuid, emit.last_anchor or up, text, ts)
+            written = emit.tool_results(f"{uuid}~results", up, triples, ts)
+            emit.steer(uuid, emit.anchor(f"{uuid}~results") if written else up, text, ts)
         elif not emit.tool_results(uuid, up, triples, ts):
             emit.note(uuid, up, "user:unwritten-results", content, ts)
 
