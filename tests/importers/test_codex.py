@@ -119,3 +119,61 @@ def test_a_rollout_by_another_name_is_found_and_other_files_are_not(tmp_path: An
     assert [f.path.rsplit("/", 1)[-1] for f in report.files] == [
         "0199a213-0000-7000-8000-000000000001.jsonl"
     ]
+
+
+def test_local_shell_calls_and_an_aborted_turn(tmp_path: Any) -> None:
+    def line(kind: str, payload: dict[str, Any]) -> str:
+        import json
+
+        return (
+            json.dumps({"timestamp": "2026-01-01T00:00:00Z", "type": kind, "payload": payload})
+            + "\n"
+        )
+
+    path = tmp_path / "rollout-2026-01-01T00-00-00-shell.jsonl"
+    path.write_text(
+        line("session_meta", {"id": "shell-1", "cwd": "/home/user/project"})
+        + line("event_msg", {"type": "task_started"})
+        + line(
+            "response_item",
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "list"}],
+            },
+        )
+        + line(
+            "response_item",
+            {
+                "type": "local_shell_call",
+                "call_id": "ls1",
+                "status": "completed",
+                "action": {"type": "exec", "command": ["ls"]},
+            },
+        )
+        + line(
+            "response_item",
+            {
+                "type": "function_call_output",
+                "call_id": "ls1",
+                "output": {"content": "a b", "success": False},
+            },
+        )
+        + line("event_msg", {"type": "turn_aborted", "reason": "interrupted"})
+        + line(
+            "response_item", {"type": "function_call_output", "call_id": "nope", "output": "late"}
+        )
+    )
+    with open_store("memory://") as store:
+        [f] = import_paths(store, source_format("codex"), [str(path)]).files
+        records = store.read(f.thread)
+        state = replay(records)
+    assert conversation(records) == [
+        ("user", "list"),
+        ("assistant", None, ["local_shell"]),
+        ("tool", "ls1", "error: a b"),
+    ]
+    [turn] = state.turns.values()
+    assert (turn.status, turn.reason) == ("aborted", "interrupted")
+    assert state.tool_calls["ls1"].args == {"type": "exec", "command": ["ls"]}
+    assert [p.kind for p in f.problems] == ["orphan_result"]

@@ -112,3 +112,51 @@ def test_version_4_reads_like_3(imported: Any) -> None:
     store, f = _file(imported, "e5f7a9b1")
     assert f.problems == []
     assert conversation(store.read(f.thread)) == [("user", "v4 hello"), ("assistant", "v4 hi", [])]
+
+
+def test_an_extension_message_is_user_text(tmp_path: Any) -> None:
+    import json
+
+    entries = [
+        {
+            "type": "session",
+            "version": 3,
+            "id": "ext",
+            "timestamp": "2026-01-01T00:00:00Z",
+            "cwd": "/home/user/project",
+        },
+        {
+            "type": "message",
+            "id": "a",
+            "parentId": None,
+            "timestamp": "t",
+            "message": {"role": "user", "content": "hi"},
+        },
+        {
+            "type": "custom_message",
+            "id": "b",
+            "parentId": "a",
+            "timestamp": "t",
+            "customType": "note",
+            "content": [{"type": "text", "text": "extension says"}],
+            "display": True,
+        },
+        {
+            "type": "branch_summary",
+            "id": "c",
+            "parentId": "b",
+            "timestamp": "t",
+            "fromId": "gone",
+            "summary": "s",
+        },
+    ]
+    path = tmp_path / "ext.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    with open_store("memory://") as store:
+        [f] = import_paths(store, source_format("pi"), [str(path)]).files
+        records = store.read(f.thread)
+    assert conversation(records) == [
+        ("user", "hi"),
+        ("user", "extension says"),
+        ("system", "An abandoned branch of this conversation, summarized:\ns"),
+    ]
