@@ -105,6 +105,8 @@ class Pi:
         extra: dict[str, Any] = {}
         if isinstance(header.get("parentSession"), str):
             extra["parent_session"] = header["parentSession"]
+        if isinstance(header.get("timestamp"), str):
+            extra["started_at"] = header["timestamp"]
         return Identity(
             key=f"pi:{session}",
             session=session,
