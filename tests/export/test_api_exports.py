@@ -386,3 +386,26 @@ def test_the_messages_stub_refuses_bad_requests(messages: list[Any], error: str)
     errors = validate_messages(body)
     assert any(error in e for e in errors), errors
     assert _post("/v1/messages", body).status_code == 400
+
+
+def test_tool_names_are_made_acceptable(tmp_path: Any) -> None:
+    """An old Codex tool name (``container.exec``) has a character the APIs refuse."""
+    line = (
+        '{"timestamp":"t","type":"response_item","payload":{"type":"function_call",'
+        '"name":"container.exec","arguments":"{\\"command\\":[\\"ls\\"]}","call_id":"c1"}}\n'
+    )
+    path = tmp_path / "rollout-2025-01-01T00-00-00-old.jsonl"
+    path.write_text(
+        '{"timestamp":"t","type":"session_meta","payload":{"id":"old"}}\n'
+        '{"timestamp":"t","type":"response_item","payload":{"type":"message","role":"user",'
+        '"content":[{"type":"input_text","text":"ls"}]}}\n' + line
+    )
+    with open_store("memory://") as store:
+        [f] = import_paths(store, source_format("codex"), [str(path)]).files
+        records = store.read(f.thread)
+    messages = openai_messages(records)
+    assert messages[1]["tool_calls"][0]["function"]["name"] == "container_exec"
+    assert validate_chat_completions({"model": "m", "messages": messages}) == []
+    body = {"model": "m", "max_tokens": 5, **anthropic_request(records)}
+    assert validate_messages(body) == []
+    assert responses_input(records)[1]["name"] == "container_exec"

@@ -3,22 +3,34 @@
 `active_conversation` is the model's context (`threadlog.model.context.Context`: the path
 from the active leaf to the root, compactions applied, every tool call answered) and the
 thread's instructions, tidied the way every provider wants it: consecutive assistant messages
-(one response imported block by block) joined into one, and empty user messages (a turn that
-started without input, e.g. an import that began mid-turn) left out.
+(one response imported block by block) joined into one, empty user messages (a turn that
+started without input, e.g. an import that began mid-turn) left out, and the calls the branch
+ends on answered with the placeholder of a call that never ran (a request may not leave a call
+unanswered).
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
-from threadlog.model.context import Context
+from threadlog.model.context import NO_RESULT, Context
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from threadlog.model.envelope import Record
 
-__all__ = ["active_conversation", "instructions_of"]
+__all__ = ["active_conversation", "api_name", "instructions_of"]
+
+_INVALID = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def api_name(name: Any) -> str:
+    """A tool name as the providers accept it (``^[a-zA-Z0-9_-]{1,64}$``): other characters
+    become ``_`` (an old Codex ``container.exec`` is sent as ``container_exec``)."""
+    text = _INVALID.sub("_", str(name or ""))[:64]
+    return text or "tool"
 
 
 def instructions_of(records: Sequence[Record]) -> str | None:
@@ -55,4 +67,23 @@ def active_conversation(records: Sequence[Record]) -> tuple[str | None, list[dic
                 last["thinking"] = thinking
             continue
         out.append(dict(message))
+    # calls the branch ends on were never answered (still running, or cut off): a request
+    # must answer every call, so each gets the placeholder an unanswered call gets mid-branch
+    answered: set[Any] = set()
+    for message in reversed(out):
+        if message["role"] == "tool":
+            answered.add(message.get("tool_call_id"))
+            continue
+        if message["role"] == "assistant":
+            out.extend(
+                {
+                    "role": "tool",
+                    "tool_call_id": call.get("id"),
+                    "name": call.get("name", ""),
+                    "content": NO_RESULT,
+                }
+                for call in message.get("tool_calls") or []
+                if call.get("id") not in answered
+            )
+        break
     return instructions_of(records), out

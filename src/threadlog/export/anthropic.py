@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from threadlog.export._active import active_conversation
+from threadlog.export._active import active_conversation, api_name
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -67,7 +67,7 @@ def anthropic_request(records: Sequence[Record]) -> dict[str, Any]:
                 {
                     "type": "tool_use",
                     "id": call["id"],
-                    "name": call["name"],
+                    "name": api_name(call["name"]),
                     "input": call.get("arguments") or {},
                 }
                 for call in message.get("tool_calls") or []

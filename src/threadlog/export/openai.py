@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from threadlog.export._active import active_conversation
+from threadlog.export._active import active_conversation, api_name
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -41,7 +41,7 @@ def openai_messages(records: Sequence[Record]) -> list[dict[str, Any]]:
                         "id": call["id"],
                         "type": "function",
                         "function": {
-                            "name": call["name"],
+                            "name": api_name(call["name"]),
                             "arguments": orjson.dumps(call.get("arguments") or {}).decode(),
                         },
                     }

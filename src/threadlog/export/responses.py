@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from threadlog.export._active import active_conversation
+from threadlog.export._active import active_conversation, api_name
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -43,7 +43,7 @@ def responses_input(records: Sequence[Record]) -> list[dict[str, Any]]:
                     {
                         "type": "function_call",
                         "call_id": call["id"],
-                        "name": call["name"],
+                        "name": api_name(call["name"]),
                         "arguments": orjson.dumps(call.get("arguments") or {}).decode(),
                     }
                 )
