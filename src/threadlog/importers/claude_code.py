@@ -90,7 +90,9 @@ class ClaudeCode:
                 title=title,
                 lineage={"key": parent_key, "kind": "subagent", "agent": stem[len("agent-") :]},
             )
-        session = next((o["sessionId"] for o in objs if isinstance(o.get("sessionId"), str)), stem)
+        # Claude Code names a session's file by its id; the lines of a continued session may
+        # still carry the id of the one they were copied from, so the name decides
+        session = stem
         lineage = None
         forked = next(
             (o["forkedFrom"] for o in objs if isinstance(o.get("forkedFrom"), dict)), None
