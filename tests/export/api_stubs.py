@@ -10,7 +10,7 @@ closed set, and tool calls must be answered exactly once, in the right place:
   "function": {"name", "arguments"}}`` with the arguments a JSON string of an object; after
   such a message come exactly one ``tool`` message per call (``tool_call_id`` naming it) before
   anything else; no tool message answers anything else.
-* Messages: ``model``, ``max_tokens``, a string ``system``, a non-empty ``messages`` starting
+* Messages: ``model``, ``max_tokens``, a non-empty ``system`` if any, a non-empty ``messages`` starting
   with user and alternating user / assistant; content a string or a non-empty list of blocks
   (user: text, image, tool_result; assistant: text, thinking with its signature,
   redacted_thinking, tool_use); no empty text; every ``tool_use`` is answered by a
@@ -188,8 +188,8 @@ def validate_messages(body: Any) -> list[str]:
         errors.append("model must be a non-empty string")
     if type(body.get("max_tokens")) is not int or body["max_tokens"] < 1:
         errors.append("max_tokens must be a positive integer")
-    if "system" in body and not isinstance(body["system"], str):
-        errors.append("system must be a string")
+    if "system" in body and (not isinstance(body["system"], str) or not body["system"]):
+        errors.append("system must be a non-empty string")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return [*errors, "messages must be a non-empty list"]

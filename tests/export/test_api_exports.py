@@ -170,7 +170,6 @@ def test_the_exports_are_the_source_conversation(threads: Any) -> None:
     ]
     body = anthropic_request(records)
     assert body == {
-        "system": "",
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "List the files"}]},
             {

@@ -2,12 +2,13 @@
 
 The output is ``{"system": str, "messages": [...]}``, the two fields a ``POST /v1/messages``
 request needs beside ``model`` and ``max_tokens``: the instructions and compaction summaries
-joined into ``system``; user and assistant messages strictly alternating (consecutive ones of
-a role merged), each a list of content blocks: ``text``, ``thinking`` / ``redacted_thinking``
-(only those carrying the provider's signature, which the API requires back verbatim),
-``tool_use`` (``id``, ``name``, ``input`` object) and, in the user message that follows,
-``tool_result`` (``tool_use_id``, ``content``, ``is_error``). The conversation starts with a
-user message: one whose first kept message is the model's gets a short placeholder first.
+joined into ``system`` (left out when there are none); user and assistant messages strictly
+alternating (consecutive ones of a role merged), each a list of content blocks: ``text``,
+``thinking`` / ``redacted_thinking`` (only those carrying the provider's signature, which the
+API requires back verbatim), ``tool_use`` (``id``, ``name``, ``input`` object) and, in the user
+message that follows, ``tool_result`` (``tool_use_id``, ``content``, ``is_error``). The
+conversation starts with a user message: one whose first kept message is the model's gets a
+short placeholder first.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _signed(block: Any) -> bool:
 
 
 def anthropic_request(records: Sequence[Record]) -> dict[str, Any]:
-    """``{"system", "messages"}`` of the thread's active branch."""
+    """``{"system", "messages"}`` of the thread's active branch (no ``system`` without one)."""
     instructions, conversation = active_conversation(records)
     failed = {
         r.data.get("call_id")
@@ -91,7 +92,10 @@ def anthropic_request(records: Sequence[Record]) -> dict[str, Any]:
             out.append({"role": role, "content": blocks})
     if out and out[0]["role"] != "user":
         out.insert(0, {"role": "user", "content": [{"type": "text", "text": CONTINUED}]})
-    return {"system": "\n\n".join(system), "messages": out}
+    body: dict[str, Any] = {"messages": out}
+    if system:  # no empty system prompt: the API wants none rather than ""
+        body = {"system": "\n\n".join(system), **body}
+    return body
 
 
 def to_anthropic(records: Sequence[Record]) -> str:
