@@ -25,7 +25,8 @@ One file's import:
 4. **Read lines.** A UTF-8 byte-order mark is skipped and reported; each complete line is
    parsed (orjson) and fed to the format's parser; a line that is not JSON is reported and
    kept as a ``custom.import.record`` (nothing is silently dropped); a last line without its
-   newline (a writer caught mid-line) is left for the next import and reported.
+   newline (a writer caught mid-line) is left for the next import and reported (the reading
+   itself, lines found without parsing them and parsed as they are fed, is `_lines`).
 5. **Finish.** The parser names the active leaf (the source's chosen conversation), moved to
    with ``leaf.moved`` if needed, and a progress record ends the batch. Records are appended
    buffered (``durable=False``); `import_paths` flushes the store once every 100 files (one
@@ -35,23 +36,30 @@ One file's import:
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-import orjson
-
 from threadlog.errors import ThreadlogError
 from threadlog.importers._emit import Emitter
 from threadlog.importers._ledger import Ledger
+from threadlog.importers._lines import (
+    BOM,
+    HEAD,
+    Line,
+    digest,
+    head_lines,
+    parse,
+    read_head,
+    spans,
+    split,
+)
 from threadlog.importers._report import FileReport, ImportReport
 from threadlog.model.ids import derived_id
 from threadlog.model.legality import replay_log
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
-    from typing import BinaryIO
 
     from threadlog.model.state import ThreadState
     from threadlog.store.protocol import Store
@@ -68,26 +76,9 @@ __all__ = [
 ]
 
 PROGRESS = "custom.import.progress"
-HEAD = 4096
-"""Bytes of a file's head, and before its read offset, whose checksums say it only grew."""
-HEAD_READ = 65536
-"""Bytes read first: the file's identity is in its first lines."""
-BOM = b"\xef\xbb\xbf"
 FLUSH_FILES = 100
 FLUSH_BYTES = 64 << 20
 """Flush (one fsync for all their records) and save the ledger after this many files or bytes."""
-
-
-@dataclass(slots=True)
-class Line:
-    """One complete line of a source file."""
-
-    no: int
-    """1-based line number."""
-    obj: Any
-    """The parsed JSON value (None when ``error`` is set)."""
-    error: str | None = None
-    raw: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,27 +193,7 @@ def open_emitter(
     that existed, its state and its last progress record for ``source``."""
     thread = ledger.thread_for(store, identity.key)
     if thread is None:
-        config: dict[str, Any] = {
-            "import": {
-                "key": identity.key,
-                "format": fmt,
-                "version": identity.version,
-                "session": identity.session,
-                "source": source,
-            }
-        }
-        config["import"].update(identity.extra)
-        if identity.cwd:
-            config["cwd"] = identity.cwd
-        if identity.model:
-            config["model"] = identity.model
-        if lineage is None and identity.lineage is not None:
-            lineage = {k: v for k, v in identity.lineage.items() if k != "key"}
-            parent = ledger.thread_for(store, str(identity.lineage.get("key")))
-            lineage["thread"] = parent
-            lineage["source_key"] = identity.lineage.get("key")
-        thread = store.create_thread("local", title=identity.title, lineage=lineage, **config)
-        ledger.created(identity.key, thread)
+        thread = new_thread(store, ledger, identity, source, fmt, lineage=lineage)
         first = store.read(thread, limit=1)[0]
         emitter = Emitter(store, thread, identity.key, first.id, report)
         emitter.known, emitter.parents, emitter.leaf = {first.id}, {first.id: None}, first.id
@@ -241,6 +212,40 @@ def open_emitter(
     return emitter, state, progress
 
 
+def new_thread(
+    store: Store,
+    ledger: Ledger,
+    identity: Identity,
+    source: str,
+    fmt: str,
+    *,
+    lineage: dict[str, Any] | None = None,
+) -> str:
+    """Create the thread of ``identity``: ``config.import`` names the source; a fork's or a
+    sub-agent's lineage names its parent's thread if the store holds it."""
+    config: dict[str, Any] = {
+        "import": {
+            "key": identity.key,
+            "format": fmt,
+            "version": identity.version,
+            "session": identity.session,
+            "source": source,
+            **identity.extra,
+        }
+    }
+    if identity.cwd:
+        config["cwd"] = identity.cwd
+    if identity.model:
+        config["model"] = identity.model
+    if lineage is None and identity.lineage is not None:
+        lineage = {k: v for k, v in identity.lineage.items() if k != "key"}
+        lineage["thread"] = ledger.thread_for(store, str(identity.lineage.get("key")))
+        lineage["source_key"] = identity.lineage.get("key")
+    thread = store.create_thread("local", title=identity.title, lineage=lineage, **config)
+    ledger.created(identity.key, thread)
+    return thread
+
+
 def walk(paths: Iterable[str], fmt: SourceFormat) -> Iterator[str]:
     """The files to import: each path that is a file, and the format's files under each
     directory (sorted, symlinked directories not followed)."""
@@ -257,60 +262,6 @@ def walk(paths: Iterable[str], fmt: SourceFormat) -> Iterator[str]:
             yield path
 
 
-def _spans(
-    data: bytes, start: int, lineno: int, report: FileReport
-) -> tuple[list[tuple[int, int, int]], int, int]:
-    """The complete, non-blank lines of ``data`` from byte ``start`` as ``(number, start,
-    end)``, then the offset after the last complete line and its number. A last line without
-    a newline is not returned (it is reported). Lines are parsed one by one as they are fed
-    (`_parse`), so a large file never holds all its parsed lines at once."""
-    spans: list[tuple[int, int, int]] = []
-    pos = start
-    size = len(data)
-    find = data.find
-    while pos < size:
-        nl = find(b"\n", pos)
-        if nl < 0:
-            tail = data[pos:]
-            if tail.strip():
-                report.problem(
-                    lineno + 1,
-                    "torn_tail",
-                    f"the last line has no newline ({len(tail)} bytes): left for the next import",
-                )
-            break
-        lineno += 1
-        if nl > pos and not data[pos:nl].isspace():
-            spans.append((lineno, pos, nl))
-        pos = nl + 1
-    return spans, pos, lineno
-
-
-def _parse(data: bytes, no: int, a: int, b: int) -> Line:
-    raw = data[a:b]
-    try:
-        return Line(no, orjson.loads(raw))
-    except orjson.JSONDecodeError as exc:
-        return Line(no, None, str(exc), raw)
-
-
-def _split(data: bytes, start: int, lineno: int, report: FileReport) -> list[Line]:
-    """The complete lines of ``data`` from byte ``start``, parsed."""
-    return [_parse(data, *span) for span in _spans(data, start, lineno, report)[0]]
-
-
-def _head(data: bytes, base: int) -> bytes:
-    """The complete lines among the first 64 KiB of a file (at least its first line)."""
-    cut = data.rfind(b"\n", base, base + 65536)
-    if cut < 0:
-        cut = data.find(b"\n", base)
-    return data[: cut + 1] if cut >= 0 else b""
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:32]
-
-
 def import_file(store: Store, fmt: SourceFormat, path: str, ledger: Ledger) -> FileReport:
     """Import one file (see the module docstring); problems are in the report, never raised."""
     source = os.path.abspath(path)
@@ -321,17 +272,6 @@ def import_file(store: Store, fmt: SourceFormat, path: str, ledger: Ledger) -> F
         report.status = "failed"
         report.problem(0, "error", f"{type(exc).__name__}: {exc}")
     return report
-
-
-def _read_head(f: BinaryIO) -> bytes:
-    """The file's first `HEAD_READ` bytes, and more up to its first newline."""
-    head = f.read(HEAD_READ)
-    while b"\n" not in head:
-        more = f.read(HEAD_READ)
-        if not more:
-            break
-        head += more
-    return head
 
 
 def _import(
@@ -350,12 +290,12 @@ def _import(
         report.children = list(entry.get("children") or [])
         return
     with open(source, "rb") as f:
-        head = _read_head(f)
+        head = read_head(f)
         base = 0
         if head.startswith(BOM):
             base = len(BOM)
             report.problem(1, "bom", "the file starts with a UTF-8 byte-order mark (skipped)")
-        identity = fmt.identify(source, _split(_head(head, base), base, 0, report))
+        identity = fmt.identify(source, split(head_lines(head, base), base, 0, report))
         emit, state, progress = open_emitter(store, ledger, report, identity, source, fmt.name)
         report.thread = emit.thread_id
         # ``data`` is the file from byte ``at``: all of it, or for a file that only grew,
@@ -369,12 +309,12 @@ def _import(
                 and not progress.get("restart")
                 and isinstance(offset, int)
                 and base <= offset <= st.st_size
-                and _digest(head[: min(offset, HEAD)]) == progress.get("head")
+                and digest(head[: min(offset, HEAD)]) == progress.get("head")
             ):
                 at = max(0, offset - HEAD)
                 f.seek(at)
                 data = f.read()
-                if _digest(data[: offset - at]) == progress.get("tail"):
+                if digest(data[: offset - at]) == progress.get("tail"):
                     start, lineno = offset - at, int(progress.get("lines", 0))
                     saved = progress.get("parser") or {}
                     emit.resume_from(state)
@@ -384,13 +324,13 @@ def _import(
         if not data and at == 0:
             f.seek(0)
             data = f.read()
-    spans, end, last_no = _spans(data, start, lineno, report)
+    todo, end, last_no = spans(data, start, lineno, report)
     report.bytes = end - start
     report.lines = last_no - lineno
     ctx = FileContext(store, ledger, identity, report, emit, source, fmt.name)
     parser = fmt.parser(ctx, saved)
-    for span in spans:
-        line = _parse(data, *span)
+    for span in todo:
+        line = parse(data, *span)
         emit.line = line.no
         for child in ctx.children.values():
             child.line = line.no
@@ -420,8 +360,8 @@ def _import(
             "lines": last_no,
             "size": st.st_size,
             "mtime_ns": st.st_mtime_ns,
-            "head": _digest(first[: min(offset_end, HEAD)]),
-            "tail": _digest(data[max(0, end - HEAD) : end]),
+            "head": digest(first[: min(offset_end, HEAD)]),
+            "tail": digest(data[max(0, end - HEAD) : end]),
             "last_anchor": emit.last_anchor,
             "parser": parser.saved(),
             "restart": parser.restart,
@@ -465,8 +405,9 @@ def import_paths(
     ledger = Ledger.open(store)
     report = ImportReport()
     pending_files = pending_bytes = 0
+    files = list(walk(paths, fmt))
     try:
-        for path in walk(paths, fmt):
+        for path in files:
             done = import_file(store, fmt, path, ledger)
             report.files.append(done)
             pending_files += 1
