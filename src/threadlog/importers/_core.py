@@ -343,7 +343,12 @@ def _import(
                 line.raw.decode("utf-8", "replace"),
             )
             continue
-        parser.feed(line)
+        try:
+            parser.feed(line)
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+            # a line of a shape no format module foresaw: reported and kept, never fatal
+            report.problem(line.no, "unreadable", f"{type(exc).__name__}: {exc}")
+            emit.note(f"L{line.no}", emit.parent_of(None, previous=True), "unreadable", line.obj)
     offset_end = at + end
     leaf = parser.finish()
     if leaf is not None:

@@ -35,7 +35,7 @@ from typing import Any
 
 from threadlog.importers._core import FileContext, Identity, Line
 from threadlog.importers._emit import Call, Emitter
-from threadlog.importers._values import as_dict, as_int
+from threadlog.importers._values import as_dict, as_int, as_str
 
 __all__ = ["ClaudeCode"]
 
@@ -147,7 +147,7 @@ class _Parser:
             self.ctx.report.problem(line.no, "malformed", "a line that is not a JSON object")
             emit.note(f"L{line.no}", emit.parent_of(None, previous=True), "malformed", obj)
             return
-        kind = obj.get("type")
+        kind = as_str(obj.get("type"))
         uuid = obj.get("uuid")
         if kind not in CHAIN or not isinstance(uuid, str):
             if kind in CHAIN:

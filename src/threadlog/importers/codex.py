@@ -208,7 +208,7 @@ class _Parser:
         ordinal = obj.get("ordinal")
         key = f"o{ordinal}" if isinstance(ordinal, int) else f"L{line.no}"
         ts = obj.get("timestamp") if isinstance(obj.get("timestamp"), str) else None
-        kind = obj.get("type")
+        kind = as_str(obj.get("type"))
         payload = obj.get("payload")
         if "payload" not in obj:  # a legacy line: a bare response item, or the meta line
             if line.no == 1 or "record_type" in obj or kind is None:
@@ -250,8 +250,8 @@ class _Parser:
 
     def _item(self, key: str, item: dict[str, Any], ts: str | None, line: Line) -> None:
         emit = self.ctx.emit
-        kind = item.get("type")
-        role = item.get("role")
+        kind = as_str(item.get("type"))
+        role = as_str(item.get("role"))
         if kind == "message" and role == "assistant":
             self._open(key, ts).texts.append(_texts(item.get("content")))
         elif kind == "reasoning":
@@ -295,7 +295,7 @@ class _Parser:
 
     def _event(self, key: str, event: dict[str, Any], ts: str | None) -> None:
         emit = self.ctx.emit
-        kind = event.get("type")
+        kind = as_str(event.get("type"))
         if kind in DUPLICATE_EVENTS:
             return  # the same text as the response items, which are imported
         if kind == "token_count":

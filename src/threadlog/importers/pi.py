@@ -38,7 +38,7 @@ from typing import Any
 
 from threadlog.importers._core import FileContext, Identity, Line
 from threadlog.importers._emit import Call, Emitter
-from threadlog.importers._values import as_dict
+from threadlog.importers._values import as_dict, as_str
 
 __all__ = ["Pi"]
 
@@ -140,7 +140,7 @@ class _Parser:
             report.problem(line.no, "malformed", "a line that is not a JSON object")
             emit.note(f"L{line.no}", emit.parent_of(None, previous=True), "malformed", obj)
             return
-        kind = obj.get("type")
+        kind = as_str(obj.get("type"))
         if kind == "session":
             if self.version is not None:
                 report.problem(line.no, "unknown_type", "a second session header, kept as a note")
@@ -239,7 +239,7 @@ class _Parser:
             self.ctx.report.problem(line.no, "malformed", "message entry without a message object")
             emit.note(key, up, "message", message, ts)
             return
-        role = message.get("role")
+        role = as_str(message.get("role"))
         if role == "hookMessage":  # v2 → v3
             role = "custom"
         if role == "user":
