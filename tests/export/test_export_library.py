@@ -60,7 +60,16 @@ def thread(home: str) -> str:
 
 
 def test_formats() -> None:
-    assert FORMATS == ("jsonl", "messages", "html", "otlp")
+    assert FORMATS == (
+        "jsonl",
+        "messages",
+        "html",
+        "openai",
+        "anthropic",
+        "responses",
+        "trajectory",
+        "otlp",
+    )
 
 
 def test_load_records_loads_artifacts(home: str, thread: str) -> None:
@@ -122,7 +131,7 @@ def test_html_escapes_everything_from_the_log(home: str, thread: str) -> None:
     assert page.count('<div class="m ') == 4
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "messages", "html"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_the_command_writes_what_the_library_returns(home: str, thread: str, fmt: str) -> None:
     result = CliRunner().invoke(cli, ["export", thread, "--format", fmt, "--home", home])
     assert result.exit_code == 0, result.output

@@ -109,6 +109,7 @@ _LAZY = {
     "diff": "export",
     "export": "export",
     "replay": "trajectory",
+    "import": "importing",
     "memory": "memory",
     "serve": "serve",
     "token": "token",

@@ -123,7 +123,10 @@ def diff(
     show_default=True,
     help="jsonl: every record; messages: every conversation message "
     "in log order (all branches, nothing compacted away); html: a readable page; "
-    "otlp: the thread's spans as OTLP/JSON for an OpenTelemetry collector.",
+    "otlp: the thread's spans as OTLP/JSON for an OpenTelemetry collector; "
+    "openai / anthropic / responses: the active branch as a Chat Completions message list, "
+    "a Messages API body, Responses API input items (post them as they are); "
+    "trajectory: the active branch as steps with tool calls, timings, outcome and usage.",
 )
 @click.option(
     "--output", "-o", type=click.File("w"), default="-", help="Write here instead of stdout."
@@ -138,6 +141,7 @@ def export(home: str | None, as_json: bool, thread: str, fmt: str, output: Any) 
       threadlog export THREAD --format html -o thread.html
       threadlog export THREAD --format otlp | curl -H 'Content-Type: application/json' \\
           --data-binary @- http://localhost:4318/v1/traces
+      threadlog export THREAD --format openai > messages.json
     """
     with open_disk_store(home) as store:
         text = export_thread(store, thread, cast("Format", fmt))

@@ -20,6 +20,17 @@ The formats (`FORMATS`):
     A self-contained page of those messages (`threadlog.export.html`).
 ``otlp``
     The thread's spans as OTLP/JSON, for an OpenTelemetry collector (`threadlog.export.otlp`).
+``openai``
+    The active branch as a Chat Completions ``messages`` list, ready to post
+    (`threadlog.export.openai`).
+``anthropic``
+    The active branch as a Messages API ``{"system", "messages"}`` body
+    (`threadlog.export.anthropic`).
+``responses``
+    The active branch as Responses API ``input`` items (`threadlog.export.responses`).
+``trajectory``
+    The active branch as steps with tool calls, timings, results, outcome and usage, for
+    evaluation (`threadlog.export.trajectory`).
 
 Every format starts from the records with their artifact references loaded
 (`load_records`): what is exported is what was appended, never a placeholder. Compaction
@@ -37,10 +48,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal, get_args
 
 from threadlog.errors import UsageError
+from threadlog.export.anthropic import anthropic_request, to_anthropic
 from threadlog.export.html import to_html
 from threadlog.export.jsonl import to_jsonl
 from threadlog.export.messages import messages, to_messages_json
+from threadlog.export.openai import openai_messages, to_openai
 from threadlog.export.otlp import to_otlp
+from threadlog.export.responses import responses_input, to_responses
+from threadlog.export.trajectory import to_trajectory, trajectory
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -51,16 +66,26 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMATS",
     "Format",
+    "anthropic_request",
     "export_records",
     "export_thread",
     "load_records",
     "messages",
+    "openai_messages",
+    "responses_input",
+    "to_anthropic",
     "to_html",
     "to_jsonl",
     "to_messages_json",
+    "to_openai",
+    "to_responses",
+    "to_trajectory",
+    "trajectory",
 ]
 
-Format = Literal["jsonl", "messages", "html", "otlp"]
+Format = Literal[
+    "jsonl", "messages", "html", "openai", "anthropic", "responses", "trajectory", "otlp"
+]
 """The name of an export format."""
 
 FORMATS: tuple[Format, ...] = get_args(Format)
@@ -91,6 +116,14 @@ def export_records(records: Sequence[Record], fmt: Format = "jsonl") -> str:
             return to_html(records)
         case "otlp":
             return to_otlp(records)
+        case "openai":
+            return to_openai(records)
+        case "anthropic":
+            return to_anthropic(records)
+        case "responses":
+            return to_responses(records)
+        case "trajectory":
+            return to_trajectory(records)
     raise UsageError(f"unknown export format {fmt!r} (one of: {', '.join(FORMATS)})")
 
 

@@ -1,0 +1,432 @@
+"""The shared importer: find the files, read their new lines, hand them to a format, report.
+
+Theory of operation
+-------------------
+`import_paths` walks the paths given (a file, or a directory tree: the files the format
+recognises, in sorted order so that a session's file comes before its ``subagents/``
+directory), and imports each file in turn with `import_file`, which never raises for a bad
+file: what goes wrong is in its `FileReport`.
+
+One file's import:
+
+1. **Skip if unchanged.** The ledger (`threadlog.importers._ledger`) remembers each file's
+   size and modification time at its last import; equal ones mean nothing new, and the file
+   is not even opened. That makes a re-run of a large import a matter of ``stat`` calls.
+2. **Find the thread.** The format names the file's *import key* from its first line (or its
+   name): the format plus the source's session id. A thread already holding the key
+   continues; otherwise a thread is created, its ``thread.created`` config naming the key,
+   the source path, the format and its version, the session id and cwd.
+3. **Find where to start.** The thread's last ``custom.import.progress`` record says how
+   many bytes and lines were read; if the file still starts with the same bytes (a checksum
+   of its head and of the last line read), reading starts there: a grown file imports only
+   its new lines. Otherwise (rewritten, or a format that must re-read its whole file) it is
+   read from the start, and the records already imported are recognised by their ids (see
+   `threadlog.importers._emit`) and not written again.
+4. **Read lines.** A UTF-8 byte-order mark is skipped and reported; each complete line is
+   parsed (orjson) and fed to the format's parser; a line that is not JSON is reported and
+   kept as a ``custom.import.record`` (nothing is silently dropped); a last line without its
+   newline (a writer caught mid-line) is left for the next import and reported (the reading
+   itself, lines found without parsing them and parsed as they are fed, is `_lines`).
+5. **Finish.** The parser names the active leaf (the source's chosen conversation), moved to
+   with ``leaf.moved`` if needed, and a progress record ends the batch. Records are appended
+   buffered (``durable=False``); `import_paths` flushes the store once every 100 files (one
+   fsync for all of them) and saves the ledger after each flush; a caller of `import_file`
+   flushes itself.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from threadlog.errors import ThreadlogError
+from threadlog.importers._emit import Emitter
+from threadlog.importers._ledger import Ledger
+from threadlog.importers._lines import (
+    BOM,
+    HEAD,
+    Line,
+    digest,
+    head_lines,
+    parse,
+    read_head,
+    spans,
+    split,
+)
+from threadlog.importers._report import FileReport, ImportReport
+from threadlog.model.ids import derived_id
+from threadlog.model.legality import replay_log
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
+    from threadlog.model.state import ThreadState
+    from threadlog.store.protocol import Store
+
+__all__ = [
+    "FileContext",
+    "Identity",
+    "Line",
+    "Parser",
+    "SourceFormat",
+    "import_file",
+    "import_paths",
+    "walk",
+]
+
+PROGRESS = "custom.import.progress"
+FLUSH_FILES = 100
+FLUSH_BYTES = 64 << 20
+"""Flush (one fsync for all their records) and save the ledger after this many files or bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a source file is: what its thread is created with."""
+
+    key: str
+    """The import key: unique per source session (format + session id)."""
+    session: str
+    version: str | None = None
+    """The source format's version (a CLI version, a header version…)."""
+    cwd: str | None = None
+    model: str | None = None
+    title: str | None = None
+    lineage: dict[str, Any] | None = None
+    """For a fork's or a sub-agent's file: ``{"key": the parent's import key, "kind": ...}``
+    (the thread is created with the parent thread's id if the store holds it)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """More of the source's header, kept in ``config.import``."""
+
+
+class Parser(Protocol):
+    """A format's reader of one file's lines (made per import of a file)."""
+
+    restart: bool
+    """True when the next import of a grown file must read it from the start (the parser
+    routes lines by state it does not keep across imports)."""
+
+    def feed(self, line: Line) -> None: ...
+
+    def finish(self) -> str | None:
+        """Flush what is pending; the record id of the active leaf (None: leave it)."""
+        ...
+
+    def saved(self) -> dict[str, Any]:
+        """State to keep in the progress record for the next import of the file."""
+        ...
+
+
+class SourceFormat(Protocol):
+    """One source format (see `threadlog.importers.claude_code` and its siblings)."""
+
+    name: str
+
+    def matches(self, path: str) -> bool:
+        """Whether a file met while walking a directory is a session file of this format."""
+        ...
+
+    def identify(self, path: str, lines: list[Line]) -> Identity:
+        """The file's identity, from its name and its first lines."""
+        ...
+
+    def parser(self, ctx: FileContext, saved: dict[str, Any] | None) -> Parser:
+        """A parser for the file's lines, continuing from ``saved`` (None: from the start)."""
+        ...
+
+
+@dataclass(slots=True)
+class FileContext:
+    """What a parser writes to: the file's thread, and child threads for side-chains."""
+
+    store: Store
+    ledger: Ledger
+    identity: Identity
+    report: FileReport
+    emit: Emitter
+    source: str
+    format: str
+    children: dict[str, Emitter] = field(default_factory=dict)
+
+    def child(self, suffix: str, *, title: str | None, kind: str = "subagent") -> Emitter:
+        """The emitter of side-chain ``suffix`` of this session (its thread created if new)."""
+        emitter = self.children.get(suffix)
+        if emitter is not None:
+            return emitter
+        key = f"{self.identity.key}#{suffix}"
+        lineage = {"thread": self.emit.thread_id, "kind": kind, "entry": None}
+        emitter, _, _ = open_emitter(
+            self.store,
+            self.ledger,
+            self.report,
+            Identity(
+                key=key,
+                session=self.identity.session,
+                version=self.identity.version,
+                cwd=self.identity.cwd,
+                title=title,
+            ),
+            self.source,
+            self.format,
+            lineage=lineage,
+        )
+        emitter.line = self.emit.line
+        self.children[suffix] = emitter
+        if emitter.thread_id not in self.report.children:
+            self.report.children.append(emitter.thread_id)
+        return emitter
+
+
+def open_emitter(
+    store: Store,
+    ledger: Ledger,
+    report: FileReport,
+    identity: Identity,
+    source: str,
+    fmt: str,
+    *,
+    lineage: dict[str, Any] | None = None,
+) -> tuple[Emitter, ThreadState | None, dict[str, Any] | None]:
+    """An emitter on the thread of ``identity`` (created if the store has none), starting
+    from scratch: items already imported are recognised by their ids. With it, for a thread
+    that existed, its state and its last progress record for ``source``."""
+    thread = ledger.thread_for(store, identity.key)
+    if thread is None:
+        thread = new_thread(store, ledger, identity, source, fmt, lineage=lineage)
+        first = store.read(thread, limit=1)[0]
+        emitter = Emitter(store, thread, identity.key, first.id, report)
+        emitter.known, emitter.parents, emitter.leaf = {first.id}, {first.id: None}, first.id
+        return emitter, None, None
+    records = store.read(thread)
+    emitter = Emitter(store, thread, identity.key, records[0].id, report)
+    emitter.known = {r.id for r in records}
+    emitter.parents = {r.id: r.parent for r in records}
+    progress = None
+    for record in records:
+        if record.type == PROGRESS and isinstance(record.data, dict):
+            if record.data.get("path") == source:
+                progress = record.data
+    state = replay_log(thread, records)
+    emitter.leaf = state.leaf
+    return emitter, state, progress
+
+
+def new_thread(
+    store: Store,
+    ledger: Ledger,
+    identity: Identity,
+    source: str,
+    fmt: str,
+    *,
+    lineage: dict[str, Any] | None = None,
+) -> str:
+    """Create the thread of ``identity``: ``config.import`` names the source; a fork's or a
+    sub-agent's lineage names its parent's thread if the store holds it."""
+    config: dict[str, Any] = {
+        "import": {
+            "key": identity.key,
+            "format": fmt,
+            "version": identity.version,
+            "session": identity.session,
+            "source": source,
+            **identity.extra,
+        }
+    }
+    if identity.cwd:
+        config["cwd"] = identity.cwd
+    if identity.model:
+        config["model"] = identity.model
+    if lineage is None and identity.lineage is not None:
+        lineage = {k: v for k, v in identity.lineage.items() if k != "key"}
+        lineage["thread"] = ledger.thread_for(store, str(identity.lineage.get("key")))
+        lineage["source_key"] = identity.lineage.get("key")
+    thread = store.create_thread("local", title=identity.title, lineage=lineage, **config)
+    ledger.created(identity.key, thread)
+    return thread
+
+
+def walk(paths: Iterable[str], fmt: SourceFormat) -> Iterator[str]:
+    """The files to import: each path that is a file, and the format's files under each
+    directory (sorted, symlinked directories not followed)."""
+    for path in paths:
+        if os.path.isdir(path):
+            found: list[str] = []
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                found.extend(
+                    os.path.join(root, f) for f in files if fmt.matches(os.path.join(root, f))
+                )
+            yield from sorted(found)
+        else:
+            yield path
+
+
+def import_file(store: Store, fmt: SourceFormat, path: str, ledger: Ledger) -> FileReport:
+    """Import one file (see the module docstring); problems are in the report, never raised."""
+    source = os.path.abspath(path)
+    report = FileReport(source, fmt.name)
+    try:
+        _import(store, fmt, source, ledger, report)
+    except (ThreadlogError, OSError, ValueError) as exc:
+        report.status = "failed"
+        report.problem(0, "error", f"{type(exc).__name__}: {exc}")
+    return report
+
+
+def _import(
+    store: Store, fmt: SourceFormat, source: str, ledger: Ledger, report: FileReport
+) -> None:
+    st = os.stat(source)
+    entry = ledger.files.get(source)
+    if (
+        entry is not None
+        and entry.get("size") == st.st_size
+        and entry.get("mtime_ns") == st.st_mtime_ns
+        and store.exists(entry.get("thread", ""))
+    ):
+        report.status = "unchanged"
+        report.thread = entry["thread"]
+        report.children = list(entry.get("children") or [])
+        return
+    with open(source, "rb") as f:
+        head = read_head(f)
+        base = 0
+        if head.startswith(BOM):
+            base = len(BOM)
+            report.problem(1, "bom", "the file starts with a UTF-8 byte-order mark (skipped)")
+        identity = fmt.identify(source, split(head_lines(head, base), base, 0, report))
+        emit, state, progress = open_emitter(store, ledger, report, identity, source, fmt.name)
+        report.thread = emit.thread_id
+        # ``data`` is the file from byte ``at``: all of it, or for a file that only grew,
+        # from a little before where the last import stopped (never read or hashed again)
+        data, at, start, lineno, saved = b"", 0, base, 0, None
+        if state is not None:
+            report.status = "grown"
+            offset = progress.get("offset") if progress is not None else None
+            if (
+                progress is not None
+                and not progress.get("restart")
+                and isinstance(offset, int)
+                and base <= offset <= st.st_size
+                and digest(head[: min(offset, HEAD)]) == progress.get("head")
+            ):
+                at = max(0, offset - HEAD)
+                f.seek(at)
+                data = f.read()
+                if digest(data[: offset - at]) == progress.get("tail"):
+                    start, lineno = offset - at, int(progress.get("lines", 0))
+                    saved = progress.get("parser") or {}
+                    emit.resume_from(state)
+                    emit.last_anchor = progress.get("last_anchor")
+                else:
+                    data, at = b"", 0
+        if not data and at == 0:
+            f.seek(0)
+            data = f.read()
+    todo, end, last_no = spans(data, start, lineno, report)
+    report.bytes = end - start
+    report.lines = last_no - lineno
+    ctx = FileContext(store, ledger, identity, report, emit, source, fmt.name)
+    parser = fmt.parser(ctx, saved)
+    for span in todo:
+        line = parse(data, *span)
+        emit.line = line.no
+        for child in ctx.children.values():
+            child.line = line.no
+        if line.error is not None:
+            report.problem(line.no, "malformed", f"not JSON: {line.error}")
+            emit.note(
+                f"L{line.no}",
+                emit.parent_of(None, previous=True),
+                "malformed",
+                line.raw.decode("utf-8", "replace"),
+            )
+            continue
+        try:
+            parser.feed(line)
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+            # a line of a shape no format module foresaw: reported and kept, never fatal
+            report.problem(line.no, "unreadable", f"{type(exc).__name__}: {exc}")
+            emit.note(f"L{line.no}", emit.parent_of(None, previous=True), "unreadable", line.obj)
+    offset_end = at + end
+    leaf = parser.finish()
+    if leaf is not None:
+        emit.move_leaf(leaf, f"leaf@{offset_end}")
+    for suffix, child in ctx.children.items():
+        if child.last_anchor is not None:
+            child.move_leaf(child.last_anchor, f"leaf@{offset_end}:{suffix}")
+    appended = emit.appended + sum(c.appended for c in ctx.children.values())
+    if appended or state is None:
+        first = head if at > 0 or len(head) >= min(offset_end, HEAD) else data
+        progress_data = {
+            "path": source,
+            "offset": offset_end,
+            "lines": last_no,
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "head": digest(first[: min(offset_end, HEAD)]),
+            "tail": digest(data[max(0, end - HEAD) : end]),
+            "last_anchor": emit.last_anchor,
+            "parser": parser.saved(),
+            "restart": parser.restart,
+            "times": emit.times,
+            "problems": len(report.problems),
+        }
+        pid = derived_id(
+            "threadlog.import", identity.key, f"progress@{offset_end}:{st.st_mtime_ns}", "p"
+        )
+        store.append(emit.thread_id, PROGRESS, progress_data, durable=False, id=pid)
+        appended += 1
+    elif report.status == "grown":
+        report.status = "unchanged"
+    report.records = appended
+    ledger.files[source] = {
+        "key": identity.key,
+        "thread": emit.thread_id,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "children": report.children,
+    }
+
+
+def import_paths(
+    store: Store,
+    fmt: SourceFormat,
+    paths: Iterable[str],
+    *,
+    progress: Callable[[str, int], None] | None = None,
+    sizes: dict[str, int] | None = None,
+) -> ImportReport:
+    """Import every session file under ``paths`` into ``store``.
+
+    ``progress(path, bytes)`` is called after each file.
+
+    Records are appended buffered (``durable=False``); the store is flushed every
+    `FLUSH_FILES` files or `FLUSH_BYTES` bytes of source and at the end, and only then is the
+    ledger saved, so the ledger never claims a file whose records are not durable (a crash
+    loses at most the files since the last flush, which the next run imports again).
+    """
+    ledger = Ledger.open(store)
+    report = ImportReport()
+    pending_files = pending_bytes = 0
+    files = list(walk(paths, fmt))
+    try:
+        for path in files:
+            done = import_file(store, fmt, path, ledger)
+            report.files.append(done)
+            pending_files += 1
+            pending_bytes += done.bytes
+            if pending_files >= FLUSH_FILES or pending_bytes >= FLUSH_BYTES:
+                store.flush()
+                ledger.save()
+                pending_files = pending_bytes = 0
+            if progress is not None:
+                progress(path, (sizes or {}).get(path, 0))
+    finally:
+        try:
+            store.flush()
+            ledger.save()
+        finally:
+            ledger.close()
+    return report

@@ -1,0 +1,291 @@
+"""Claude Code sessions: ``~/.claude/projects/<project>/<session>.jsonl``.
+
+The format (as Claude Code writes it; our fixtures are written from its public description):
+one JSON object a line. Conversation lines (``type`` ``user``, ``assistant``, ``system``)
+carry a ``uuid`` and the ``parentUuid`` of the line they continue, so a file holds a tree:
+editing an earlier prompt or retrying a response starts a branch, and resuming picks the
+newest leaf. ``isSidechain`` lines are a sub-agent's conversation (the ``Task`` tool), in the
+same file (older versions) or in ``<session>/subagents/agent-<id>.jsonl``. Other lines are
+bookkeeping: ``summary`` (a title for a leaf), ``file-history-snapshot`` (the files' backups
+for undo), and newer types this importer does not know (reported, kept as notes).
+
+A ``user`` line's ``message.content`` is a string or blocks: ``text``, ``image``, and
+``tool_result`` (``tool_use_id``, ``content``, ``is_error``); ``toolUseResult`` holds the tool's
+structured result for the UI. An ``assistant`` line is one content block of a model response
+(``text``, ``thinking`` with its ``signature``, ``redacted_thinking``, ``tool_use`` with ``id``,
+``name``, ``input``); the blocks of one response share ``message.id`` and its ``usage``. A
+``system`` line with ``subtype: compact_boundary`` marks a compaction: it restarts the chain
+(``parentUuid`` null) and names what it replaced in ``logicalParentUuid``; the next line is
+the summary (a user line with ``isCompactSummary``).
+
+Mapping: a user prompt starts a turn; tool results finish their calls (a text beside them
+joins the running turn); each assistant line is one model response (the usage of a
+``message.id`` counted once, on its first line); a compact boundary is a ``compaction`` whose
+summary is the boundary's content and which replaces everything up to the logical parent; a
+side-chain is a child thread (lineage kind ``subagent``). Other system lines and bookkeeping
+lines are kept as ``custom.import.record`` notes. The active leaf is the last conversation
+line of the main chain, as Claude Code resumes it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from threadlog.importers._core import FileContext, Identity, Line
+from threadlog.importers._emit import Call, Emitter
+from threadlog.importers._values import as_dict, as_int, as_str
+
+__all__ = ["ClaudeCode"]
+
+CHAIN = frozenset({"user", "assistant", "system"})
+KNOWN_NOTES = frozenset({"summary", "file-history-snapshot"})
+
+
+def block_text(content: Any) -> str:
+    """Text of a string or a list of content blocks (an image becomes ``[image]``)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return "" if content is None else str(content)
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, dict):
+            kind = block.get("type")
+            if kind == "text":
+                parts.append(str(block.get("text", "")))
+            elif kind == "image":
+                parts.append("[image]")
+            elif kind == "tool_reference" or kind == "document":
+                parts.append(f"[{kind}]")
+        elif isinstance(block, str):
+            parts.append(block)
+    return "\n".join(parts)
+
+
+class ClaudeCode:
+    """The ``claude-code`` source format."""
+
+    name = "claude-code"
+
+    def matches(self, path: str) -> bool:
+        return path.endswith(".jsonl")
+
+    def identify(self, path: str, lines: list[Line]) -> Identity:
+        stem = os.path.basename(path)[: -len(".jsonl")]
+        objs = [line.obj for line in lines if isinstance(line.obj, dict)]
+        version = next((o["version"] for o in objs if isinstance(o.get("version"), str)), None)
+        cwd = next((o["cwd"] for o in objs if isinstance(o.get("cwd"), str)), None)
+        title = next((_prompt(o) for o in objs if _prompt(o)), None)
+        parent_dir = os.path.basename(os.path.dirname(path))
+        if parent_dir == "subagents" and stem.startswith("agent-"):
+            session = os.path.basename(os.path.dirname(os.path.dirname(path)))
+            parent_key = f"claude-code:{session}"
+            return Identity(
+                key=f"{parent_key}#{stem}",
+                session=session,
+                version=version,
+                cwd=cwd,
+                title=title,
+                lineage={"key": parent_key, "kind": "subagent", "agent": stem[len("agent-") :]},
+            )
+        # Claude Code names a session's file by its id; the lines of a continued session may
+        # still carry the id of the one they were copied from, so the name decides
+        session = stem
+        lineage = None
+        forked = next(
+            (o["forkedFrom"] for o in objs if isinstance(o.get("forkedFrom"), dict)), None
+        )
+        source = forked.get("sessionId") if forked is not None else None
+        if isinstance(source, str) and source != session:
+            # a branch Claude Code copied into a session of its own
+            lineage = {"key": f"claude-code:{source}", "kind": "fork"}
+        return Identity(
+            key=f"claude-code:{session}",
+            session=session,
+            version=version,
+            cwd=cwd,
+            title=title,
+            lineage=lineage,
+        )
+
+    def parser(self, ctx: FileContext, saved: dict[str, Any] | None) -> _Parser:
+        sub = os.path.basename(os.path.dirname(ctx.source)) == "subagents"
+        return _Parser(ctx, subagent_file=sub, last_message=(saved or {}).get("last_message"))
+
+
+def _prompt(obj: dict[str, Any]) -> str | None:
+    """A user prompt's first line (a title), or None."""
+    message = obj.get("message")
+    if obj.get("type") != "user" or not isinstance(message, dict) or obj.get("isMeta"):
+        return None
+    content = message.get("content")
+    if isinstance(content, list) and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in content
+    ):
+        return None
+    text = block_text(content).strip()
+    return text.splitlines()[0][:80] if text else None
+
+
+@dataclass(slots=True)
+class _Parser:
+    ctx: FileContext
+    subagent_file: bool
+    last_message: str | None = None
+    """``message.id`` of the last assistant line: its usage is counted once."""
+    restart: bool = False
+    leaf: str | None = None
+    routes: dict[str, str] = field(default_factory=dict)
+    """Side-chain line uuid → the suffix of its child thread."""
+
+    def feed(self, line: Line) -> None:
+        obj = line.obj
+        emit = self.ctx.emit
+        if not isinstance(obj, dict):
+            self.ctx.report.problem(line.no, "malformed", "a line that is not a JSON object")
+            emit.note(f"L{line.no}", emit.parent_of(None, previous=True), "malformed", obj)
+            return
+        kind = as_str(obj.get("type"))
+        uuid = obj.get("uuid")
+        if kind not in CHAIN or not isinstance(uuid, str):
+            if kind in CHAIN:
+                self.ctx.report.problem(line.no, "malformed", f"a {kind} line without a uuid")
+            elif kind not in KNOWN_NOTES:
+                self.ctx.report.problem(
+                    line.no, "unknown_type", f"record type {kind!r} kept as a note"
+                )
+            emit.note(
+                f"L{line.no}",
+                emit.parent_of(None, previous=True),
+                str(kind),
+                obj,
+                obj.get("timestamp"),
+            )
+            return
+        if obj.get("isSidechain") and not self.subagent_file:
+            self._line(self._route(obj, uuid), obj, uuid, line)
+            return
+        self._line(emit, obj, uuid, line)
+        self.leaf = emit.anchor(uuid)
+
+    def _route(self, obj: dict[str, Any], uuid: str) -> Emitter:
+        """The child emitter a side-chain line belongs to (by its chain's first line)."""
+        self.restart = True  # routes are rebuilt from the whole file on the next import
+        parent = obj.get("parentUuid")
+        suffix = self.routes.get(parent) if isinstance(parent, str) else None
+        if suffix is None:
+            agent = obj.get("agentId")
+            suffix = f"agent-{agent}" if isinstance(agent, str) else f"side-{uuid}"
+        self.routes[uuid] = suffix
+        prompt = _prompt(obj)
+        return self.ctx.child(suffix, title=prompt)
+
+    def _line(self, emit: Emitter, obj: dict[str, Any], uuid: str, line: Line) -> None:
+        kind = obj["type"]
+        ts = obj.get("timestamp") if isinstance(obj.get("timestamp"), str) else None
+        parent_uuid = obj.get("parentUuid")
+        if kind == "system":
+            if obj.get("subtype") == "compact_boundary":
+                logical = obj.get("logicalParentUuid")
+                up = emit.parent_of(logical if isinstance(logical, str) else parent_uuid)
+                meta = as_dict(obj.get("compactMetadata"))
+                tokens = as_int(meta.get("preTokens"))
+                emit.compaction(
+                    uuid,
+                    up,
+                    summary=str(obj.get("content") or "Conversation compacted"),
+                    last_entry=up,
+                    tokens_before=tokens,
+                    ts=ts,
+                )
+            else:
+                up = emit.parent_of(parent_uuid if isinstance(parent_uuid, str) else None)
+                emit.note(uuid, up, f"system:{obj.get('subtype')}", obj, ts)
+            return
+        up = emit.parent_of(parent_uuid if isinstance(parent_uuid, str) else None)
+        message = obj.get("message")
+        if not isinstance(message, dict):
+            self.ctx.report.problem(line.no, "malformed", f"{kind} line without a message object")
+            emit.note(uuid, up, f"{kind}:no-message", obj, ts)
+            return
+        content = message.get("content")
+        if kind == "user":
+            self._user(emit, uuid, up, content, ts)
+        else:
+            self._assistant(emit, uuid, up, message, ts)
+
+    def _user(self, emit: Emitter, uuid: str, up: str, content: Any, ts: str | None) -> None:
+        blocks = content if isinstance(content, list) else None
+        results = [
+            b for b in blocks or [] if isinstance(b, dict) and b.get("type") == "tool_result"
+        ]
+        if not results:
+            emit.user(uuid, up, block_text(content), ts)
+            return
+        rest = [
+            b for b in blocks or [] if not (isinstance(b, dict) and b.get("type") == "tool_result")
+        ]
+        text = block_text(rest)
+        triples = [
+            (str(b.get("tool_use_id")), block_text(b.get("content")), bool(b.get("is_error")))
+            for b in results
+        ]
+        if text:
+            written = emit.tool_results(f"{uuid}~results", up, triples, ts)
+            emit.steer(uuid, emit.anchor(f"{uuid}~results") if written else up, text, ts)
+        elif not emit.tool_results(uuid, up, triples, ts):
+            emit.note(uuid, up, "user:unwritten-results", content, ts)
+
+    def _assistant(
+        self, emit: Emitter, uuid: str, up: str, message: dict[str, Any], ts: str | None
+    ) -> None:
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+        texts: list[str] = []
+        calls: list[Call] = []
+        thinking: list[dict[str, Any]] = []
+        for block in blocks:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "text":
+                texts.append(str(block.get("text", "")))
+            elif kind in ("thinking", "redacted_thinking"):
+                thinking.append(block)
+            elif kind == "tool_use":
+                args = block.get("input")
+                calls.append(
+                    Call(
+                        str(block.get("id")),
+                        str(block.get("name")),
+                        args if isinstance(args, dict) else {"input": args},
+                    )
+                )
+            else:  # server tools, web search results…: kept with the response
+                thinking.append({"type": "source_block", "block": block})
+        message_id = message.get("id") if isinstance(message.get("id"), str) else None
+        usage = None
+        if message_id is None or message_id != self.last_message:
+            usage = message.get("usage") if isinstance(message.get("usage"), dict) else None
+        self.last_message = message_id
+        emit.assistant(
+            uuid,
+            up,
+            text="".join(texts) if texts else None,
+            calls=calls,
+            thinking=thinking or None,
+            usage=usage,
+            model=message.get("model") if isinstance(message.get("model"), str) else None,
+            stop_reason=message.get("stop_reason")
+            if isinstance(message.get("stop_reason"), str)
+            else None,
+            ts=ts,
+        )
+
+    def finish(self) -> str | None:
+        return self.leaf
+
+    def saved(self) -> dict[str, Any]:
+        return {"last_message": self.last_message}
