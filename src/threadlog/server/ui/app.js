@@ -1,0 +1,752 @@
+// threadlog's browser UI: one vanilla module, no build step, no dependency.
+//
+// How it works
+// ------------
+// * Routing is the URL fragment: `#/` lists the caller's threads, `#/t/THREAD` shows one.
+// * Every request goes through `api()`, which adds `Authorization: Bearer <token>` when the
+//   person gave one (kept in sessionStorage). A 401 shows the token form; in open mode
+//   (a loopback server with no tokens) no token is ever asked for.
+// * A thread page reads the thread's Server-Sent Events with fetch() and a stream parser
+//   (EventSource cannot send the Authorization header). The cursor is the last ordinal seen;
+//   after any drop (a server restart, a network cut, `event: end`) it reconnects with
+//   `Last-Event-ID: <cursor>` after a backoff, so the page catches up with no gap.
+// * Each record that arrives goes to the live feed and schedules a refresh of the thread
+//   view (`GET /v1/threads/{t}/view`, the projection the HTML export draws too), which
+//   redraws the conversation, the tree, the cards and the side panels.
+// * Nothing from the server is ever parsed as HTML: every node is built with
+//   createElement/textContent, including the Markdown (`markdown()` below), and links are
+//   kept only for http(s) URLs. The page runs under a CSP with no inline script.
+
+const TOKEN_KEY = "threadlog.token";
+const $main = () => document.getElementById("main");
+let page = null; // the current page's controller: { stop() }
+
+// ---------------------------------------------------------------------------------- DOM
+
+/** Terminal escapes shown as a visible symbol, never interpreted. */
+function clean(text) {
+  return String(text ?? "").replace(/\u001b/g, "\u241b");
+}
+
+/** An element: `el("div.card.open", {attrs}, child, "text", …)`. Strings become text nodes. */
+function el(spec, attrs, ...children) {
+  const [tag, ...classes] = spec.split(".");
+  const node = document.createElement(tag || "div");
+  if (classes.length) node.className = classes.join(" ");
+  if (attrs && (typeof attrs !== "object" || attrs instanceof Node || Array.isArray(attrs))) {
+    children.unshift(attrs);
+    attrs = null;
+  }
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "on") {
+      for (const [event, handler] of Object.entries(value)) node.addEventListener(event, handler);
+    } else if (key === "text") {
+      node.textContent = clean(value);
+    } else {
+      node.setAttribute(key, value === true ? "" : String(value));
+    }
+  }
+  append(node, children);
+  return node;
+}
+
+function append(node, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(clean(child)));
+  }
+  return node;
+}
+
+function clear(node) {
+  while (node.firstChild) node.firstChild.remove();
+  return node;
+}
+
+// ----------------------------------------------------------------------------- Markdown
+
+/** A small, safe Markdown renderer: paragraphs, headings, fenced code, lists, quotes,
+ * inline code, bold, italics and http(s) links, all built as DOM nodes. */
+export function markdown(source) {
+  const root = el("div.md");
+  const lines = clean(source).replace(/\r\n?/g, "\n").split("\n");
+  let i = 0;
+  while (i < lines.length) {
+    const line = lines[i];
+    const fence = line.match(/^\s*(```|~~~)\s*([\w+-]*)\s*$/);
+    if (fence) {
+      const body = [];
+      i += 1;
+      while (i < lines.length && !lines[i].trim().startsWith(fence[1])) body.push(lines[i++]);
+      i += 1;
+      root.append(el("pre", el("code", { text: body.join("\n") })));
+      continue;
+    }
+    if (!line.trim()) {
+      i += 1;
+      continue;
+    }
+    const heading = line.match(/^(#{1,6})\s+(.*)$/);
+    if (heading) {
+      const level = Math.min(6, heading[1].length + 2);
+      root.append(append(el(`h${level}`), inline(heading[2])));
+      i += 1;
+      continue;
+    }
+    const bullet = /^\s*([-*+]|\d+[.)])\s+/;
+    if (bullet.test(line)) {
+      const ordered = /^\s*\d/.test(line);
+      const list = el(ordered ? "ol" : "ul");
+      while (i < lines.length && bullet.test(lines[i])) {
+        list.append(append(el("li"), inline(lines[i].replace(bullet, ""))));
+        i += 1;
+      }
+      root.append(list);
+      continue;
+    }
+    if (/^\s*>/.test(line)) {
+      const quoted = [];
+      while (i < lines.length && /^\s*>/.test(lines[i])) quoted.push(lines[i++].replace(/^\s*>\s?/, ""));
+      root.append(append(el("blockquote"), inline(quoted.join("\n"))));
+      continue;
+    }
+    const para = [];
+    while (
+      i < lines.length && lines[i].trim() && !bullet.test(lines[i]) &&
+      !/^\s*(```|~~~|#{1,6}\s|>)/.test(lines[i])
+    ) para.push(lines[i++]);
+    const p = el("p");
+    para.forEach((text, n) => {
+      if (n) p.append(el("br"));
+      append(p, inline(text));
+    });
+    root.append(p);
+  }
+  return root;
+}
+
+const INLINE = /(`+)([^`]+?)\1|\*\*([^*]+)\*\*|__([^_]+)__|\*([^*\s][^*]*)\*|\b_([^_\s][^_]*)_\b|\[([^\]]+)\]\(([^)\s]+)\)|(https?:\/\/[^\s<>()]+[^\s<>().,;:!?'"])/;
+
+function inline(text) {
+  const out = [];
+  let rest = text;
+  while (rest) {
+    const m = rest.match(INLINE);
+    if (!m) {
+      out.push(rest);
+      break;
+    }
+    if (m.index) out.push(rest.slice(0, m.index));
+    if (m[2] !== undefined) out.push(el("code", { text: m[2] }));
+    else if (m[3] !== undefined || m[4] !== undefined) out.push(append(el("strong"), inline(m[3] ?? m[4])));
+    else if (m[5] !== undefined || m[6] !== undefined) out.push(append(el("em"), inline(m[5] ?? m[6])));
+    else if (m[7] !== undefined) out.push(link(m[8], m[7]));
+    else out.push(link(m[9], m[9]));
+    rest = rest.slice(m.index + m[0].length);
+  }
+  return out;
+}
+
+function link(href, label) {
+  let url = null;
+  try {
+    url = new URL(href);
+  } catch {
+    url = null;
+  }
+  if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) return `[${label}](${href})`;
+  return el("a", { href: url.href, rel: "noopener noreferrer nofollow", target: "_blank", text: label });
+}
+
+// ---------------------------------------------------------------------------------- API
+
+class Unauthorized extends Error {}
+
+async function api(path, { method = "GET", body, signal, headers = {} } = {}) {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const h = { Accept: "application/json", ...headers };
+  if (token) h.Authorization = `Bearer ${token}`;
+  if (body !== undefined) h["Content-Type"] = "application/json";
+  const response = await fetch(path, {
+    method, headers: h, signal, body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (response.status === 401) throw new Unauthorized("a token is needed");
+  if (!response.ok) {
+    let message = `${response.status} ${response.statusText}`;
+    try {
+      const error = (await response.json()).error;
+      if (error) message = `${error.type}: ${error.message}`;
+    } catch { /* not JSON */ }
+    throw new Error(message);
+  }
+  const type = response.headers.get("content-type") || "";
+  return type.includes("json") ? response.json() : response.text();
+}
+
+function tokenForm(again) {
+  stopPage();
+  document.getElementById("signout").hidden = true;
+  const input = el("input", {
+    id: "token", name: "token", type: "password", autocomplete: "off", required: true,
+    "aria-describedby": "token-help",
+  });
+  const form = el("form.card.login", { "aria-labelledby": "login-title" },
+    el("h1", { id: "login-title", text: "Sign in to threadlog" }),
+    el("p", { id: "token-help", class: "muted", text: "Paste a token from `threadlog token add NAME`. It stays in this tab only (sessionStorage)." }),
+    again ? el("p.error", { role: "alert", text: "That token was not accepted." }) : null,
+    el("label", { for: "token", text: "Token" }), input,
+    el("button.primary", { type: "submit", text: "Open" }),
+  );
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    route();
+  });
+  append(clear($main()), [form]);
+  input.focus();
+}
+
+// ------------------------------------------------------------------------------- format
+
+function ago(ts) {
+  if (!ts) return "";
+  const seconds = Math.max(0, (Date.now() - Date.parse(ts)) / 1000);
+  if (seconds < 60) return `${Math.round(seconds)} s ago`;
+  if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
+  if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`;
+  return new Date(ts).toLocaleDateString();
+}
+
+function duration(a, b) {
+  if (!a || !b) return null;
+  const ms = Date.parse(b) - Date.parse(a);
+  return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(ms < 10000 ? 1 : 0)} s`;
+}
+
+const STATE_LABEL = {
+  running: "running", waiting: "waiting for you", interrupted: "interrupted",
+  damaged: "damaged", idle: "idle",
+};
+
+function badge(state, text) {
+  return el(`span.badge.s-${state}`, { text: text || STATE_LABEL[state] || state });
+}
+
+function json(value) {
+  return JSON.stringify(value, null, 2);
+}
+
+function short(text, n = 80) {
+  const one = clean(text).replace(/\s+/g, " ").trim();
+  return one.length > n ? `${one.slice(0, n - 1)}…` : one;
+}
+
+// --------------------------------------------------------------------------- list page
+
+function listPage() {
+  const state = { threads: [], query: "", filter: "all", timer: null, stopped: false };
+  const search = el("input", { id: "q", type: "search", placeholder: "Search titles and ids", "aria-label": "Search threads" });
+  const filter = el("select", { id: "filter", "aria-label": "Filter by status" },
+    ["all", "running", "waiting", "interrupted", "damaged", "idle"].map((s) =>
+      el("option", { value: s, text: s === "all" ? "All statuses" : STATE_LABEL[s] })));
+  const rows = el("ul.threads", { "aria-label": "Threads", "aria-live": "polite" });
+  const title = el("input", { id: "new-title", name: "title", placeholder: "Title (optional)" });
+  const input = el("input", { id: "new-input", name: "input", placeholder: "What should the agent do?" });
+  const cwd = el("input", { id: "new-cwd", name: "cwd", placeholder: "Folder on the server (optional)" });
+  const create = el("form.new", { "aria-label": "New thread" },
+    el("label.sr", { for: "new-title", text: "Title" }), title,
+    el("label.sr", { for: "new-input", text: "First message" }), input,
+    el("label.sr", { for: "new-cwd", text: "Working folder" }), cwd,
+    el("button.primary", { type: "submit", text: "New thread" }));
+  create.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const body = { title: title.value.trim() || null };
+    if (input.value.trim()) body.input = input.value;
+    if (cwd.value.trim()) body.cwd = cwd.value.trim();
+    const made = await guard(() => api("/v1/threads", { method: "POST", body }));
+    if (made) location.hash = `#/t/${made.thread_id}`;
+  });
+  const draw = () => {
+    const q = state.query.toLowerCase();
+    const shown = state.threads.filter((t) =>
+      (state.filter === "all" || t.state === state.filter) &&
+      (!q || `${t.title || ""} ${t.thread_id} ${t.model || ""}`.toLowerCase().includes(q)));
+    clear(rows);
+    if (!shown.length) rows.append(el("li.empty", { text: state.threads.length ? "No thread matches." : "No threads yet." }));
+    for (const t of shown) {
+      rows.append(el("li.thread", { "data-thread": t.thread_id, "data-state": t.state },
+        el("a.row", { href: `#/t/${t.thread_id}` },
+          badge(t.state),
+          el("span.title", { text: t.title || "(untitled)" }),
+          el("span.meta", { text: [t.model, `${t.turns} turns`, `${t.tool_calls} calls`].filter(Boolean).join(" · ") }),
+          el("time.when", { datetime: t.last_ts || "", text: ago(t.last_ts) }),
+          el("span.tid", { text: t.thread_id.slice(0, 13) }))));
+    }
+  };
+  search.addEventListener("input", () => { state.query = search.value; draw(); });
+  filter.addEventListener("change", () => { state.filter = filter.value; draw(); });
+  const load = async () => {
+    try {
+      state.threads = (await api("/v1/ui/threads")).threads;
+      setConn("live");
+      draw();
+    } catch (error) {
+      if (error instanceof Unauthorized) return tokenForm(Boolean(sessionStorage.getItem(TOKEN_KEY)));
+      setConn("offline");
+    }
+    if (!state.stopped) state.timer = setTimeout(load, 2000);
+  };
+  append(clear($main()), [
+    el("div.listhead", el("h1", { text: "Threads" }), el("div.tools", search, filter)),
+    create, rows,
+  ]);
+  load();
+  return { stop() { state.stopped = true; clearTimeout(state.timer); } };
+}
+
+// ------------------------------------------------------------------------- thread page
+
+function setConn(state) {
+  const node = document.getElementById("conn");
+  node.dataset.state = state;
+  node.textContent = { live: "● live", reconnecting: "● reconnecting…", offline: "● offline" }[state] || "";
+}
+
+async function guard(action, where) {
+  try {
+    return await action();
+  } catch (error) {
+    if (error instanceof Unauthorized) return tokenForm(true);
+    const box = where || document.getElementById("flash");
+    if (box) {
+      clear(box).append(el("p.error", { role: "alert", text: error.message }));
+    }
+    return null;
+  }
+}
+
+/** Reads the thread's SSE stream with fetch(), resuming from the cursor after any drop. */
+async function follow(threadId, ctl) {
+  let delay = 250;
+  while (!ctl.stopped) {
+    const abort = new AbortController();
+    ctl.abort = abort;
+    try {
+      const token = sessionStorage.getItem(TOKEN_KEY);
+      const headers = { Accept: "text/event-stream" };
+      if (token) headers.Authorization = `Bearer ${token}`;
+      if (ctl.cursor > 0) headers["Last-Event-ID"] = String(ctl.cursor);
+      const response = await fetch(`/v1/threads/${encodeURIComponent(threadId)}/stream`, { headers, signal: abort.signal });
+      if (response.status === 401) return tokenForm(true);
+      if (!response.ok || !response.body) throw new Error(`stream: ${response.status}`);
+      setConn("live");
+      ctl.onConnect();
+      delay = 250;
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let cut;
+        while ((cut = buffer.search(/\r?\n\r?\n/)) >= 0) {
+          const frame = buffer.slice(0, cut);
+          buffer = buffer.slice(cut).replace(/^\r?\n\r?\n/, "");
+          handleFrame(frame, ctl);
+        }
+      }
+    } catch (error) {
+      if (ctl.stopped) return;
+    }
+    if (ctl.stopped) return;
+    setConn("reconnecting");
+    await new Promise((resolve) => setTimeout(resolve, delay));
+    delay = Math.min(5000, delay * 2);
+  }
+}
+
+function handleFrame(frame, ctl) {
+  let event = "message";
+  let id = null;
+  const data = [];
+  for (const line of frame.split(/\r?\n/)) {
+    if (!line || line.startsWith(":")) continue;
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+    if (field === "event") event = value;
+    else if (field === "id") id = value;
+    else if (field === "data") data.push(value);
+  }
+  if (event !== "message" || !data.length) return; // `end` and other control events
+  const record = JSON.parse(data.join("\n"));
+  const ord = Number(id ?? record.ord);
+  if (ord <= ctl.cursor) return; // already seen
+  ctl.cursor = ord;
+  ctl.onRecord(record);
+}
+
+function recordSummary(record) {
+  const d = record.data && typeof record.data === "object" ? record.data : {};
+  switch (record.type) {
+    case "model.responded": return short(d.message?.content || "(tool calls)", 70);
+    case "tool_call.proposed": return `${d.tool}(${short(JSON.stringify(d.args), 50)})`;
+    case "turn.started": return short(d.input, 70);
+    case "input.queued": return short(d.text, 70);
+    case "turn.ended": return d.outcome + (d.reason ? `: ${short(d.reason, 50)}` : "");
+    case "tool_call.unknown": return short(d.reason, 70);
+    case "tool_call.resolved": return `${d.decision} by ${d.by}`;
+    case "tool_call.approved": case "tool_call.denied": return `by ${d.by}`;
+    default: return "";
+  }
+}
+
+function threadPage(threadId) {
+  const ctl = {
+    stopped: false, cursor: 0, view: null, selected: null, timer: null, abort: null,
+    openResults: new Set(), feed: [],
+  };
+  const head = el("div.thead");
+  const flash = el("div", { id: "flash", "aria-live": "assertive" });
+  const waiting = el("section.waiting", { "aria-label": "Waiting for you", hidden: true });
+  const convo = el("ol.convo", { "aria-label": "Conversation (active branch)" });
+  const composer = composerBox(threadId, ctl);
+  const tree = el("ol.tree", { "aria-label": "Conversation tree" });
+  const entry = el("section.entry.card", { "aria-label": "Selected entry", hidden: true });
+  const side = el("div.side");
+  const feed = el("ol.feed", { "aria-label": "Live events", "aria-live": "off" });
+  append(side, [
+    el("section.card", el("h2", { text: "Tree" }), tree),
+    entry,
+    el("section.card.plan", { id: "plan" }),
+    el("section.card.memory", { id: "memory" }),
+    el("section.card", el("h2", { text: "Live events" }), feed),
+  ]);
+  append(clear($main()), [
+    head, flash, waiting,
+    el("div.layout", el("div.mainc", convo, composer.node), side),
+  ]);
+
+  const refresh = async () => {
+    ctl.timer = null;
+    try {
+      ctl.view = await api(`/v1/threads/${encodeURIComponent(threadId)}/view`);
+    } catch (error) {
+      if (error instanceof Unauthorized) return tokenForm(true);
+      clear(flash).append(el("p.error", { role: "alert", text: error.message }));
+      return;
+    }
+    if (ctl.stopped) return;
+    drawHead(head, ctl.view);
+    drawWaiting(waiting, ctl, threadId);
+    drawConvo(convo, ctl, threadId);
+    drawTree(tree, ctl, () => drawEntry(entry, ctl, threadId));
+    drawEntry(entry, ctl, threadId);
+    drawPlan(document.getElementById("plan"), ctl.view);
+    drawMemory(document.getElementById("memory"), ctl.view);
+    composer.update(ctl.view);
+  };
+  ctl.refresh = () => { if (!ctl.timer) ctl.timer = setTimeout(refresh, 120); };
+  ctl.onConnect = () => ctl.refresh();
+  ctl.onRecord = (record) => {
+    ctl.feed.push(record);
+    if (ctl.feed.length > 60) ctl.feed.shift();
+    feed.prepend(el("li", { "data-ord": record.ord },
+      el("span.ord", { text: `#${record.ord}` }), el("span.type", { text: record.type }),
+      el("span.sum", { text: recordSummary(record) })));
+    while (feed.childElementCount > 60) feed.lastElementChild.remove();
+    ctl.refresh();
+  };
+  follow(threadId, ctl);
+  return {
+    stop() {
+      ctl.stopped = true;
+      clearTimeout(ctl.timer);
+      ctl.abort?.abort();
+    },
+  };
+}
+
+function drawHead(head, view) {
+  const usage = view.usage || {};
+  const tokens = (usage.input_tokens || 0) + (usage.output_tokens || 0);
+  const cost = typeof usage.cost === "number" ? ` · $${usage.cost.toFixed(4)}` : "";
+  const status = view.status;
+  clear(head).append(
+    el("a.back", { href: "#/", text: "← Threads" }),
+    el("h1", { id: "thread-title", text: view.title || "(untitled)" }),
+    el("div.meta",
+      badge(status),
+      el("span", { text: view.model ? `model ${view.model}` : "" }),
+      el("span", { id: "usage", text: `${tokens.toLocaleString()} tokens (${(usage.input_tokens || 0).toLocaleString()} in, ${(usage.output_tokens || 0).toLocaleString()} out)${cost}` }),
+      el("span", { text: `${view.last_ord} records` }),
+      view.lineage?.thread ? el("a", { href: `#/t/${view.lineage.thread}`, text: `forked from ${view.lineage.thread.slice(0, 13)} at #${view.lineage.ord}` }) : null,
+      el("code.tid", { text: view.thread_id })),
+  );
+}
+
+function drawWaiting(box, ctl, threadId) {
+  const calls = Object.values(ctl.view.calls).filter((c) => c.needs);
+  box.hidden = !calls.length;
+  clear(box);
+  if (!calls.length) return;
+  box.append(el("h2", { text: calls.length === 1 ? "A call waits for you" : `${calls.length} calls wait for you` }));
+  for (const call of calls) {
+    const base = `/v1/threads/${encodeURIComponent(threadId)}/tool-calls/${encodeURIComponent(call.call_id)}`;
+    const asks = call.needs === "decision";
+    const reason = el("input", { id: `why-${call.call_id}`, placeholder: asks ? "Reason (optional)" : "Note (optional)" });
+    const buttons = [];
+    const decide = (path, extra) => async () => {
+      for (const b of buttons) b.disabled = true;
+      const text = reason.value.trim();
+      const note = text ? (path === "resolve" ? { note: text } : { reason: text }) : {};
+      await guard(() => api(`${base}/${path}`, { method: "POST", body: { ...extra, ...note } }));
+      ctl.refresh();
+    };
+    const button = (cls, label, path, extra) => {
+      const b = el(`button${cls}`, { type: "button", on: { click: decide(path, extra) }, text: label });
+      buttons.push(b);
+      return b;
+    };
+    if (asks) {
+      button(".primary", "Approve", "approve", {});
+      button(".danger", "Deny", "deny", {});
+    } else {
+      button(".primary", "It was done", "resolve", { as: "done" });
+      button("", "Retry it", "resolve", { as: "retry" });
+      button(".danger", "Abort it", "resolve", { as: "abort" });
+    }
+    box.append(el("div.wait", { "data-call": call.call_id },
+      el("div.what",
+        badge(`c-${call.state}`, asks ? "needs approval" : "outcome unknown"),
+        el("strong", { text: call.tool }), el("code", { text: short(JSON.stringify(call.args), 120) })),
+      asks ? null : el("p.reason", { text: `Why: ${call.reason || "the process stopped while it ran"}` }),
+      el("div.actions", el("label.sr", { for: `why-${call.call_id}`, text: asks ? "Reason" : "Note" }), reason, buttons)));
+  }
+}
+
+const ROLE = { user: "You", assistant: "Agent", system: "Note", compaction: "Compaction", branch_summary: "Branch summary", interrupted: "Interrupted", config: "Settings" };
+
+function drawConvo(list, ctl, threadId) {
+  const view = ctl.view;
+  clear(list);
+  const onPath = view.entries.filter((e) => e.active && e.kind !== "root");
+  const shownCalls = new Set();
+  for (const entry of onPath) {
+    if (entry.kind === "tool") continue; // drawn inside its call's card
+    const item = el(`li.msg.k-${entry.kind}`, { "data-entry": entry.id, "data-ord": entry.ord },
+      el("div.who", el("span", { text: ROLE[entry.kind] || entry.kind }),
+        entry.label ? el("span.label", { text: entry.label }) : null,
+        entry.branch ? el("span.bp", { text: `branch point · ${entry.children}`, title: "Several branches continue from here" }) : null,
+        el("span.ord", { text: `#${entry.ord}` })));
+    if (entry.text) item.append(entry.kind === "config" ? el("p.muted", { text: entry.text }) : markdown(entry.text));
+    for (const callId of entry.calls || []) {
+      const call = view.calls[callId];
+      if (call) {
+        shownCalls.add(callId);
+        item.append(callCard(call, ctl, threadId));
+      }
+    }
+    list.append(item);
+  }
+  // calls of the running turn proposed on steps not yet shown (none, usually)
+  for (const call of Object.values(view.calls)) {
+    if (!shownCalls.has(call.call_id) && call.turn_id === view.active_turn) list.append(el("li.msg", callCard(call, ctl, threadId)));
+  }
+  if (view.active_turn) list.append(el("li.typing", { "aria-live": "polite", text: "The agent is working…" }));
+}
+
+const CALL_LABEL = {
+  proposed: "proposed", waiting: "waiting for approval", approved: "approved", running: "running",
+  finished: "finished", failed: "failed", unknown: "outcome unknown", denied: "denied",
+  cancelled: "cancelled", done: "resolved: done", aborted: "resolved: aborted",
+};
+
+function callCard(call, ctl, threadId) {
+  const took = duration(call.started_ts, call.finished_ts);
+  const card = el(`div.call.c-${call.state}`, { "data-call": call.call_id, "data-state": call.state },
+    el("div.chead", el("span.tool", { text: call.tool }), badge(`c-${call.state}`, CALL_LABEL[call.state] || call.state),
+      el("span.muted", { text: [call.side_effect.replace("_", "-"), call.attempt > 1 ? `attempt ${call.attempt}` : null, took].filter(Boolean).join(" · ") })),
+    el("details.args", el("summary", { text: `arguments ${short(JSON.stringify(call.args), 60)}` }), el("pre", { text: json(call.args) })));
+  if (call.decision) card.append(el("p.note", { text: `${call.decision.as} by ${call.decision.by}${call.decision.reason ? `: ${call.decision.reason}` : ""}` }));
+  if (call.status === "unknown" || call.resolution) card.append(el("p.note", { text: `outcome unknown: ${call.reason || ""}` }));
+  if (call.resolution) card.append(el("p.note", { text: `resolved ${call.resolution.as} by ${call.resolution.by}${call.resolution.note ? `: ${call.resolution.note}` : ""}` }));
+  if (call.error) card.append(el("pre.err", { text: call.error }));
+  if (call.result_text !== null && call.result_text !== undefined) card.append(output(call.result_text, call.call_id, ctl));
+  if (call.artifact) {
+    const box = el("div.artifact");
+    const load = el("button", { type: "button", text: `Load the full output (${call.artifact.size.toLocaleString()} bytes)` });
+    load.addEventListener("click", async () => {
+      load.disabled = true;
+      const text = await guard(() => api(`/v1/threads/${encodeURIComponent(threadId)}/artifacts/${call.artifact.sha256}`, { headers: { Accept: "application/octet-stream" } }), box);
+      if (text !== null) clear(box).append(output(typeof text === "string" ? text : json(text), call.call_id, ctl));
+    });
+    append(box, [el("p.muted", { text: call.artifact.summary || "stored as an artifact" }), load]);
+    card.append(box);
+  }
+  return card;
+}
+
+const HEAD = 12;
+const TAIL = 6;
+
+function output(text, key, ctl) {
+  const lines = clean(text).split("\n");
+  if (lines.length <= HEAD + TAIL + 4 && text.length <= 4000) return el("pre.out", { text });
+  const open = ctl.openResults.has(key);
+  const box = el("div.big");
+  const draw = (full) => {
+    clear(box);
+    if (full) {
+      box.append(el("pre.out", { text }));
+    } else {
+      box.append(el("pre.out", { text: lines.slice(0, HEAD).join("\n").slice(0, 2000) }),
+        el("p.gap", { text: `… ${lines.length - HEAD - TAIL} more lines (${text.length.toLocaleString()} characters) …` }),
+        el("pre.out", { text: lines.slice(-TAIL).join("\n").slice(-2000) }));
+    }
+    box.append(el("button.link", {
+      type: "button", "aria-expanded": String(full),
+      on: { click: () => { if (full) ctl.openResults.delete(key); else ctl.openResults.add(key); draw(!full); } },
+      text: full ? "Collapse" : "Show all",
+    }));
+  };
+  draw(open);
+  return box;
+}
+
+function drawTree(list, ctl, onSelect) {
+  clear(list);
+  for (const entry of ctl.view.entries) {
+    const pick = el("button.node", {
+      type: "button", "aria-pressed": String(ctl.selected === entry.id),
+      "aria-label": `#${entry.ord} ${ROLE[entry.kind] || entry.kind}: ${short(entry.text, 60)}${entry.leaf ? " (leaf)" : ""}`,
+      on: { click: () => { ctl.selected = entry.id; drawTree(list, ctl, onSelect); onSelect(); } },
+    },
+    el("span.ord", { text: `#${entry.ord}` }),
+    el(`span.dot.k-${entry.kind}`, { "aria-hidden": "true" }),
+    el("span.txt", { text: entry.kind === "root" ? "start" : short(entry.text, 48) || entry.type }),
+    entry.label ? el("span.label", { text: entry.label }) : null,
+    entry.leaf ? el("span.leafmark", { text: "leaf" }) : null);
+    list.append(el("li", {
+      class: [entry.active ? "on" : "off", entry.branch ? "bp" : ""].join(" "),
+      style: undefined, "data-entry": entry.id, "data-depth": Math.min(entry.depth, 8),
+    }, pick));
+  }
+}
+
+function drawEntry(box, ctl, threadId) {
+  const entry = ctl.view.entries.find((e) => e.id === ctl.selected);
+  box.hidden = !entry;
+  if (!entry) return;
+  const running = Boolean(ctl.view.active_turn);
+  // A fork never starts inside a turn (the server snaps back to the turn's start): forking
+  // "from" an entry keeps the whole turn it belongs to, once that turn has ended.
+  const turn = ctl.view.turns.find((t) => t.started_ord <= entry.ord && (t.ended_ord === null || t.ended_ord >= entry.ord));
+  const at = turn && turn.ended_ord !== null ? turn.ended_ord : entry.ord;
+  const fork = el("button.primary", { type: "button", text: "Fork from here" });
+  fork.addEventListener("click", async () => {
+    const made = await guard(() => api(`/v1/threads/${encodeURIComponent(threadId)}/fork`, { method: "POST", body: { at } }), box);
+    if (made) location.hash = `#/t/${made.thread_id}`;
+  });
+  const move = el("button", { type: "button", disabled: running || entry.leaf, text: "Continue from here", title: running ? "Wait until the turn ends" : "Move the active leaf here" });
+  move.addEventListener("click", async () => {
+    await guard(() => api(`/v1/threads/${encodeURIComponent(threadId)}/leaf`, { method: "POST", body: { to: entry.id } }), box);
+    ctl.refresh();
+  });
+  clear(box).append(
+    el("h2", { text: `Entry #${entry.ord}` }),
+    el("p.muted", { text: `${entry.type} · ${new Date(entry.ts).toLocaleString()}${entry.active ? " · on the active branch" : ""}` }),
+    el("div.entrytext", entry.text ? markdown(entry.text) : null),
+    el("p.muted", { text: turn ? (turn.ended_ord === null ? "Its turn is still running: a fork keeps the turns before it." : `A fork keeps everything up to the end of its turn (#${turn.ended_ord}).`) : `A fork keeps everything up to #${entry.ord}.` }),
+    el("div.actions", fork, move),
+  );
+}
+
+function drawPlan(box, view) {
+  clear(box).append(el("h2", { text: view.plan_version ? `Plan (v${view.plan_version})` : "Plan" }));
+  if (view.plan === null || view.plan === undefined) return box.append(el("p.muted", { text: "No plan yet." }));
+  const plan = view.plan;
+  const steps = Array.isArray(plan) ? plan : Array.isArray(plan?.steps) ? plan.steps : null;
+  if (steps) {
+    box.append(el("ol", steps.map((s) => el("li", typeof s === "object" && s !== null
+      ? [s.status ? badge(`p-${s.status}`, s.status) : null, " ", s.title || s.text || s.step || json(s)]
+      : [String(s)]))));
+  } else {
+    box.append(typeof plan === "string" ? markdown(plan) : el("pre", { text: json(plan) }));
+  }
+  if (view.plan_source?.reason) box.append(el("p.muted", { text: `why: ${view.plan_source.reason}` }));
+}
+
+function drawMemory(box, view) {
+  clear(box).append(el("h2", { text: "Memory" }));
+  const live = view.memories.filter((m) => !m.revoked);
+  if (!live.length) return box.append(el("p.muted", { text: "Nothing remembered in this thread." }));
+  box.append(el("ul.mem", live.map((m) => el("li", el("span", { text: m.fact }),
+    el("span.muted", { text: ` — ${m.scope}${m.key ? ` · ${m.key}` : ""} · from #${m.source_ord ?? "?"} · ${ago(m.written_at)}` })))));
+}
+
+function composerBox(threadId, ctl) {
+  const text = el("textarea", { id: "say", rows: 2, placeholder: "Message the agent…" });
+  const send = el("button.primary", { type: "submit", text: "Send" });
+  const cancel = el("button.danger", { type: "button", text: "Cancel turn", hidden: true });
+  const queued = el("ul.queued", { "aria-label": "Queued steering", "aria-live": "polite" });
+  const label = el("label", { for: "say", text: "Message" });
+  const form = el("form.composer", { "aria-label": "Send a message" }, queued, label, text, el("div.actions", send, cancel));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const value = text.value;
+    if (!value.trim()) return;
+    const running = Boolean(ctl.view?.active_turn);
+    send.disabled = true;
+    const path = running ? "steer" : "turns";
+    const body = running ? { text: value } : { input: value };
+    const headers = running ? {} : { "Idempotency-Key": crypto.randomUUID() };
+    const done = await guard(() => api(`/v1/threads/${encodeURIComponent(threadId)}/${path}`, { method: "POST", body, headers }));
+    send.disabled = false;
+    if (done) text.value = "";
+    ctl.refresh();
+  });
+  text.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) form.requestSubmit();
+  });
+  cancel.addEventListener("click", async () => {
+    cancel.disabled = true;
+    await guard(() => api(`/v1/threads/${encodeURIComponent(threadId)}/cancel`, { method: "POST", body: {} }));
+    cancel.disabled = false;
+    ctl.refresh();
+  });
+  return {
+    node: form,
+    update(view) {
+      const running = Boolean(view.active_turn);
+      label.textContent = running ? "Steer the running turn (taken at its next safe point)" : "Start a new turn";
+      send.textContent = running ? "Steer" : "Send";
+      cancel.hidden = !running;
+      clear(queued);
+      for (const q of view.queued) queued.append(el("li", badge("queued", "queued"), el("span", { text: q.text })));
+    },
+  };
+}
+
+// ------------------------------------------------------------------------------ router
+
+function stopPage() {
+  if (page) page.stop();
+  page = null;
+}
+
+function route() {
+  stopPage();
+  document.getElementById("signout").hidden = !sessionStorage.getItem(TOKEN_KEY);
+  const match = location.hash.match(/^#\/t\/([^/?#]+)/);
+  page = match ? threadPage(decodeURIComponent(match[1])) : listPage();
+  $main().focus({ preventScroll: true });
+}
+
+window.addEventListener("hashchange", route);
+document.getElementById("signout").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  route();
+});
+route();
