@@ -111,7 +111,7 @@ export function markdown(source) {
       root.append(append(el("blockquote"), inline(quoted.join("\n"))));
       continue;
     }
-    const para = [];
+    const para = [lines[i++]]; // the first line always, so that any line is consumed
     while (
       i < lines.length && lines[i].trim() && !bullet.test(lines[i]) &&
       !/^\s*(```|~~~|#{1,6}\s|>)/.test(lines[i])
@@ -601,9 +601,12 @@ function output(text, key, ctl) {
     if (full) {
       box.append(el("pre.out", { text }));
     } else {
-      box.append(el("pre.out", { text: lines.slice(0, HEAD).join("\n").slice(0, 2000) }),
-        el("p.gap", { text: `… ${lines.length - HEAD - TAIL} more lines (${text.length.toLocaleString()} characters) …` }),
-        el("pre.out", { text: lines.slice(-TAIL).join("\n").slice(-2000) }));
+      const many = lines.length > HEAD + TAIL;
+      const head = many ? lines.slice(0, HEAD).join("\n").slice(0, 2000) : text.slice(0, 2000);
+      const tail = many ? lines.slice(-TAIL).join("\n").slice(-1000) : text.slice(-1000);
+      box.append(el("pre.out", { text: head }),
+        el("p.gap", { text: `… folded (${lines.length.toLocaleString()} lines, ${text.length.toLocaleString()} characters) …` }),
+        el("pre.out", { text: tail }));
     }
     box.append(el("button.link", {
       type: "button", "aria-expanded": String(full),
