@@ -55,8 +55,10 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium_path: str) -> Iterator[object]:
+    """Chromium, for one module: Playwright's sync API keeps an event loop running while it
+    is started, so it must stop before other modules' tests call ``asyncio.run``."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

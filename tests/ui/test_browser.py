@@ -63,7 +63,7 @@ def test_watch_approve_steer_resolve_fork_and_catch_up_after_a_restart(
         # A new thread from the list page; its first turn arrives live.
         page.get_by_placeholder("Title (optional)").fill("Ledger work")
         page.get_by_placeholder("What should the agent do?").fill("demo: read the notes")
-        page.get_by_placeholder("Folder on the server (optional)").fill(str(workspace))
+        page.get_by_placeholder("Folder (optional)").fill(str(workspace))
         page.get_by_role("button", name="New thread").click()
         expect(page.locator("#thread-title")).to_have_text("Ledger work")
         created = page.url.rsplit("/", 1)[-1]

@@ -64,6 +64,7 @@ summary{cursor:pointer;color:#6b7280;font-size:13px}.md pre{background:#0f172a;c
 padding:10px 12px;border-radius:8px}.md code{background:#f3f4f6;padding:0 4px;border-radius:4px}
 .md pre code{background:none}.md p{margin:6px 0;overflow-wrap:anywhere}.waiting{background:#fef3c7;
 border:1px solid #fcd34d;border-radius:10px;padding:10px 16px;margin-top:16px}
+.waiting h2{margin:4px 0}
 .tree{list-style:none;padding:0;margin:0;background:#fff;border:1px solid #e5e7eb;border-radius:10px;
 padding:8px 12px}.tree li{padding:2px 0;font-size:14px}.tree .off{color:#9ca3af}
 .tree .bp>span.k::after{content:" ⑂";color:#7c3aed}.card{background:#fff;border:1px solid #e5e7eb;

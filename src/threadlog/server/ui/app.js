@@ -237,6 +237,11 @@ function json(value) {
   return JSON.stringify(value, null, 2);
 }
 
+/** Text with the Markdown marks a one-line summary does not need taken out. */
+function plain(text) {
+  return String(text ?? "").replace(/\*\*|`+|^#+\s*/gm, "");
+}
+
 function short(text, n = 80) {
   const one = clean(text).replace(/\s+/g, " ").trim();
   return one.length > n ? `${one.slice(0, n - 1)}…` : one;
@@ -253,7 +258,7 @@ function listPage() {
   const rows = el("ul.threads", { "aria-label": "Threads", "aria-live": "polite" });
   const title = el("input", { id: "new-title", name: "title", placeholder: "Title (optional)" });
   const input = el("input", { id: "new-input", name: "input", placeholder: "What should the agent do?" });
-  const cwd = el("input", { id: "new-cwd", name: "cwd", placeholder: "Folder on the server (optional)" });
+  const cwd = el("input", { id: "new-cwd", name: "cwd", placeholder: "Folder (optional)" });
   const create = el("form.new", { "aria-label": "New thread" },
     el("label.sr", { for: "new-title", text: "Title" }), title,
     el("label.sr", { for: "new-input", text: "First message" }), input,
@@ -554,7 +559,8 @@ function drawConvo(list, ctl, threadId) {
   for (const call of Object.values(view.calls)) {
     if (!shownCalls.has(call.call_id) && call.turn_id === view.active_turn) list.append(el("li.msg", callCard(call, ctl, threadId)));
   }
-  if (view.active_turn) list.append(el("li.typing", { "aria-live": "polite", text: "The agent is working…" }));
+  if (view.status === "waiting") list.append(el("li.typing", { text: "Waiting for you: see the top of the page." }));
+  else if (view.active_turn) list.append(el("li.typing", { text: "The agent is working…" }));
 }
 
 const CALL_LABEL = {
@@ -628,7 +634,7 @@ function drawTree(list, ctl, onSelect) {
     },
     el("span.ord", { text: `#${entry.ord}` }),
     el(`span.dot.k-${entry.kind}`, { "aria-hidden": "true" }),
-    el("span.txt", { text: entry.kind === "root" ? "start" : short(entry.text, 48) || entry.type }),
+    el("span.txt", { text: entry.kind === "root" ? "start" : short(plain(entry.text), 48) || entry.type }),
     entry.label ? el("span.label", { text: entry.label }) : null,
     entry.leaf ? el("span.leafmark", { text: "leaf" }) : null);
     list.append(el("li", {
