@@ -86,8 +86,11 @@ def test_watch_approve_steer_resolve_fork_and_catch_up_after_a_restart(
         _send(page, "use the blue pen")
         expect(page.locator(".queued li")).to_contain_text("use the blue pen")
         expect(page.locator(".queued li")).to_contain_text("queued")
+        # by keyboard: the reason field, then Tab to Approve, then Enter
         banner.get_by_placeholder("Reason (optional)").fill("invoice checked")
-        banner.get_by_role("button", name="Approve").click()
+        page.keyboard.press("Tab")
+        expect(banner.get_by_role("button", name="Approve")).to_be_focused()
+        page.keyboard.press("Enter")
         expect(banner).to_be_hidden()
         paid = page.locator(".call", has_text="append_file")
         expect(paid).to_have_attribute("data-state", "finished")

@@ -69,6 +69,11 @@ def test_markup_renders_as_text_in_the_ui_and_the_export(
         expect(user).to_contain_text("[bad](javascript:window.pwned=3)")
         assert page.evaluate("() => window.pwned") is None
         assert page.locator("main img, main script, main b").count() == 0
+        unlabelled = page.evaluate(
+            """() => [...document.querySelectorAll("main input, main textarea, main select")]
+                .filter(f => !f.labels.length && !f.getAttribute("aria-label")).map(f => f.id)"""
+        )
+        assert unlabelled == [], f"fields without a label: {unlabelled}"
         width = page.evaluate("() => document.documentElement.scrollWidth")
         assert width <= 390, f"the page overflows a phone's width: {width}px"
         assert page.errors == []  # type: ignore[attr-defined]

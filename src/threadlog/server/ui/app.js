@@ -344,6 +344,7 @@ async function follow(threadId, ctl) {
       if (ctl.cursor > 0) headers["Last-Event-ID"] = String(ctl.cursor);
       const response = await fetch(`/v1/threads/${encodeURIComponent(threadId)}/stream`, { headers, signal: abort.signal });
       if (response.status === 401) return tokenForm(true);
+      if (response.status === 404) return ctl.refresh(); // not (or no longer) the caller's: the view says so
       if (!response.ok || !response.body) throw new Error(`stream: ${response.status}`);
       setConn("live");
       ctl.onConnect();
@@ -410,7 +411,7 @@ function recordSummary(record) {
 function threadPage(threadId) {
   const ctl = {
     stopped: false, cursor: 0, view: null, selected: null, timer: null, abort: null,
-    openResults: new Set(), feed: [],
+    openResults: new Set(), openArgs: new Set(), reasons: new Map(), feed: [], drawn: false,
   };
   const head = el("div.thead");
   const flash = el("div", { id: "flash", "aria-live": "assertive" });
@@ -443,9 +444,16 @@ function threadPage(threadId) {
       return;
     }
     if (ctl.stopped) return;
+    // a redraw keeps what the person was doing: the reason being typed, the focus, the
+    // scroll position (and follows the conversation when they were at its end)
+    const atEnd = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 60;
+    const focused = document.activeElement?.id;
     drawHead(head, ctl.view);
     drawWaiting(waiting, ctl, threadId);
     drawConvo(convo, ctl, threadId);
+    if (ctl.drawn && atEnd) window.scrollTo(0, document.documentElement.scrollHeight);
+    ctl.drawn = true;
+    if (focused && document.activeElement?.id !== focused) document.getElementById(focused)?.focus({ preventScroll: true });
     drawTree(tree, ctl, () => drawEntry(entry, ctl, threadId));
     drawEntry(entry, ctl, threadId);
     drawPlan(document.getElementById("plan"), ctl.view);
@@ -500,7 +508,11 @@ function drawWaiting(box, ctl, threadId) {
   for (const call of calls) {
     const base = `/v1/threads/${encodeURIComponent(threadId)}/tool-calls/${encodeURIComponent(call.call_id)}`;
     const asks = call.needs === "decision";
-    const reason = el("input", { id: `why-${call.call_id}`, placeholder: asks ? "Reason (optional)" : "Note (optional)" });
+    const reason = el("input", {
+      id: `why-${call.call_id}`, placeholder: asks ? "Reason (optional)" : "Note (optional)",
+      on: { input: () => ctl.reasons.set(call.call_id, reason.value) },
+    });
+    reason.value = ctl.reasons.get(call.call_id) || "";
     const buttons = [];
     const decide = (path, extra) => async () => {
       for (const b of buttons) b.disabled = true;
@@ -510,7 +522,8 @@ function drawWaiting(box, ctl, threadId) {
       ctl.refresh();
     };
     const button = (cls, label, path, extra) => {
-      const b = el(`button${cls}`, { type: "button", on: { click: decide(path, extra) }, text: label });
+      const id = `${extra.as || path}-${call.call_id}`;
+      const b = el(`button${cls}`, { id, type: "button", on: { click: decide(path, extra) }, text: label });
       buttons.push(b);
       return b;
     };
@@ -574,7 +587,10 @@ function callCard(call, ctl, threadId) {
   const card = el(`div.call.c-${call.state}`, { "data-call": call.call_id, "data-state": call.state },
     el("div.chead", el("span.tool", { text: call.tool }), badge(`c-${call.state}`, CALL_LABEL[call.state] || call.state),
       el("span.muted", { text: [call.side_effect.replace("_", "-"), call.attempt > 1 ? `attempt ${call.attempt}` : null, took].filter(Boolean).join(" · ") })),
-    el("details.args", el("summary", { text: `arguments ${short(JSON.stringify(call.args), 60)}` }), el("pre", { text: json(call.args) })));
+    el("details.args", {
+      open: ctl.openArgs.has(call.call_id),
+      on: { toggle: (event) => { if (event.target.open) ctl.openArgs.add(call.call_id); else ctl.openArgs.delete(call.call_id); } },
+    }, el("summary", { text: `arguments ${short(JSON.stringify(call.args), 60)}` }), el("pre", { text: json(call.args) })));
   if (call.decision) card.append(el("p.note", { text: `${call.decision.as} by ${call.decision.by}${call.decision.reason ? `: ${call.decision.reason}` : ""}` }));
   if (call.status === "unknown" || call.resolution) card.append(el("p.note", { text: `outcome unknown: ${call.reason || ""}` }));
   if (call.resolution) card.append(el("p.note", { text: `resolved ${call.resolution.as} by ${call.resolution.by}${call.resolution.note ? `: ${call.resolution.note}` : ""}` }));
@@ -625,12 +641,20 @@ function output(text, key, ctl) {
 }
 
 function drawTree(list, ctl, onSelect) {
+  const top = list.scrollTop;
   clear(list);
   for (const entry of ctl.view.entries) {
     const pick = el("button.node", {
-      type: "button", "aria-pressed": String(ctl.selected === entry.id),
+      id: `node-${entry.ord}`, type: "button", "aria-pressed": String(ctl.selected === entry.id),
       "aria-label": `#${entry.ord} ${ROLE[entry.kind] || entry.kind}: ${short(entry.text, 60)}${entry.leaf ? " (leaf)" : ""}`,
-      on: { click: () => { ctl.selected = entry.id; drawTree(list, ctl, onSelect); onSelect(); } },
+      on: {
+        click: () => {
+          ctl.selected = entry.id;
+          drawTree(list, ctl, onSelect);
+          onSelect();
+          document.getElementById(`node-${entry.ord}`)?.focus();
+        },
+      },
     },
     el("span.ord", { text: `#${entry.ord}` }),
     el(`span.dot.k-${entry.kind}`, { "aria-hidden": "true" }),
@@ -639,9 +663,10 @@ function drawTree(list, ctl, onSelect) {
     entry.leaf ? el("span.leafmark", { text: "leaf" }) : null);
     list.append(el("li", {
       class: [entry.active ? "on" : "off", entry.branch ? "bp" : ""].join(" "),
-      style: undefined, "data-entry": entry.id, "data-depth": Math.min(entry.depth, 8),
+      "data-entry": entry.id, "data-depth": Math.min(entry.depth, 8),
     }, pick));
   }
+  list.scrollTop = top;
 }
 
 function drawEntry(box, ctl, threadId) {
