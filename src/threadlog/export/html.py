@@ -260,17 +260,30 @@ def _waiting(view: dict[str, Any]) -> str:
     return f'<section class="waiting"><h2>Waiting for a human when exported</h2>{rows}</section>'
 
 
+def _step(step: Any) -> str:
+    """One step of a plan: its status badge and its text (a dict's title, text or step)."""
+    if not isinstance(step, dict):
+        return _e(step if isinstance(step, str) else orjson.dumps(step).decode())
+    status = step.get("status")
+    text = step.get("title") or step.get("text") or step.get("step") or orjson.dumps(step).decode()
+    return (_badge(f"p-{status}", str(status)) + " " if status else "") + _e(text)
+
+
 def _plan(view: dict[str, Any]) -> str:
     plan = view.get("plan")
     if plan is None:
         return ""
     title = f"Plan (v{view.get('plan_version')})"
-    body = (
-        f'<div class="md">{markdown(plan)}</div>'
-        if isinstance(plan, str)
-        else f'<pre class="out">{_e(_json(plan))}</pre>'
-    )
-    return f'<h2>{_e(title)}</h2><div class="card">{body}</div>'
+    steps = plan.get("steps") if isinstance(plan, dict) else plan
+    if isinstance(plan, str):
+        body = f'<div class="md">{markdown(plan)}</div>'
+    elif isinstance(steps, list):
+        body = "<ol>" + "".join(f"<li>{_step(step)}</li>" for step in steps) + "</ol>"
+    else:
+        body = f'<pre class="out">{_e(_json(plan))}</pre>'
+    reason = (view.get("plan_source") or {}).get("reason")
+    why = f'<p class="note">why: {_e(reason)}</p>' if reason else ""
+    return f'<h2>{_e(title)}</h2><div class="card">{body}{why}</div>'
 
 
 def _memory(view: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-// threadlog's browser UI: one vanilla module, no build step, no dependency.
+// threadlog's browser UI: vanilla ES modules (this one, dom.js, stream.js), no build step.
 //
 // How it works
 // ------------
@@ -14,150 +14,17 @@
 //   view (`GET /v1/threads/{t}/view`, the projection the HTML export draws too), which
 //   redraws the conversation, the tree, the cards and the side panels.
 // * Nothing from the server is ever parsed as HTML: every node is built with
-//   createElement/textContent, including the Markdown (`markdown()` below), and links are
+//   createElement/textContent, including the Markdown (`markdown()` in dom.js), and links are
 //   kept only for http(s) URLs. The page runs under a CSP with no inline script.
+
+import {
+  ago, append, badge, clean, clear, duration, el, json, markdown, plain, short, STATE_LABEL,
+} from "./dom.js";
+import { follow } from "./stream.js";
 
 const TOKEN_KEY = "threadlog.token";
 const $main = () => document.getElementById("main");
 let page = null; // the current page's controller: { stop() }
-
-// ---------------------------------------------------------------------------------- DOM
-
-/** Terminal escapes shown as a visible symbol, never interpreted. */
-function clean(text) {
-  return String(text ?? "").replace(/\u001b/g, "\u241b");
-}
-
-/** An element: `el("div.card.open", {attrs}, child, "text", …)`. Strings become text nodes. */
-function el(spec, attrs, ...children) {
-  const [tag, ...classes] = spec.split(".");
-  const node = document.createElement(tag || "div");
-  if (classes.length) node.className = classes.join(" ");
-  if (attrs && (typeof attrs !== "object" || attrs instanceof Node || Array.isArray(attrs))) {
-    children.unshift(attrs);
-    attrs = null;
-  }
-  for (const [key, value] of Object.entries(attrs || {})) {
-    if (value === undefined || value === null || value === false) continue;
-    if (key === "on") {
-      for (const [event, handler] of Object.entries(value)) node.addEventListener(event, handler);
-    } else if (key === "text") {
-      node.textContent = clean(value);
-    } else {
-      node.setAttribute(key, value === true ? "" : String(value));
-    }
-  }
-  append(node, children);
-  return node;
-}
-
-function append(node, children) {
-  for (const child of children.flat(Infinity)) {
-    if (child === null || child === undefined || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(clean(child)));
-  }
-  return node;
-}
-
-function clear(node) {
-  while (node.firstChild) node.firstChild.remove();
-  return node;
-}
-
-// ----------------------------------------------------------------------------- Markdown
-
-/** A small, safe Markdown renderer: paragraphs, headings, fenced code, lists, quotes,
- * inline code, bold, italics and http(s) links, all built as DOM nodes. */
-export function markdown(source) {
-  const root = el("div.md");
-  const lines = clean(source).replace(/\r\n?/g, "\n").split("\n");
-  let i = 0;
-  while (i < lines.length) {
-    const line = lines[i];
-    const fence = line.match(/^\s*(```|~~~)\s*([\w+-]*)\s*$/);
-    if (fence) {
-      const body = [];
-      i += 1;
-      while (i < lines.length && !lines[i].trim().startsWith(fence[1])) body.push(lines[i++]);
-      i += 1;
-      root.append(el("pre", el("code", { text: body.join("\n") })));
-      continue;
-    }
-    if (!line.trim()) {
-      i += 1;
-      continue;
-    }
-    const heading = line.match(/^(#{1,6})\s+(.*)$/);
-    if (heading) {
-      const level = Math.min(6, heading[1].length + 2);
-      root.append(append(el(`h${level}`), inline(heading[2])));
-      i += 1;
-      continue;
-    }
-    const bullet = /^\s*([-*+]|\d+[.)])\s+/;
-    if (bullet.test(line)) {
-      const ordered = /^\s*\d/.test(line);
-      const list = el(ordered ? "ol" : "ul");
-      while (i < lines.length && bullet.test(lines[i])) {
-        list.append(append(el("li"), inline(lines[i].replace(bullet, ""))));
-        i += 1;
-      }
-      root.append(list);
-      continue;
-    }
-    if (/^\s*>/.test(line)) {
-      const quoted = [];
-      while (i < lines.length && /^\s*>/.test(lines[i])) quoted.push(lines[i++].replace(/^\s*>\s?/, ""));
-      root.append(append(el("blockquote"), inline(quoted.join("\n"))));
-      continue;
-    }
-    const para = [lines[i++]]; // the first line always, so that any line is consumed
-    while (
-      i < lines.length && lines[i].trim() && !bullet.test(lines[i]) &&
-      !/^\s*(```|~~~|#{1,6}\s|>)/.test(lines[i])
-    ) para.push(lines[i++]);
-    const p = el("p");
-    para.forEach((text, n) => {
-      if (n) p.append(el("br"));
-      append(p, inline(text));
-    });
-    root.append(p);
-  }
-  return root;
-}
-
-const INLINE = /(`+)([^`]+?)\1|\*\*([^*]+)\*\*|__([^_]+)__|\*([^*\s][^*]*)\*|\b_([^_\s][^_]*)_\b|\[([^\]]+)\]\(([^)\s]+)\)|(https?:\/\/[^\s<>()]+[^\s<>().,;:!?'"])/;
-
-function inline(text) {
-  const out = [];
-  let rest = text;
-  while (rest) {
-    const m = rest.match(INLINE);
-    if (!m) {
-      out.push(rest);
-      break;
-    }
-    if (m.index) out.push(rest.slice(0, m.index));
-    if (m[2] !== undefined) out.push(el("code", { text: m[2] }));
-    else if (m[3] !== undefined || m[4] !== undefined) out.push(append(el("strong"), inline(m[3] ?? m[4])));
-    else if (m[5] !== undefined || m[6] !== undefined) out.push(append(el("em"), inline(m[5] ?? m[6])));
-    else if (m[7] !== undefined) out.push(link(m[8], m[7]));
-    else out.push(link(m[9], m[9]));
-    rest = rest.slice(m.index + m[0].length);
-  }
-  return out;
-}
-
-function link(href, label) {
-  let url = null;
-  try {
-    url = new URL(href);
-  } catch {
-    url = null;
-  }
-  if (!url || (url.protocol !== "http:" && url.protocol !== "https:")) return `[${label}](${href})`;
-  return el("a", { href: url.href, rel: "noopener noreferrer nofollow", target: "_blank", text: label });
-}
 
 // ---------------------------------------------------------------------------------- API
 
@@ -205,46 +72,6 @@ function tokenForm(again) {
   });
   append(clear($main()), [form]);
   input.focus();
-}
-
-// ------------------------------------------------------------------------------- format
-
-function ago(ts) {
-  if (!ts) return "";
-  const seconds = Math.max(0, (Date.now() - Date.parse(ts)) / 1000);
-  if (seconds < 60) return `${Math.round(seconds)} s ago`;
-  if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
-  if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`;
-  return new Date(ts).toLocaleDateString();
-}
-
-function duration(a, b) {
-  if (!a || !b) return null;
-  const ms = Date.parse(b) - Date.parse(a);
-  return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(ms < 10000 ? 1 : 0)} s`;
-}
-
-const STATE_LABEL = {
-  running: "running", waiting: "waiting for you", interrupted: "interrupted",
-  damaged: "damaged", idle: "idle",
-};
-
-function badge(state, text) {
-  return el(`span.badge.s-${state}`, { text: text || STATE_LABEL[state] || state });
-}
-
-function json(value) {
-  return JSON.stringify(value, null, 2);
-}
-
-/** Text with the Markdown marks a one-line summary does not need taken out. */
-function plain(text) {
-  return String(text ?? "").replace(/\*\*|`+|^#+\s*/gm, "");
-}
-
-function short(text, n = 80) {
-  const one = clean(text).replace(/\s+/g, " ").trim();
-  return one.length > n ? `${one.slice(0, n - 1)}…` : one;
 }
 
 // --------------------------------------------------------------------------- list page
@@ -332,67 +159,6 @@ async function guard(action, where) {
 }
 
 /** Reads the thread's SSE stream with fetch(), resuming from the cursor after any drop. */
-async function follow(threadId, ctl) {
-  let delay = 250;
-  while (!ctl.stopped) {
-    const abort = new AbortController();
-    ctl.abort = abort;
-    try {
-      const token = sessionStorage.getItem(TOKEN_KEY);
-      const headers = { Accept: "text/event-stream" };
-      if (token) headers.Authorization = `Bearer ${token}`;
-      if (ctl.cursor > 0) headers["Last-Event-ID"] = String(ctl.cursor);
-      const response = await fetch(`/v1/threads/${encodeURIComponent(threadId)}/stream`, { headers, signal: abort.signal });
-      if (response.status === 401) return tokenForm(true);
-      if (response.status === 404) return ctl.refresh(); // not (or no longer) the caller's: the view says so
-      if (!response.ok || !response.body) throw new Error(`stream: ${response.status}`);
-      setConn("live");
-      ctl.onConnect();
-      delay = 250;
-      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buffer = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer += value;
-        let cut;
-        while ((cut = buffer.search(/\r?\n\r?\n/)) >= 0) {
-          const frame = buffer.slice(0, cut);
-          buffer = buffer.slice(cut).replace(/^\r?\n\r?\n/, "");
-          handleFrame(frame, ctl);
-        }
-      }
-    } catch (error) {
-      if (ctl.stopped) return;
-    }
-    if (ctl.stopped) return;
-    setConn("reconnecting");
-    await new Promise((resolve) => setTimeout(resolve, delay));
-    delay = Math.min(5000, delay * 2);
-  }
-}
-
-function handleFrame(frame, ctl) {
-  let event = "message";
-  let id = null;
-  const data = [];
-  for (const line of frame.split(/\r?\n/)) {
-    if (!line || line.startsWith(":")) continue;
-    const colon = line.indexOf(":");
-    const field = colon < 0 ? line : line.slice(0, colon);
-    const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
-    if (field === "event") event = value;
-    else if (field === "id") id = value;
-    else if (field === "data") data.push(value);
-  }
-  if (event !== "message" || !data.length) return; // `end` and other control events
-  const record = JSON.parse(data.join("\n"));
-  const ord = Number(id ?? record.ord);
-  if (ord <= ctl.cursor) return; // already seen
-  ctl.cursor = ord;
-  ctl.onRecord(record);
-}
-
 function recordSummary(record) {
   const d = record.data && typeof record.data === "object" ? record.data : {};
   switch (record.type) {
@@ -471,6 +237,13 @@ function threadPage(threadId) {
     while (feed.childElementCount > 60) feed.lastElementChild.remove();
     ctl.refresh();
   };
+  ctl.headers = () => {
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    return token ? { Authorization: `Bearer ${token}` } : {};
+  };
+  ctl.onState = setConn;
+  ctl.onUnauthorized = () => tokenForm(true);
+  ctl.onGone = () => ctl.refresh(); // the view's answer says why (ThreadNotFound)
   follow(threadId, ctl);
   return {
     stop() {
