@@ -1,5 +1,5 @@
-"""Regenerate the UI's screenshots in docs/images/ (thread list; thread page at desktop and
-phone width; the HTML export).
+"""Regenerate the UI's screenshots in docs/images/ (the thread list and the thread page, each
+at desktop and phone width; the HTML export).
 
 It starts ``threadlog serve`` (open mode, a free loopback port) on a temporary store with the
 browser tests' scripted agent, makes a few threads (one waiting for approval, one with a
@@ -90,6 +90,7 @@ def main() -> int:
                 shots = [
                     ("threads.png", "/ui/#/", 1280, 480, ".thread", False),
                     ("thread.png", f"/ui/#/t/{thread}", 1280, 1000, ".call", True),
+                    ("threads-phone.png", "/ui/#/", 390, 700, ".thread", False),
                     ("thread-phone.png", f"/ui/#/t/{thread}", 390, 844, ".call", False),
                 ]
                 for name, path, width, height, ready, full in shots:

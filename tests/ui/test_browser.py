@@ -35,6 +35,11 @@ def _page(browser: Any, width: int = 1280, height: int = 900) -> Page:
     page.set_default_timeout(TIMEOUT)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # the page must need nothing its Content-Security-Policy forbids
+    page.on(
+        "console",
+        lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None,
+    )
     page.errors = errors  # type: ignore[attr-defined]
     return page
 

@@ -76,6 +76,10 @@ function tokenForm(again) {
 
 // --------------------------------------------------------------------------- list page
 
+function count(n, word) {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
+}
+
 function listPage() {
   const state = { threads: [], query: "", filter: "all", timer: null, stopped: false };
   const search = el("input", { id: "q", type: "search", placeholder: "Search titles and ids", "aria-label": "Search threads" });
@@ -111,7 +115,7 @@ function listPage() {
         el("a.row", { href: `#/t/${t.thread_id}` },
           badge(t.state),
           el("span.title", { text: t.title || "(untitled)" }),
-          el("span.meta", { text: [t.model, `${t.turns} turns`, `${t.tool_calls} calls`].filter(Boolean).join(" · ") }),
+          el("span.meta", { text: [t.model, count(t.turns, "turn"), count(t.tool_calls, "call"), t.forked_from ? "fork" : null].filter(Boolean).join(" · ") }),
           el("time.when", { datetime: t.last_ts || "", text: ago(t.last_ts) }),
           el("span.tid", { text: t.thread_id.slice(0, 13) }))));
     }
