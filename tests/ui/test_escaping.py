@@ -24,11 +24,14 @@ MESSAGE = (
     "<script>window.pwned=2</script> **bold** and [bad](javascript:window.pwned=3) "
     "and [good](https://example.org/a?b=1&c=2) \x1b[31mred\x1b[0m [bold red]rich[/]"
 )
+BIG = 4000
+"""Lines of a file whose reading is over the artifact threshold (stored as a blob)."""
 OUTPUT = '<b>not bold</b>\n<script>window.pwned=4</script>\n\x1b[1;32mOK\x1b[0m\n<a href="x">'
 
 
 def _thread(url: str, token: str, workspace: Path) -> str:
     (workspace / "evil.txt").write_text(OUTPUT)
+    (workspace / "big.txt").write_text("".join(f"line {i:05d} {'.' * 20}\n" for i in range(BIG)))
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as http:
         made = http.post(
             "/v1/threads", json={"title": TITLE, "cwd": str(workspace), "input": MESSAGE}
@@ -38,8 +41,12 @@ def _thread(url: str, token: str, workspace: Path) -> str:
         for _ in range(200):
             if http.get(f"/v1/threads/{thread}").json()["status"] == "idle":
                 break
-        answer = http.post(f"/v1/threads/{thread}/turns", json={"input": "show evil.txt"})
-        assert answer.status_code == 202, answer.text
+        for name in ("evil.txt", "big.txt"):
+            for _ in range(200):
+                if http.get(f"/v1/threads/{thread}").json()["status"] == "idle":
+                    break
+            answer = http.post(f"/v1/threads/{thread}/turns", json={"input": f"show {name}"})
+            assert answer.status_code == 202, answer.text
     return thread
 
 
@@ -69,6 +76,15 @@ def test_markup_renders_as_text_in_the_ui_and_the_export(
         expect(user).to_contain_text("[bad](javascript:window.pwned=3)")
         assert page.evaluate("() => window.pwned") is None
         assert page.locator("main img, main script, main b").count() == 0
+        # a result kept in the artifact store: loaded on demand, folded, then shown whole
+        big = page.locator(".call", has_text="big.txt")
+        expect(big).to_have_attribute("data-state", "finished")
+        big.get_by_role("button", name="Load the full output").click()
+        expect(big.locator(".gap")).to_contain_text(f"{BIG + 1:,} lines")
+        expect(big).not_to_contain_text(f"line {BIG // 2:05d}")
+        expect(big).to_contain_text(f"line {BIG - 1:05d}")  # the tail
+        big.get_by_role("button", name="Show all").click()
+        expect(big).to_contain_text(f"line {BIG // 2:05d}")
         unlabelled = page.evaluate(
             """() => [...document.querySelectorAll("main input, main textarea, main select")]
                 .filter(f => !f.labels.length && !f.getAttribute("aria-label")).map(f => f.id)"""

@@ -181,7 +181,7 @@ function recordSummary(record) {
 function threadPage(threadId) {
   const ctl = {
     stopped: false, cursor: 0, view: null, selected: null, timer: null, abort: null,
-    openResults: new Set(), openArgs: new Set(), reasons: new Map(), feed: [], drawn: false,
+    openResults: new Set(), openArgs: new Set(), reasons: new Map(), artifacts: new Map(), feed: [], drawn: false,
   };
   const head = el("div.thead");
   const flash = el("div", { id: "flash", "aria-live": "assertive" });
@@ -373,13 +373,23 @@ function callCard(call, ctl, threadId) {
   if (call.resolution) card.append(el("p.note", { text: `resolved ${call.resolution.as} by ${call.resolution.by}${call.resolution.note ? `: ${call.resolution.note}` : ""}` }));
   if (call.error) card.append(el("pre.err", { text: call.error }));
   if (call.result_text !== null && call.result_text !== undefined) card.append(output(call.result_text, call.call_id, ctl));
-  if (call.artifact) {
+  if (call.artifact && ctl.artifacts.has(call.artifact.sha256)) {
+    card.append(output(ctl.artifacts.get(call.artifact.sha256), call.call_id, ctl));
+  } else if (call.artifact) {
     const box = el("div.artifact");
     const load = el("button", { type: "button", text: `Load the full output (${call.artifact.size.toLocaleString()} bytes)` });
     load.addEventListener("click", async () => {
       load.disabled = true;
       const text = await guard(() => api(`/v1/threads/${encodeURIComponent(threadId)}/artifacts/${call.artifact.sha256}`, { headers: { Accept: "application/octet-stream" } }), box);
-      if (text !== null) clear(box).append(output(typeof text === "string" ? text : json(text), call.call_id, ctl));
+      if (text === null) return;
+      // a blob holds the value's canonical JSON (a tool's text result is a JSON string)
+      let value = text;
+      try {
+        value = JSON.parse(text);
+      } catch { /* not JSON: shown as it is */ }
+      const shown = typeof value === "string" ? value : json(value);
+      ctl.artifacts.set(call.artifact.sha256, shown); // kept across redraws
+      clear(box).append(output(shown, call.call_id, ctl));
     });
     append(box, [el("p.muted", { text: call.artifact.summary || "stored as an artifact" }), load]);
     card.append(box);
