@@ -223,12 +223,12 @@ function threadPage(threadId) {
     drawConvo(convo, ctl, threadId);
     if (ctl.drawn && atEnd) window.scrollTo(0, document.documentElement.scrollHeight);
     ctl.drawn = true;
-    if (focused && document.activeElement?.id !== focused) document.getElementById(focused)?.focus({ preventScroll: true });
     drawTree(tree, ctl, () => drawEntry(entry, ctl, threadId));
     drawEntry(entry, ctl, threadId);
     drawPlan(document.getElementById("plan"), ctl.view);
     drawMemory(document.getElementById("memory"), ctl.view);
     composer.update(ctl.view);
+    if (focused && document.activeElement?.id !== focused) document.getElementById(focused)?.focus({ preventScroll: true });
   };
   ctl.refresh = () => { if (!ctl.timer) ctl.timer = setTimeout(refresh, 120); };
   ctl.onConnect = () => ctl.refresh();
@@ -465,12 +465,12 @@ function drawEntry(box, ctl, threadId) {
   // "from" an entry keeps the whole turn it belongs to, once that turn has ended.
   const turn = ctl.view.turns.find((t) => t.started_ord <= entry.ord && (t.ended_ord === null || t.ended_ord >= entry.ord));
   const at = turn && turn.ended_ord !== null ? turn.ended_ord : entry.ord;
-  const fork = el("button.primary", { type: "button", text: "Fork from here" });
+  const fork = el("button.primary", { id: "fork-here", type: "button", text: "Fork from here" });
   fork.addEventListener("click", async () => {
     const made = await guard(() => api(`/v1/threads/${encodeURIComponent(threadId)}/fork`, { method: "POST", body: { at } }), box);
     if (made) location.hash = `#/t/${made.thread_id}`;
   });
-  const move = el("button", { type: "button", disabled: running || entry.leaf, text: "Continue from here", title: running ? "Wait until the turn ends" : "Move the active leaf here" });
+  const move = el("button", { id: "move-leaf", type: "button", disabled: running || entry.leaf, text: "Continue from here", title: running ? "Wait until the turn ends" : "Move the active leaf here" });
   move.addEventListener("click", async () => {
     await guard(() => api(`/v1/threads/${encodeURIComponent(threadId)}/leaf`, { method: "POST", body: { to: entry.id } }), box);
     ctl.refresh();
