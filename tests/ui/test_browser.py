@@ -144,7 +144,15 @@ def test_watch_approve_steer_resolve_fork_and_catch_up_after_a_restart(
         expect(page.locator(".msg.k-user")).to_contain_text("demo: read the notes")
         page.goto(svc.url + "/ui/#/")
         expect(page.locator(".thread")).to_have_count(2)
-        expect(page.locator(".thread", has_text="Ledger work").first).to_be_visible()
+        expect(page.locator(".thread", has_text="fork")).to_have_count(1)
+        # search and filter
+        page.get_by_label("Search threads").fill(created[:13])
+        expect(page.locator(".thread")).to_have_count(1)
+        page.get_by_label("Search threads").fill("")
+        page.get_by_label("Filter by status").select_option("waiting")
+        expect(page.locator(".threads .empty")).to_have_text("No thread matches.")
+        page.get_by_label("Filter by status").select_option("idle")
+        expect(page.locator(".thread")).to_have_count(2)
         assert page.errors == []  # type: ignore[attr-defined]
     finally:
         page.context.close()
