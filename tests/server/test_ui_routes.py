@@ -7,7 +7,11 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any
 
-from tests.server.conftest import Api
+import httpx
+
+from tests.cli.test_illegal_record import damaged_thread
+from tests.server.conftest import Api, make_app, serve_in_thread
+from threadlog import open_store
 
 
 def _create(api: Api, workspace: str, **body: Any) -> str:
@@ -89,3 +93,16 @@ def test_the_view_has_the_tree_cards_and_usage_and_the_leaf_moves(api: Api, work
     ]
     bad = api.alice.post(f"/v1/threads/{thread}/leaf", json={"to": "nope"})
     assert bad.status_code == 422
+
+
+def test_a_damaged_thread_is_listed_as_damaged(home: str) -> None:
+    thread, bad = damaged_thread(home)
+    with open_store(home) as store:
+        app = make_app(store, tokens={})  # open mode: principal local sees every thread
+        with serve_in_thread(app) as url, httpx.Client(base_url=url, timeout=30) as http:
+            (row,) = http.get("/v1/ui/threads").json()["threads"]
+            assert row["thread_id"] == thread and row["state"] == "damaged"
+            assert f"ord {bad}" in row["damage"]
+            view = http.get(f"/v1/threads/{thread}/view")
+            assert view.status_code == 409
+            assert view.json()["error"]["type"] in ("IntegrityError", "InvalidTransition")
