@@ -32,7 +32,7 @@ def test_the_ui_is_served_from_the_package_under_a_strict_csp(api: Api) -> None:
     assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
     assert '<script type="module" src="/ui/app.js">' in page.text
     assert "<script>" not in page.text  # nothing inline
-    for name in ("app.js", "dom.js", "stream.js"):
+    for name in ("app.js", "thread.js", "api.js", "dom.js", "stream.js"):
         script = api.anon.get(f"/ui/{name}")
         assert script.headers["content-type"].startswith("text/javascript")
         assert "innerHTML" not in script.text and "eval(" not in script.text
@@ -41,7 +41,7 @@ def test_the_ui_is_served_from_the_package_under_a_strict_csp(api: Api) -> None:
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "NotFound"
     assert api.anon.get("/ui/..%2Fapp.py").status_code == 404
     shipped = {p.name for p in (resources.files("threadlog.server") / "ui").iterdir()}
-    assert {"index.html", "app.js", "dom.js", "stream.js", "app.css"} <= shipped
+    assert {"index.html", "app.js", "thread.js", "api.js", "dom.js", "stream.js"} <= shipped
 
 
 def test_the_ui_list_has_each_threads_state_and_only_the_callers(api: Api, workspace: str) -> None:
