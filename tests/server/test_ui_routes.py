@@ -93,6 +93,11 @@ def test_the_view_has_the_tree_cards_and_usage_and_the_leaf_moves(api: Api, work
     ]
     bad = api.alice.post(f"/v1/threads/{thread}/leaf", json={"to": "nope"})
     assert bad.status_code == 422
+    # no turn runs: the progress stream ends at once (the page opens it when one starts)
+    idle = api.alice.get(f"/v1/threads/{thread}/progress")
+    assert idle.status_code == 200
+    assert idle.headers["content-type"].startswith("text/event-stream")
+    assert idle.text == 'event: end\ndata: {"reason":"idle"}\n\n'
 
 
 def test_a_damaged_thread_is_listed_as_damaged(home: str) -> None:

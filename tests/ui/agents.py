@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from threadlog.runtime.models import ModelRequest, Reply, ScriptedModel, ToolCallSpec
 
+STORY = 120
+"""Words of the ``story`` reply: streamed over a few seconds, so the page shows it growing."""
 USAGE = {"input_tokens": 120, "output_tokens": 30, "cost": 0.0012}
 
 
@@ -52,6 +54,9 @@ def _script(request: ModelRequest, step: int) -> Reply:
                 usage=USAGE,
             )
         return Reply("The slow job is settled.", usage=USAGE)
+    if text.startswith("story"):
+        words = " ".join(f"word{i}" for i in range(STORY))
+        return Reply(f"Once upon a time {words}. The end.", usage=USAGE)
     if text.startswith("show"):
         if results == 0:
             return Reply("Reading it.", [ToolCallSpec("read_file", {"path": text[5:].strip()})])

@@ -82,6 +82,13 @@ def test_watch_approve_steer_resolve_fork_and_catch_up_after_a_restart(
         expect(page.locator(".msg.k-assistant strong").first).to_have_text("the notes")
         expect(page.locator("#usage")).to_contain_text("$0.0024")  # two responses' cost
 
+        # The model's text as it streams (transient), then the durable reply in its place.
+        _send(page, "story please")
+        streaming = page.locator(".streaming")
+        expect(streaming).to_contain_text("Once upon a time")
+        expect(streaming).to_be_hidden()
+        expect(page.locator(".msg.k-assistant").last).to_contain_text("word119. The end.")
+
         # A call that needs approval waits at the top; steering is queued meanwhile.
         _send(page, "pay the invoice")
         banner = page.locator(".waiting")

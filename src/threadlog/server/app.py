@@ -142,11 +142,13 @@ def create_app(
         runtime = Runtime(store, model=model, tools=tools, source="api")
         host = ThreadHost(runtime, idle_after=settings.session_idle)
         app.state.host = host
+        app.state.stopping = asyncio.Event()
         stopping: dict[str, bool] = {"streams": False}
 
         async def begin_shutdown() -> None:
             if not stopping["streams"]:
                 stopping["streams"] = True
+                app.state.stopping.set()  # the UI's progress streams end too
                 await streams.close("shutdown")
 
         app.state.begin_shutdown = begin_shutdown

@@ -14,22 +14,32 @@ The JSON routes (``docs/ui.md``):
 * ``GET /v1/threads/{thread}/view``: the thread view (`threadlog.export.view`): the
   conversation tree, tool-call cards, usage, plan, memory with provenance, queued input;
 * ``POST /v1/threads/{thread}/leaf``: move the active leaf back to an entry (the tree's
-  "continue from here").
+  "continue from here");
+* ``GET /v1/threads/{thread}/progress``: the transient updates of the thread's running turn
+  in this server (model text as it streams, "thinking", tool progress), as Server-Sent
+  Events ``event: progress``; never logged, so never replayed: a client that connects late
+  sees only what comes next. It ends (``event: end``, ``reason``: ``idle``) once no turn runs
+  here (at once when none does: the page opens it again when a turn starts), and with
+  ``shutdown`` when the server stops.
 
-The two that name a thread go through the same ownership dependency as every other route.
+The three that name a thread go through the same ownership dependency as every other route.
 
 No ``from __future__ import annotations``: FastAPI reads the annotations at run time.
 """
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Annotated, Any
 
+import orjson
 from fastapi import Query, Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from threadlog.errors import IntegrityError, UsageError
 from threadlog.export.view import thread_status, thread_view
+from threadlog.runtime.bus import Progress
 from threadlog.server._routing import Routes
 from threadlog.server.auth import CallerDep, OwnedDep
 from threadlog.server.errors import ApiError
@@ -164,3 +174,71 @@ async def move_leaf(request: Request, owned: OwnedDep, body: MoveLeaf) -> Respon
     """Continue the conversation from an earlier entry (between turns)."""
     answer = await _host(request).branch(owned.thread_id, body.to, summary=body.summary)
     return json_response(answer, 202)
+
+
+POLL = 0.5
+"""Seconds between two looks at whether the session's turn still runs."""
+
+
+async def _progress_items(session: Any, queue: asyncio.Queue[Progress | None]) -> None:
+    """Copy the session's `Progress` items to ``queue``; None when its stream ends."""
+    try:
+        async for item in session.subscribe(session.state.last_ord, progress=True):
+            if isinstance(item, Progress):
+                await queue.put(item)
+    except Exception:  # the session closed, or dropped a slow subscriber: the stream ends
+        pass
+    finally:
+        with contextlib.suppress(asyncio.QueueFull):  # a full queue is drained by its reader
+            queue.put_nowait(None)
+
+
+def _end(reason: str) -> bytes:
+    return b"event: end\ndata: " + orjson.dumps({"reason": reason}) + b"\n\n"
+
+
+async def _progress(request: Request, thread_id: str) -> AsyncIterator[bytes]:
+    """The session's progress while its turn runs; ``end`` with ``idle`` once none runs (or
+    at once when none does), ``shutdown`` when the server stops."""
+    host = _host(request)
+    stopping: asyncio.Event = request.app.state.stopping
+    session = host.live(thread_id)
+    if session is None or not session.busy:
+        yield _end("idle")
+        return
+    yield b": progress\n\n"
+    queue: asyncio.Queue[Progress | None] = asyncio.Queue(maxsize=1000)
+    async with asyncio.TaskGroup() as group:
+        pump = group.create_task(_progress_items(session, queue))
+        try:
+            while True:
+                if stopping.is_set():
+                    yield _end("shutdown")
+                    return
+                try:
+                    item = await asyncio.wait_for(queue.get(), POLL)
+                except TimeoutError:
+                    if host.live(thread_id) is not session or not session.busy:
+                        yield _end("idle")
+                        return
+                    yield b": ping\n\n"
+                    continue
+                if item is None:
+                    yield _end("idle")
+                    return
+                frame = orjson.dumps({"kind": item.kind, "data": item.data})
+                yield b"event: progress\ndata: " + frame + b"\n\n"
+        finally:
+            pump.cancel()
+
+
+@router.get("/v1/threads/{thread}/progress")
+async def progress(request: Request, owned: OwnedDep) -> Response:
+    """Transient updates of the thread's running turn in this server (model text as it
+    streams, tool progress), as Server-Sent Events; never logged (see the module
+    docstring)."""
+    return StreamingResponse(
+        _progress(request, owned.thread_id),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -65,3 +65,50 @@ function handleFrame(frame, ctl) {
   ctl.onRecord(record);
 }
 
+
+/** Reads the thread's transient progress once (`GET …/progress`): model text as it streams
+ * and tool progress, never logged. The stream ends when no turn runs; the page opens it again
+ * when one does (`ctl.progressOpen` says whether it is open). */
+export async function readProgress(threadId, ctl) {
+  if (ctl.progressOpen || ctl.stopped) return;
+  ctl.progressOpen = true;
+  const abort = new AbortController();
+  ctl.progressAbort = abort;
+  try {
+    const headers = { Accept: "text/event-stream", ...ctl.headers() };
+    const response = await fetch(`/v1/threads/${encodeURIComponent(threadId)}/progress`, { headers, signal: abort.signal });
+    if (!response.ok || !response.body) return;
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += value;
+      let cut;
+      while ((cut = buffer.search(/\r?\n\r?\n/)) >= 0) {
+        const frame = buffer.slice(0, cut);
+        buffer = buffer.slice(cut).replace(/^\r?\n\r?\n/, "");
+        const { event, data } = parse(frame);
+        if (event === "progress" && data) ctl.onProgress(JSON.parse(data));
+      }
+    }
+  } catch {
+    // a dropped progress stream loses only transient updates: the records carry the rest
+  } finally {
+    ctl.progressOpen = false;
+  }
+}
+
+function parse(frame) {
+  let event = "message";
+  const data = [];
+  for (const line of frame.split(/\r?\n/)) {
+    if (!line || line.startsWith(":")) continue;
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+    if (field === "event") event = value;
+    else if (field === "data") data.push(value);
+  }
+  return { event, data: data.length ? data.join("\n") : null };
+}

@@ -10,7 +10,7 @@
 import {
   ago, append, badge, clean, clear, duration, el, json, markdown, plain, short,
 } from "./dom.js";
-import { follow } from "./stream.js";
+import { follow, readProgress } from "./stream.js";
 import { $main, api, guard, hooks, setConn, TOKEN_KEY, Unauthorized } from "./api.js";
 
 function recordSummary(record) {
@@ -31,7 +31,8 @@ function recordSummary(record) {
 export function threadPage(threadId) {
   const ctl = {
     stopped: false, cursor: 0, view: null, selected: null, timer: null, abort: null,
-    openResults: new Set(), openArgs: new Set(), reasons: new Map(), artifacts: new Map(), feed: [], drawn: false,
+    openResults: new Set(), openArgs: new Set(), reasons: new Map(), artifacts: new Map(),
+    streaming: new Map(), toolProgress: new Map(), progressOpen: false, progressAbort: null, feed: [], drawn: false,
   };
   const head = el("div.thead");
   const flash = el("div", { id: "flash", "aria-live": "assertive" });
@@ -78,11 +79,21 @@ export function threadPage(threadId) {
     drawPlan(document.getElementById("plan"), ctl.view);
     drawMemory(document.getElementById("memory"), ctl.view);
     composer.update(ctl.view);
+    if (ctl.view.active_turn && ctl.view.live) readProgress(threadId, ctl);
     if (focused && document.activeElement?.id !== focused) document.getElementById(focused)?.focus({ preventScroll: true });
   };
   ctl.refresh = () => { if (!ctl.timer) ctl.timer = setTimeout(refresh, 120); };
   ctl.onConnect = () => ctl.refresh();
+  ctl.onProgress = ({ kind, data }) => {
+    if (kind === "thinking") ctl.streaming.set(data.step_id, "");
+    else if (kind === "text") ctl.streaming.set(data.step_id, (ctl.streaming.get(data.step_id) || "") + data.text);
+    else if (kind === "tool_progress") ctl.toolProgress.set(data.call_id, data);
+    else return;
+    drawLive(convo, ctl);
+  };
   ctl.onRecord = (record) => {
+    if (record.type === "model.responded" || record.type === "provider.interrupted") ctl.streaming.delete(record.data?.step_id);
+    if (record.type === "tool_call.finished" || record.type === "tool_call.unknown") ctl.toolProgress.delete(record.data?.call_id);
     ctl.feed.push(record);
     if (ctl.feed.length > 60) ctl.feed.shift();
     feed.prepend(el("li", { "data-ord": record.ord },
@@ -104,6 +115,7 @@ export function threadPage(threadId) {
       ctl.stopped = true;
       clearTimeout(ctl.timer);
       ctl.abort?.abort();
+      ctl.progressAbort?.abort();
     },
   };
 }
@@ -199,8 +211,32 @@ function drawConvo(list, ctl, threadId) {
   for (const call of Object.values(view.calls)) {
     if (!shownCalls.has(call.call_id) && call.turn_id === view.active_turn) list.append(el("li.msg", callCard(call, ctl, threadId)));
   }
+  drawLive(list, ctl);
   if (view.status === "waiting") list.append(el("li.typing", { text: "Waiting for you: see the top of the page." }));
   else if (view.active_turn) list.append(el("li.typing", { text: "The agent is working…" }));
+}
+
+/** The model's answer as it streams, and running tools' progress (transient: replaced by the
+ * records when they are written). */
+function drawLive(list, ctl) {
+  let bubble = list.querySelector(".streaming");
+  const text = [...ctl.streaming.values()].filter(Boolean).join("\n\n");
+  if (!text) {
+    bubble?.remove();
+  } else {
+    if (!bubble) {
+      bubble = el("li.msg.k-assistant.streaming", { "aria-live": "polite" },
+        el("div.who", el("span", { text: "Agent" }), el("span.ord", { text: "writing…" })), el("p.stext"));
+      const typing = list.querySelector(".typing");
+      if (typing) typing.before(bubble);
+      else list.append(bubble);
+    }
+    bubble.querySelector(".stext").textContent = clean(text);
+  }
+  for (const [callId, p] of ctl.toolProgress) {
+    const slot = list.querySelector(`.call[data-call="${CSS.escape(callId)}"] .progress`);
+    if (slot) slot.textContent = clean(`${p.message || ""}${typeof p.fraction === "number" ? ` (${Math.round(p.fraction * 100)} %)` : ""}`);
+  }
 }
 
 const CALL_LABEL = {
@@ -218,6 +254,7 @@ function callCard(call, ctl, threadId) {
       open: ctl.openArgs.has(call.call_id),
       on: { toggle: (event) => { if (event.target.open) ctl.openArgs.add(call.call_id); else ctl.openArgs.delete(call.call_id); } },
     }, el("summary", { text: `arguments ${short(JSON.stringify(call.args), 60)}` }), el("pre", { text: json(call.args) })));
+  if (call.state === "running") card.append(el("p.note.progress", { "aria-live": "polite" }));
   if (call.decision) card.append(el("p.note", { text: `${call.decision.as} by ${call.decision.by}${call.decision.reason ? `: ${call.decision.reason}` : ""}` }));
   if (call.status === "unknown" || call.resolution) card.append(el("p.note", { text: `outcome unknown: ${call.reason || ""}` }));
   if (call.resolution) card.append(el("p.note", { text: `resolved ${call.resolution.as} by ${call.resolution.by}${call.resolution.note ? `: ${call.resolution.note}` : ""}` }));
