@@ -19,8 +19,8 @@ The JSON routes (``docs/ui.md``):
   in this server (model text as it streams, "thinking", tool progress), as Server-Sent
   Events ``event: progress``; never logged, so never replayed: a client that connects late
   sees only what comes next. It ends (``event: end``, ``reason``: ``idle``) once no turn runs
-  here (at once when none does: the page opens it again when a turn starts), and with
-  ``shutdown`` when the server stops.
+  here or the turn waits for a human (at once when so: the page opens it again when a turn
+  runs), after `MAX_OPEN` seconds, and with ``shutdown`` when the server stops.
 
 The three that name a thread go through the same ownership dependency as every other route.
 
@@ -178,6 +178,18 @@ async def move_leaf(request: Request, owned: OwnedDep, body: MoveLeaf) -> Respon
 
 POLL = 0.5
 """Seconds between two looks at whether the session's turn still runs."""
+MAX_OPEN = 300.0
+"""Seconds a progress stream stays open at most (the page opens another)."""
+
+
+def _running(host: ThreadHost, thread_id: str, session: object) -> bool:
+    """Whether ``session`` is still the thread's, and its turn runs and is not parked on a
+    human (then no progress can come until the decision; the page opens the stream again
+    after it)."""
+    live = host.live(thread_id)
+    if live is None or live is not session or not live.busy:
+        return False
+    return thread_status(live.state) == "running"
 
 
 async def _progress_items(session: Any, queue: asyncio.Queue[Progress | None]) -> None:
@@ -203,9 +215,10 @@ async def _progress(request: Request, thread_id: str) -> AsyncIterator[bytes]:
     host = _host(request)
     stopping: asyncio.Event = request.app.state.stopping
     session = host.live(thread_id)
-    if session is None or not session.busy:
+    if session is None or not _running(host, thread_id, session):
         yield _end("idle")
         return
+    deadline = asyncio.get_running_loop().time() + MAX_OPEN
     yield b": progress\n\n"
     queue: asyncio.Queue[Progress | None] = asyncio.Queue(maxsize=1000)
     async with asyncio.TaskGroup() as group:
@@ -218,7 +231,8 @@ async def _progress(request: Request, thread_id: str) -> AsyncIterator[bytes]:
                 try:
                     item = await asyncio.wait_for(queue.get(), POLL)
                 except TimeoutError:
-                    if host.live(thread_id) is not session or not session.busy:
+                    late = asyncio.get_running_loop().time() > deadline
+                    if late or not _running(host, thread_id, session):
                         yield _end("idle")
                         return
                     yield b": ping\n\n"

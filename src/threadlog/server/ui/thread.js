@@ -32,7 +32,7 @@ export function threadPage(threadId) {
   const ctl = {
     stopped: false, cursor: 0, view: null, selected: null, timer: null, abort: null,
     openResults: new Set(), openArgs: new Set(), reasons: new Map(), artifacts: new Map(),
-    streaming: new Map(), toolProgress: new Map(), progressOpen: false, progressAbort: null, feed: [], drawn: false,
+    streaming: new Map(), doneSteps: new Set(), toolProgress: new Map(), progressOpen: false, progressAbort: null, feed: [], drawn: false,
   };
   const head = el("div.thead");
   const flash = el("div", { id: "flash", "aria-live": "assertive" });
@@ -79,12 +79,18 @@ export function threadPage(threadId) {
     drawPlan(document.getElementById("plan"), ctl.view);
     drawMemory(document.getElementById("memory"), ctl.view);
     composer.update(ctl.view);
-    if (ctl.view.active_turn && ctl.view.live) readProgress(threadId, ctl);
+    if (ctl.view.status === "running" && ctl.view.live) readProgress(threadId, ctl);
+    else if (ctl.streaming.size) {
+      ctl.streaming.clear(); // no turn runs: nothing is being written
+      drawLive(convo, ctl);
+    }
     if (focused && document.activeElement?.id !== focused) document.getElementById(focused)?.focus({ preventScroll: true });
   };
   ctl.refresh = () => { if (!ctl.timer) ctl.timer = setTimeout(refresh, 120); };
   ctl.onConnect = () => ctl.refresh();
   ctl.onProgress = ({ kind, data }) => {
+    // the two streams race: a delta may come after its step's record, which supersedes it
+    if (data?.step_id && ctl.doneSteps.has(data.step_id)) return;
     if (kind === "thinking") ctl.streaming.set(data.step_id, "");
     else if (kind === "text") ctl.streaming.set(data.step_id, (ctl.streaming.get(data.step_id) || "") + data.text);
     else if (kind === "tool_progress") ctl.toolProgress.set(data.call_id, data);
@@ -92,7 +98,10 @@ export function threadPage(threadId) {
     drawLive(convo, ctl);
   };
   ctl.onRecord = (record) => {
-    if (record.type === "model.responded" || record.type === "provider.interrupted") ctl.streaming.delete(record.data?.step_id);
+    if (record.type === "model.responded" || record.type === "provider.interrupted") {
+      ctl.doneSteps.add(record.data?.step_id);
+      ctl.streaming.delete(record.data?.step_id);
+    }
     if (record.type === "tool_call.finished" || record.type === "tool_call.unknown") ctl.toolProgress.delete(record.data?.call_id);
     ctl.feed.push(record);
     if (ctl.feed.length > 60) ctl.feed.shift();
