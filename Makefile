@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,server,otel]'
+	$(PYTHON) scripts/install_chromium.py
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -126,9 +126,15 @@ def test_html_escapes_everything_from_the_log(home: str, thread: str) -> None:
     assert "<script>" not in page
     assert "&lt;script&gt;alert(&#x27;hi&#x27;)&lt;/script&gt; &amp; fetch it" in page
     assert "<h1>Fetch &amp; &lt;show&gt;</h1>" in page
-    assert f"<p>{len(records)} records · principal alice</p>" in page
-    assert "→ fetch({&quot;what&quot;:&quot;&lt;all&gt;&quot;})" in page
-    assert page.count('<div class="m ') == 4
+    assert f"<span>{len(records)} records · principal alice</span>" in page
+    # the call as a card: its name, its arguments (escaped), its large result folded
+    assert '<span class="tool">fetch</span>' in page
+    assert "arguments {&quot;what&quot;:&quot;&lt;all&gt;&quot;}" in page
+    assert f"<details><summary>Show all (1 lines, {len(BIG):,} characters)</summary>" in page
+    assert BIG in page  # folded, not cut
+    # the user message, the assistant's two messages (the tool result is in its card)
+    assert page.count('<section class="msg ') == 3
+    assert "<script" not in page.lower()
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

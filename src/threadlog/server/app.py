@@ -36,7 +36,7 @@ from fastapi import FastAPI
 from threadlog._version import __version__
 from threadlog.runtime.runtime import Runtime
 from threadlog.runtime.tools import BUILTIN_TOOLS
-from threadlog.server import routes_calls, routes_metrics, routes_threads
+from threadlog.server import routes_calls, routes_metrics, routes_threads, routes_ui
 from threadlog.server.auth import Owners
 from threadlog.server.errors import ErrorMiddleware, install_handlers
 from threadlog.server.host import ThreadHost
@@ -142,11 +142,13 @@ def create_app(
         runtime = Runtime(store, model=model, tools=tools, source="api")
         host = ThreadHost(runtime, idle_after=settings.session_idle)
         app.state.host = host
+        app.state.stopping = asyncio.Event()
         stopping: dict[str, bool] = {"streams": False}
 
         async def begin_shutdown() -> None:
             if not stopping["streams"]:
                 stopping["streams"] = True
+                app.state.stopping.set()  # the UI's progress streams end too
                 await streams.close("shutdown")
 
         app.state.begin_shutdown = begin_shutdown
@@ -186,4 +188,5 @@ def create_app(
     routes_threads.router.register(app)
     routes_calls.router.register(app)
     routes_metrics.router.register(app)
+    routes_ui.router.register(app)
     return app

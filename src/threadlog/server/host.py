@@ -187,6 +187,14 @@ class ThreadHost:
 
         return await self._command(thread_id, command, direct)
 
+    async def branch(self, thread_id: str, entry: str, *, summary: str | None) -> dict[str, Any]:
+        """Move the thread's active leaf back to ``entry`` (``leaf.moved``; with ``summary``, a
+        ``branch.summarized`` too), between turns. A thread another process holds is 409
+        (`LeaseHeld`): the mailbox carries no tree commands."""
+        async with self._locked(thread_id):
+            session = await self._session(thread_id)
+            return accepted(await session.branch(entry, summary=summary))
+
     async def _command(
         self,
         thread_id: str,

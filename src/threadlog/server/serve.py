@@ -179,6 +179,7 @@ def serve(
                 )
             label = store.home if isinstance(store, LocalHome) else type(store).__name__
             out.write(f"threadlog serve: listening on http://{where}:{bound} (store {label})\n")
+            out.write(f"threadlog serve: the browser UI is at http://{where}:{bound}/ui/\n")
             out.flush()
 
         server = Server(config, app, listening)
