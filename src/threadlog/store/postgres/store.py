@@ -427,8 +427,8 @@ class PostgresStore(Logs, Tables, Blobs):
     def watch(self, thread_id: str) -> None:
         """Deliver the thread's records that *other* processes commit to this store's
         listeners too (as they are notified; a lost notification is made up by the
-        listener's own reads). Counted: each `watch` needs an `unwatch`."""
-        self._start_notifier()
+        listener's own reads). Counted: each `watch` needs an `unwatch`. Never blocks."""
+        self._start_notifier(wait=False)
         with self._wait_lock:
             self._watched[thread_id] = self._watched.get(thread_id, 0) + 1
 
@@ -442,7 +442,7 @@ class PostgresStore(Logs, Tables, Blobs):
                 self._watched.pop(thread_id, None)
                 self._remote_head.pop(thread_id, None)
 
-    def _start_notifier(self) -> None:
+    def _start_notifier(self, *, wait: bool = True) -> None:
         with self._wait_lock:
             if self._notifier is not None or self._closed:
                 return
@@ -453,7 +453,8 @@ class PostgresStore(Logs, Tables, Blobs):
                 self._on_notify,
                 self._on_gap,
             )
-        self._notifier.wait_ready(5.0)
+        if wait:
+            self._notifier.wait_ready(5.0)
 
     def _on_notify(self, thread_id: str, first: int, last: int, origin: str) -> None:
         self._wake(thread_id)
