@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.postgres.server import Schemas, pg_schemas, pg_server  # noqa: F401 (fixtures)
+from tests.postgres.server import Schemas
 from threadlog.errors import LeaseHeld
 from threadlog.store.postgres import PostgresStore
 from threadlog.testing.contract import check_chain
