@@ -5,7 +5,9 @@
 Takes the thread's lease (waiting while another holder has it), prints ``READY <token>``,
 then appends ``custom.n`` records (critical: each committed before the append returns) as
 fast as it can, printing ``ACK <ord> <hash>`` after each append returned: the
-acknowledgement channel. An append refused for a lost lease prints ``LOST <n>``; after
+acknowledgement channel. An append refused for a lost lease prints ``LOST <n>``, one whose
+commit failed (the server ended a transaction left open while the process was paused)
+``FAILED <why>``; after
 ``MAX_REFUSED`` of them (default: never) it prints ``DONE`` and exits 0.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import sys
 import time
 
-from threadlog.errors import LeaseHeld, LeaseLost
+from threadlog.errors import LeaseHeld, LeaseLost, StorageError
 from threadlog.store.postgres import PostgresStore
 
 
@@ -40,6 +42,10 @@ def main() -> int:
             i += 1
             try:
                 record = store.append(thread, "custom.n", {"i": i}, durable=True)
+            except StorageError as exc:  # e.g. a commit the server ended while we were paused
+                out.write(f"FAILED {exc}\n".replace("\n", " ").rstrip() + "\n")
+                out.flush()
+                continue
             except LeaseLost:
                 refused += 1
                 out.write(f"LOST {refused}\n")

@@ -112,7 +112,7 @@ def test_a_writer_paused_past_its_lease_has_every_append_refused(pg_schemas: Sch
             child.kill(signal.SIGCONT)
             child.read_until(lambda lines: "DONE" in lines)
             after = child.lines[stopped_at:]
-            first_lost = next(i for i, ln in enumerate(after) if ln.startswith("LOST"))
+            first_lost = next(i for i, ln in enumerate(after) if ln.startswith(("LOST", "FAILED")))
             # at most the append in flight when it stopped lands (before the takeover)
             assert all(not ln.startswith("ACK") for ln in after[first_lost:])
             assert len([ln for ln in after if ln.startswith("ACK")]) <= 1

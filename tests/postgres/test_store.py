@@ -279,3 +279,14 @@ def test_a_watched_thread_delivers_other_processes_records_to_listeners(
         assert heard == worker.read(thread)[1:]
         replica.unwatch(thread)
         replica.remove_listener(listener)
+
+
+def test_max_batch_one_is_one_commit_per_append(pg_schemas: Schemas) -> None:
+    with PostgresStore(pg_schemas.new(), max_batch=1, commit_interval=30) as store:
+        thread = store.create_thread("a")
+        before = store.commits
+        for i in range(5):
+            store.append(thread, "custom.n", {"i": i}, durable=False)
+        store.append(thread, "custom.n", {"i": 5}, durable=True)
+        assert store.commits - before == 6
+        check_chain(store.read(thread))

@@ -13,7 +13,6 @@ After `close` the pool is closed; reads still work, each on a connection of its 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -43,12 +42,11 @@ from threadlog.store.postgres.logs import Logs, new_row
 from threadlog.store.postgres.notify import Notifier
 from threadlog.store.postgres.projections import insert_records
 from threadlog.store.postgres.schema import check_schema, parse_url
-from threadlog.store.postgres.writer import Writer
+from threadlog.store.postgres.writer import Pending, Writer
 from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
-    from concurrent.futures import Future
     from types import EllipsisType, TracebackType
 
     from threadlog.errors import LeaseLost
@@ -77,6 +75,8 @@ class PostgresStore(Logs, Tables, Blobs):
         pool_size: the most pooled connections (reads, leases, blobs).
         create_schema: migrate a database that has no threadlog tables yet (an older schema is
             always refused: run ``threadlog db upgrade``).
+        max_batch: at most this many appends per commit (default: all that are waiting);
+            ``1`` turns group commit off, one COMMIT per append (a benchmark's baseline).
     """
 
     def __init__(
@@ -90,6 +90,7 @@ class PostgresStore(Logs, Tables, Blobs):
         artifact_threshold: int = 64 * 1024,
         pool_size: int = 8,
         create_schema: bool = True,
+        max_batch: int | None = None,
     ) -> None:
         if lease_duration <= 0 or commit_interval < 0:
             raise UsageError("lease_duration must be > 0 and commit_interval >= 0")
@@ -134,6 +135,7 @@ class PostgresStore(Logs, Tables, Blobs):
             interval=commit_interval,
             on_durable=self._on_durable,
             on_failure=self._on_failure,
+            max_batch=max_batch,
         )
         self._leases = LeaseKeeper(
             self._pool,
@@ -252,10 +254,10 @@ class PostgresStore(Logs, Tables, Blobs):
         type's class; False returns once queued, committed within ``commit_interval``).
         Raises as `Store.append` says, and `LeaseHeld` (another writer holds the thread),
         `LeaseLost` (this store's lease passed to another: the database refused it)."""
-        future, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord, check)
-        if future is not None:
-            return future.result()
-        return record
+        pending, record = self._submit(
+            thread_id, type, data, durable, id, parent, expect_ord, check
+        )
+        return pending.wait() if pending is not None else record
 
     async def aappend(
         self,
@@ -271,10 +273,10 @@ class PostgresStore(Logs, Tables, Blobs):
     ) -> Record:
         """`append` for asyncio: the commit is awaited, never blocking the event loop
         (concurrent ``aappend`` calls share commits)."""
-        future, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord, check)
-        if future is not None:
-            return await asyncio.wrap_future(future)
-        return record
+        pending, record = self._submit(
+            thread_id, type, data, durable, id, parent, expect_ord, check
+        )
+        return await pending.wait_async() if pending is not None else record
 
     def _submit(
         self,
@@ -286,7 +288,8 @@ class PostgresStore(Logs, Tables, Blobs):
         parent: str | None | EllipsisType,
         expect_ord: int | None,
         check: Callable[[Record], object] | None,
-    ) -> tuple[Future[Record] | None, Record]:
+    ) -> tuple[Pending | None, Record]:
+        """Queue the append; ``(what to wait for, or None, its record)``."""
         self._check_open()
         type_name, data = normalize_append(type_, data, id, parent)
         if not is_uuid(thread_id):
@@ -314,9 +317,9 @@ class PostgresStore(Logs, Tables, Blobs):
                 )
                 if pending is not None:
                     self._committer.submit(pending, urgent=durable)
-                    return (pending.future if durable else None), record
+                    return (pending if durable else None), record
                 replayed = writer.pending_of(record.id)
-            return (replayed.future if replayed is not None else None), record
+            return replayed, record
 
     def _offload(self, value: Any, value_json: bytes) -> ArtifactRef:
         return self.put_artifact(
