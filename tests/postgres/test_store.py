@@ -290,3 +290,16 @@ def test_max_batch_one_is_one_commit_per_append(pg_schemas: Schemas) -> None:
         store.append(thread, "custom.n", {"i": 5}, durable=True)
         assert store.commits - before == 6
         check_chain(store.read(thread))
+
+
+def test_driver_errors_are_translated_and_the_pool_recovers(pg_schemas: Schemas) -> None:
+    with PostgresStore(pg_schemas.new(), pool_size=1) as store:
+        thread = store.create_thread("a")
+        with store._pool.connection() as conn:
+            pid = conn.info.backend_pid
+        _sql(pg_schemas.server, f"SELECT pg_terminate_backend({pid})")
+        with pytest.raises(StorageError):  # the pooled connection died: translated
+            store.read(thread)
+        assert len(store.read(thread)) == 1  # the pool replaced it
+        store.append(thread, "custom.n", {})  # takes the lease on a sound connection
+        assert store.verify(thread).ok

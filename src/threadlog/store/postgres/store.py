@@ -138,7 +138,7 @@ class PostgresStore(Logs, Tables, Blobs):
             max_batch=max_batch,
         )
         self._leases = LeaseKeeper(
-            self._pool,
+            self._conn,
             self._origin,
             duration=lease_duration,
             renew_interval=renew_interval or lease_duration / 3,
@@ -340,7 +340,7 @@ class PostgresStore(Logs, Tables, Blobs):
                 self._check_open()
                 token = self._leases.take(thread_id)
             try:
-                writer = Writer(thread_id, token, self._pool, lambda: self._load_state(thread_id))
+                writer = Writer(thread_id, token, self._conn, lambda: self._load_state(thread_id))
             except BaseException:
                 self._writers.pop(thread_id, None)
                 self._leases.release(thread_id)

@@ -39,9 +39,10 @@ from threadlog.store.admission import Admission
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from contextlib import AbstractContextManager
     from types import EllipsisType
 
-    from psycopg_pool import ConnectionPool
+    import psycopg
 
     from threadlog.errors import LeaseLost, StorageError
     from threadlog.model.state import ThreadState
@@ -113,17 +114,17 @@ class Writer:
         self,
         thread_id: str,
         token: int,
-        pool: ConnectionPool,
+        connection: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
         load_state: Callable[[], ThreadState | None],
     ) -> None:
         self.thread_id = thread_id
         self.token = token
-        self._pool = pool
+        self._connection = connection
         self.lock = threading.Lock()
         self._pending: dict[str, Pending] = {}
         self._lost: LeaseLost | None = None
         self._broken: StorageError | None = None
-        with pool.connection() as conn:
+        with connection() as conn:
             row = conn.execute(
                 "SELECT ord, hash, id FROM events WHERE thread_id = %s ORDER BY ord DESC LIMIT 1",
                 (thread_id,),
@@ -245,7 +246,7 @@ class Writer:
         pending = self._pending.get(id)
         if pending is not None:
             return pending.record
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(
                 "SELECT ord, line FROM events WHERE thread_id = %s AND id = %s",
                 (self.thread_id, id),
@@ -255,7 +256,7 @@ class Writer:
     def _has(self, id: str) -> bool:
         if id in self._pending:
             return True
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(
                 "SELECT 1 FROM events WHERE thread_id = %s AND id = %s", (self.thread_id, id)
             ).fetchone()
