@@ -303,3 +303,13 @@ def test_driver_errors_are_translated_and_the_pool_recovers(pg_schemas: Schemas)
         assert len(store.read(thread)) == 1  # the pool replaced it
         store.append(thread, "custom.n", {})  # takes the lease on a sound connection
         assert store.verify(thread).ok
+
+
+def test_a_server_whose_commits_are_not_durable_is_refused(pg_schemas: Schemas) -> None:
+    url = pg_schemas.new() + "&options=-c%20synchronous_commit%3Doff"
+    with pytest.raises(StorageError, match="synchronous_commit=off"):
+        PostgresStore(url)
+    with PostgresStore(pg_schemas.new() + "&options=-c%20statement_timeout%3D5000") as store:
+        with store._pool.connection() as conn:  # the URL's own options are kept
+            assert conn.execute("SHOW statement_timeout").fetchone() == ("5s",)
+            assert conn.execute("SHOW search_path").fetchone() == (store._target.schema,)

@@ -120,13 +120,14 @@ class PostgresStore(Logs, Tables, Blobs):
         )
         try:
             with psycopg.connect(target.conninfo, connect_timeout=10, **self._kwargs) as conn:
+                _check_durable(conn)
                 check_schema(conn, target.schema, create=create_schema)
         except psycopg.Error as exc:
             raise StorageError(f"cannot open the store at {target!r}: {exc}") from exc
         self._pool.open(wait=False)
         idle_ms = max(1000, int(lease_duration * 500))
-        committer_options = (
-            f"{target.connect_options()} -c idle_in_transaction_session_timeout={idle_ms}"
+        committer_options = target.connect_options(
+            f"-c idle_in_transaction_session_timeout={idle_ms}"
         )
         self._committer = Committer(
             lambda: psycopg.connect(target.conninfo, autocommit=True, options=committer_options),
@@ -528,3 +529,18 @@ class PostgresStore(Logs, Tables, Blobs):
                 listener(error)
             except Exception:
                 log.exception("a store error listener failed")
+
+
+def _check_durable(conn: psycopg.Connection[Any]) -> None:
+    """Refuse a session whose COMMIT does not wait for the WAL to be flushed (``fsync`` or
+    ``synchronous_commit`` off): an acknowledged record must survive a crash of the server."""
+    settings = {
+        name: str(conn.execute(f"SHOW {name}").fetchone()[0])  # type: ignore[index]
+        for name in ("fsync", "synchronous_commit")
+    }
+    if settings["fsync"] == "off" or settings["synchronous_commit"] == "off":
+        raise StorageError(
+            f"the server runs with fsync={settings['fsync']}, synchronous_commit="
+            f"{settings['synchronous_commit']}: a COMMIT would not be durable, so threadlog "
+            "refuses it (turn both on)"
+        )
