@@ -313,3 +313,40 @@ def test_a_server_whose_commits_are_not_durable_is_refused(pg_schemas: Schemas) 
         with store._pool.connection() as conn:  # the URL's own options are kept
             assert conn.execute("SHOW statement_timeout").fetchone() == ("5s",)
             assert conn.execute("SHOW search_path").fetchone() == (store._target.schema,)
+
+
+# -- moving threads between backends ------------------------------------------------------------
+
+
+def test_a_thread_moves_between_backends_with_its_hashes(pg_schemas: Schemas, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    from threadlog.errors import IntegrityError, UsageError
+    from threadlog.store.embedded import EmbeddedStore
+
+    with EmbeddedStore(tmp_path / "home") as local, PostgresStore(pg_schemas.new()) as remote:
+        source = local.create_thread("alice", title="t")
+        local.append(source, "turn.started", {"turn_id": "t1", "input": "hi"})
+        local.append(source, "custom.n", {"é": [1, 2.5, None]})
+        child = local.fork(source, 2)
+        local.append(child, "custom.n", {"in": "child"})
+        local.flush()
+        for thread in (source, child):
+            lines = Path(local.path_of(thread)).read_bytes().splitlines(keepends=True)
+            assert remote.import_thread(lines) == thread
+            assert remote.read(thread) == local.read(thread)  # same ids, times, hashes
+            assert remote.verify(thread).ok
+            assert b"".join(remote.thread_lines(thread)) == b"".join(lines)
+        assert remote.thread_info(source).turns == 1
+        remote.append(source, "turn.ended", {"turn_id": "t1", "outcome": "completed"})
+        assert remote.verify(source).ok
+        with pytest.raises(UsageError, match="already holds"):
+            remote.import_thread(lines)
+        other = local.create_thread("bob")
+        local.append(other, "custom.n", {"v": 1})
+        local.flush()
+        lines = Path(local.path_of(other)).read_bytes().splitlines(keepends=True)
+        tampered = [lines[0], lines[1].replace(b'"v":1', b'"v":2')]
+        with pytest.raises(IntegrityError):
+            remote.import_thread(tampered)
+        assert not remote.exists(other)  # nothing written
