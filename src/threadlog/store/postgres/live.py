@@ -123,7 +123,6 @@ class Live:
             records = self.read(thread_id, head)
         except Exception:  # the thread is gone, the database away: the readers poll
             return
-        records = [r for r in records if r.ord <= last] or records
         if records:
             with self._wait_lock:
                 if thread_id in self._watched:
