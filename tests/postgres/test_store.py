@@ -162,7 +162,7 @@ def test_a_failed_commit_fails_its_appends_and_the_store_goes_on(pg_schemas: Sch
 def test_a_lease_is_exclusive_until_released_or_expired(pg_schemas: Schemas) -> None:
     url = pg_schemas.new()
     with (
-        PostgresStore(url, lease_duration=0.5, renew_interval=0.1) as one,
+        PostgresStore(url, lease_duration=1.5, renew_interval=0.1) as one,
         PostgresStore(url, lease_duration=0.5, renew_interval=60) as two,
     ):
         thread = one.create_thread("a")
@@ -170,7 +170,7 @@ def test_a_lease_is_exclusive_until_released_or_expired(pg_schemas: Schemas) -> 
         with pytest.raises(LeaseHeld) as info:
             two.append(thread, "custom.n", {"who": 2})
         assert info.value.holder == one.holder
-        time.sleep(0.8)  # renewed by one's background thread: still one's
+        time.sleep(1.8)  # past its first expiry, renewed by one's background thread: still one's
         with pytest.raises(LeaseHeld):
             two.acquire(thread)
         one.release(thread)
