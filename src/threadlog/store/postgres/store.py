@@ -154,6 +154,9 @@ class PostgresStore(Live, Logs, Tables, Blobs):
     ) -> None:
         self.close()
 
+    def __repr__(self) -> str:
+        return repr(self._target)
+
     @property
     def url(self) -> str:
         """The URL the store was opened with."""
