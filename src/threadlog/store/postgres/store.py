@@ -139,6 +139,7 @@ class PostgresStore(Live, Logs, Tables, Blobs):
             duration=lease_duration,
             renew_interval=renew_interval or lease_duration / 3,
             on_lost=self._on_lost,
+            presence=lambda: psycopg.connect(target.conninfo, **self._kwargs),
         )
 
     # -- lifecycle -------------------------------------------------------------------------
