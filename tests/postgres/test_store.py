@@ -353,3 +353,20 @@ def test_a_thread_moves_between_backends_with_its_hashes(pg_schemas: Schemas, tm
         with pytest.raises(IntegrityError):
             remote.import_thread(tampered)
         assert not remote.exists(other)  # nothing written
+
+
+def test_metrics_see_appends_and_commits(pg_schemas: Schemas) -> None:
+    from threadlog.observe import metrics as observe_metrics
+
+    sink = observe_metrics.install()
+    try:
+        with PostgresStore(pg_schemas.new()) as store:
+            thread = store.create_thread("a")
+            store.append(thread, "custom.n", {}, durable=True)
+            store.append(thread, "custom.n", {}, durable=False)
+            store.flush()
+        assert sink.count("threadlog_append_seconds") == 2
+        assert sink.count("threadlog_fsync_seconds") >= 1
+        assert sink.count("threadlog_commit_records") >= 1
+    finally:
+        observe_metrics.uninstall()

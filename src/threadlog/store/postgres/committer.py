@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from threadlog import _hooks
 from threadlog.errors import LeaseLost, StorageError
 from threadlog.store.postgres.projections import (
     FENCED_INSERT,
@@ -215,6 +216,8 @@ class Committer:
             by_thread: dict[str, list[Row]] = {
                 t: [(p.record, p.line, p.writer.token) for p in items] for t, items in live.items()
             }
+            metrics = _hooks.METRICS
+            started = time.perf_counter() if metrics is not None else 0.0
             # One round trip: BEGIN, the fenced insert, the projections (each fenced the same
             # way: they apply only where the insert did), NOTIFY and COMMIT, pipelined.
             with conn.cursor() as cur, conn.cursor() as rest:
@@ -235,6 +238,10 @@ class Committer:
                     writer.lose(LeaseLost(thread_id, writer.token, holder))
                 elif count != len(items):  # cannot be: a thread's rows share one token
                     log.error("thread %s: %d of %d rows committed", thread_id, count, len(items))
+            if metrics is not None:  # the COMMIT is the durability wait: the fsync's equivalent
+                metrics.observe("threadlog_fsync_seconds", time.perf_counter() - started)
+                metrics.observe("threadlog_commit_records", len(batch))
+                metrics.set("threadlog_queue_depth", len(self._open.items))
             if live:
                 self.commits += 1
         except psycopg.Error as exc:
