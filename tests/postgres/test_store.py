@@ -141,6 +141,8 @@ def test_a_failed_commit_fails_its_appends_and_the_store_goes_on(pg_schemas: Sch
     errors: list[StorageError] = []
     with PostgresStore(pg_schemas.new()) as store:
         store.add_error_listener(errors.append)
+        heard: list[Record] = []
+        store.add_listener(lambda _t, records: heard.extend(records))
         thread = store.create_thread("a")
         store.append(thread, "custom.n", {"i": 0})
         # the committer's connection dies under it (a server restart, a network cut)
@@ -154,6 +156,7 @@ def test_a_failed_commit_fails_its_appends_and_the_store_goes_on(pg_schemas: Sch
         records = store.read(thread)
         assert records[-1] == again and again.ord == 3
         check_chain(records)
+        assert heard == records  # the failed append was never heard of
 
 
 # -- leases and fencing -----------------------------------------------------------------------

@@ -255,6 +255,7 @@ class Committer:
                 self._conn.close()  # its transaction is in doubt: a new connection next time
                 self._conn = None
             self._on_failure(error)
+            return  # nothing of it is acknowledged, nor heard of by the listeners
         for thread_id, items in fenced.items():
             refusal = items[0].writer.refusal()
             for p in items:
