@@ -54,10 +54,8 @@ def test_memory_targets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 @pytest.mark.parametrize(
     ("target", "match"),
     [
-        ("postgresql://u@h/db", r"threadlog\[postgres\]"),
-        ("postgres://u@h/db", r"threadlog\[postgres\]"),
         ("postgresql:/x", r"threadlog\[postgres\]"),
-        ("POSTGRESQL://h/db", r"threadlog\[postgres\]"),
+        ("postgres:x", r"postgresql://user@host"),
         ("s3://bucket/x", "no store backend for the scheme 's3'"),
         ("sqlite:x.db", "no store backend"),
         ("file:relative/x", "file:///absolute/path"),
@@ -73,6 +71,16 @@ def test_other_targets_are_refused_and_create_nothing(
     with pytest.raises(UsageError, match=match):
         open_store(target)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres", "POSTGRESQL"])
+def test_a_postgresql_url_names_the_postgres_store(scheme: str) -> None:
+    pytest.importorskip("psycopg")
+    from threadlog.errors import StorageError
+
+    # nothing listens on port 1: the open fails at once, as a StorageError naming the target
+    with pytest.raises(StorageError, match="cannot open the store at postgresql://127.0.0.1:1"):
+        open_store(f"{scheme}://nobody@127.0.0.1:1/db")
 
 
 def test_a_directory_with_a_colon_opens_when_written_as_a_path(
@@ -153,3 +161,15 @@ def test_a_runtime_takes_a_store_or_a_target(tmp_path: Path) -> None:
 
     asyncio.run(main())
     assert (tmp_path / "home").is_dir()
+
+
+def test_import_threadlog_never_imports_psycopg() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, threadlog, threadlog.cli, threadlog.server.hub, threadlog.store.open\n"
+        "print(sorted(m for m in sys.modules if m.startswith('psycopg')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

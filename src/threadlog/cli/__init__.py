@@ -31,9 +31,10 @@ EXIT_STORE = 3
 def _store_home(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """The directory of the store ``--store`` names (`threadlog.store.open.parse_target`).
 
-    The commands work on a store on disk (other processes' inboxes, leases, the index); an
-    in-memory store would be empty and gone when the command ends, and other backends are
-    not available yet: both are refused here, before anything is created.
+    The commands work on a store on disk (other processes' inboxes, leases, the index) or a
+    PostgreSQL store (its URL is passed on as it is; the commands that need a store on disk
+    refuse it); an in-memory store would be empty and gone when the command ends: it is
+    refused here, before anything is created.
     """
     if value is None:
         return None
@@ -43,6 +44,8 @@ def _store_home(ctx: click.Context, param: click.Parameter, value: str | None) -
         kind, where = parse_target(value)
     except UsageError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
+    if kind == "postgres":
+        return where
     if kind != "embedded":
         raise click.BadParameter(
             f"{value!r}: the command line works on a store on disk (an in-memory store lives "
@@ -66,7 +69,10 @@ def store_options(func: F) -> F:
         envvar=["THREADLOG_STORE", "THREADLOG_HOME"],
         show_envvar=True,
         callback=_store_home,
-        help="The store: a directory or file:// URL (--home is an alias) [default: ~/.threadlog].",
+        help=(
+            "The store: a directory, file:// URL or postgresql:// URL (--home is an alias) "
+            "[default: ~/.threadlog]."
+        ),
     )(func)
     return func
 
@@ -113,6 +119,7 @@ _LAZY = {
     "memory": "memory",
     "serve": "serve",
     "token": "token",
+    "db": "db",
 }
 
 

@@ -1,7 +1,8 @@
 """Storage backends behind one port. They read and write envelopes and never interpret event data.
 
 `Store` is the port every backend implements; `Snapshots`, `Catalog`, `LocalHome`, `Mailbox`,
-`Credentials` and `Maintenance` are the optional capabilities (check them with ``isinstance``); `open_store` opens a backend by target.
+`Credentials`, `Maintenance` and `Watch` are the optional capabilities (check them with ``isinstance``); `open_store` opens a backend by target
+(``postgresql://…``: `threadlog.store.postgres.PostgresStore`, imported only then).
 """
 
 from threadlog.store.embedded import EmbeddedStore, default_home
@@ -20,6 +21,7 @@ from threadlog.store.protocol import (
     Snapshots,
     Store,
     VerifyReport,
+    Watch,
 )
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "Snapshots",
     "Store",
     "VerifyReport",
+    "Watch",
     "default_home",
     "open_store",
 ]

@@ -1,0 +1,265 @@
+"""Group commit on PostgreSQL: one transaction, one COMMIT, for the appends of many threads.
+
+Theory of operation
+-------------------
+An append is assigned its ordinal and hash by its thread's writer (`threadlog.store.postgres
+.writer`) and handed to the `Committer` as a `Pending`: the record, its canonical line, the
+writer (whose fencing token it carries) and the `Batch` it joins (one future per commit).
+The committer is one thread with one
+connection of its own. It sleeps until there is a critical append (or a flush) waiting, or
+until the oldest buffered one has waited ``interval`` seconds; then it takes **everything**
+queued, from every thread of the process, and writes it in one transaction:
+
+1. one statement (`FENCED_INSERT`) locks the lease rows of the batch's threads
+   (``SELECT … FOR UPDATE``, held until COMMIT, so no takeover can come in between) and
+   inserts the records whose fencing token is still their thread's token, all rows at once
+   (``unnest``); the records of the other threads are refused with `LeaseLost` (their writer
+   is marked lost: it appends nothing more);
+2. the projections of the records and one ``pg_notify`` per thread (`apply_projections`),
+   each statement fenced the same way (it applies only where the token is current), then
+   one ``COMMIT``: all of it sent in one pipeline, so a batch costs **one round trip** to the
+   server whatever its size. Only then are the listeners called (in order per thread) and
+   the batch's future resolved: an acknowledged record is a committed one.
+
+While a commit runs, new appends queue up for the next one, so the more writers append at
+once, the more appends each COMMIT carries (and the fewer WAL flushes they wait for). Woken
+by a critical append, the committer waits up to `GATHER` (1 ms) while fewer appends are
+queued than its last commit carried: the writers that commit just woke are about to queue
+their next ones, and one commit for all of them beats several for a few each.
+`commits` counts the transactions (tests read it).
+
+*Fail-stop.* If the transaction fails (the connection drops, the server restarts, a
+constraint is violated), every append in it fails with `StorageError`, never retried: a
+COMMIT that errs may or may not have happened. The batch's writers are marked broken, so
+that the next append to any of their threads first re-reads the thread's head from the
+database (the truth) instead of chaining onto records that may not exist; the connection is
+replaced. The store's error listeners hear of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from threadlog import _hooks
+from threadlog.errors import LeaseLost, StorageError
+from threadlog.store.postgres.projections import (
+    FENCED_INSERT,
+    apply_projections,
+    event_columns,
+)
+from threadlog.store.postgres.writer import Batch
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from threadlog.model.envelope import Record
+    from threadlog.store.postgres.projections import Row
+    from threadlog.store.postgres.writer import Pending
+
+__all__ = ["GATHER", "Committer"]
+
+GATHER = 0.001
+"""The longest the committer waits for the writers its last commit woke (seconds)."""
+
+log = logging.getLogger("threadlog.store")
+
+
+class Committer:
+    """The group-commit thread (module docstring).
+
+    Args:
+        connect: a new connection for the committer (autocommit off).
+        channel: the NOTIFY channel; ``origin``: this store's id, in each notification.
+        interval: the longest a buffered append waits for its commit (seconds).
+        on_durable: ``(thread_id, records)`` after each commit, per thread in order.
+        on_failure: a failed commit's error.
+        max_batch: at most this many appends per transaction (None: no limit).
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], psycopg.Connection[Any]],
+        *,
+        channel: str,
+        origin: str,
+        interval: float,
+        on_durable: Callable[[str, list[Record]], None],
+        on_failure: Callable[[StorageError], None],
+        max_batch: int | None = None,
+    ) -> None:
+        self._connect = connect
+        self._conn: psycopg.Connection[Any] | None = None
+        self._channel = channel
+        self._origin = origin
+        self.interval = interval
+        self.max_batch = max_batch
+        """At most this many appends per transaction (None: all that are queued); 1 turns
+        group commit off (one COMMIT per append: the benchmark's baseline)."""
+        self._on_durable = on_durable
+        self._on_failure = on_failure
+        self._open = Batch()
+        self._cond = threading.Condition()
+        self._urgent = False
+        self._oldest = 0.0
+        self._stopping = False
+        self._submitted = 0
+        self._done = 0
+        self._last_size = 0
+        self.commits = 0
+        """Transactions committed so far (each carries one or more appends)."""
+        self._thread = threading.Thread(target=self._run, name="threadlog-pg-commit", daemon=True)
+        self._thread.start()
+
+    def submit(self, pending: Pending, *, urgent: bool) -> None:
+        """Queue an append for the next commit (``urgent``: commit without waiting)."""
+        with self._cond:
+            if self._stopping:
+                raise StorageError("the store's committer has stopped")
+            if not self._open.items:
+                self._oldest = time.monotonic()
+            pending.batch = self._open
+            self._open.items.append(pending)
+            self._submitted += 1
+            if urgent or len(self._open.items) >= self._last_size:
+                self._urgent = self._urgent or urgent
+                self._cond.notify()
+
+    def flush(self) -> None:
+        """Wait until everything queued so far is committed (or has failed)."""
+        with self._cond:
+            target = self._submitted
+            if self._done >= target:
+                return
+            self._urgent = True
+            self._cond.notify_all()
+            while self._done < target:
+                self._cond.wait()
+
+    def stop(self) -> None:
+        """Commit what is queued, then stop the thread and close the connection."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _gather(self) -> None:
+        """Give the writers the last commit woke a moment to queue their next appends, so
+        that they share the next commit rather than trickle into several: wait (at most
+        `GATHER` seconds, under the condition) while fewer appends are queued than the last
+        commit carried. The caller holds the condition."""
+        deadline = time.monotonic() + GATHER
+        while len(self._open.items) < self._last_size and not self._stopping:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._cond.wait(left)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._open.items and (self._urgent or self._stopping):
+                        self._gather()
+                        break
+                    if self._open.items:
+                        wait = self._oldest + self.interval - time.monotonic()
+                        if wait <= 0:
+                            break
+                        self._cond.wait(wait)
+                    elif self._stopping:
+                        return
+                    else:
+                        self._cond.wait()
+                taken, self._open = self._open, Batch()
+                batch = taken.items
+                self._last_size = len(batch)
+                self._urgent = False
+            try:
+                step = self.max_batch or len(batch)
+                for start in range(0, len(batch), step):
+                    self._commit(batch[start : start + step])
+            except BaseException as exc:  # a bug: fail the batch rather than hang its waiters
+                log.exception("the group commit failed unexpectedly")
+                error = StorageError(f"the group commit failed: {exc!r}")
+                for p in batch:
+                    p.fail(error)
+                    p.writer.break_(error)
+            finally:
+                taken.future.set_result(None)
+                with self._cond:
+                    self._done += len(batch)
+                    self._cond.notify_all()
+
+    def _commit(self, batch: list[Pending]) -> None:
+        live: dict[str, list[Pending]] = {}
+        for p in batch:
+            refusal = p.writer.refusal()
+            if refusal is not None:
+                p.fail(refusal)
+            else:
+                live.setdefault(p.writer.thread_id, []).append(p)
+        if not live:
+            return
+        fenced: dict[str, list[Pending]] = {}
+        try:
+            conn = self._conn
+            if conn is None or conn.closed or conn.broken:
+                conn = self._conn = self._connect()
+            by_thread: dict[str, list[Row]] = {
+                t: [(p.record, p.line, p.writer.token) for p in items] for t, items in live.items()
+            }
+            metrics = _hooks.METRICS
+            started = time.perf_counter() if metrics is not None else 0.0
+            # One round trip: BEGIN, the fenced insert, the projections (each fenced the same
+            # way: they apply only where the insert did), NOTIFY and COMMIT, pipelined.
+            with conn.cursor() as cur, conn.cursor() as rest:
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    cur.execute(FENCED_INSERT, [sorted(live), *event_columns(by_thread)])
+                    apply_projections(
+                        rest, by_thread, channel=self._channel, origin=self._origin, fenced=True
+                    )
+                    conn.execute("COMMIT")
+                rows = cur.fetchall()
+            tokens = {str(t): (int(k), str(h), int(n)) for t, k, h, n in rows}
+            for thread_id, items in list(live.items()):
+                token, holder, count = tokens.get(thread_id, (None, None, 0))
+                writer = items[0].writer
+                if token != writer.token:
+                    fenced[thread_id] = live.pop(thread_id)
+                    writer.lose(LeaseLost(thread_id, writer.token, holder))
+                elif count != len(items):  # cannot be: a thread's rows share one token
+                    log.error("thread %s: %d of %d rows committed", thread_id, count, len(items))
+            if metrics is not None:  # the COMMIT is the durability wait: the fsync's equivalent
+                metrics.observe("threadlog_fsync_seconds", time.perf_counter() - started)
+                metrics.observe("threadlog_commit_records", len(batch))
+                metrics.set("threadlog_queue_depth", len(self._open.items))
+            if live:
+                self.commits += 1
+        except psycopg.Error as exc:
+            error = StorageError(f"the commit of {len(batch)} append(s) failed: {exc}")
+            error.__cause__ = exc
+            for items in live.values():
+                items[0].writer.break_(error)
+                for p in items:
+                    p.fail(error)
+            if self._conn is not None:
+                self._conn.close()  # its transaction is in doubt: a new connection next time
+                self._conn = None
+            self._on_failure(error)
+            return  # nothing of it is acknowledged, nor heard of by the listeners
+        for thread_id, items in fenced.items():
+            refusal = items[0].writer.refusal()
+            for p in items:
+                p.fail(refusal or LeaseLost(thread_id, None))
+        for thread_id, items in live.items():
+            items[0].writer.committed([p.record.id for p in items])
+            self._on_durable(thread_id, [p.record for p in items])
