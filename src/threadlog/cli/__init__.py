@@ -111,6 +111,7 @@ _LAZY = {
     "memory": "memory",
     "serve": "serve",
     "token": "token",
+    "copy": "copy",
 }
 
 

@@ -1,7 +1,7 @@
 """Storage backends behind one port. They read and write envelopes and never interpret event data.
 
 `Store` is the port every backend implements; `Snapshots`, `Catalog`, `LocalHome`, `Mailbox`,
-`Credentials` and `Maintenance` are the optional capabilities (check them with ``isinstance``); `open_store` opens a backend by target.
+`Credentials`, `Maintenance` and `Transfer` are the optional capabilities (check them with ``isinstance``); `open_store` opens a backend by target.
 """
 
 from threadlog.store.embedded import EmbeddedStore, default_home
@@ -19,6 +19,7 @@ from threadlog.store.protocol import (
     Maintenance,
     Snapshots,
     Store,
+    Transfer,
     VerifyReport,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "MemoryStore",
     "Snapshots",
     "Store",
+    "Transfer",
     "VerifyReport",
     "default_home",
     "open_store",

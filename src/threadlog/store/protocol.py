@@ -13,6 +13,8 @@ which a consumer checks with ``isinstance(store, Snapshots)`` (they are all
   that holds a thread's lease, which alone may append to it.
 * `Artifacts`: store and fetch blobs by hash (a tool's full output, streamed in with bounded
   memory: 000 §17.2); the records that reference them say so, and `Store.verify` checks them.
+* `Transfer`: adopt a thread's records verbatim, as another store holds them (``threadlog
+  copy`` between backends: same ids, ordinals, hashes and lineage).
 
 Every backend implements the whole `Store`; `threadlog.testing.StoreContract` is the test
 suite that holds one to it (a backend's tests subclass it and say how to make a store).
@@ -23,7 +25,7 @@ mypy holds a backend to.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
@@ -56,6 +58,7 @@ __all__ = [
     "Maintenance",
     "Snapshots",
     "Store",
+    "Transfer",
     "VerifyReport",
 ]
 
@@ -508,4 +511,42 @@ class Artifacts(Protocol):
     def check_artifact(self, ref: ArtifactRef) -> str | None:
         """What is wrong with a referenced blob (missing, another size, not matching its
         hash), or None when it is there and sound. Reads the blob in chunks."""
+        ...
+
+
+@runtime_checkable
+class Transfer(Protocol):
+    """Adopting a thread's log verbatim: how ``threadlog copy`` (`threadlog.store.copy`) moves
+    threads between stores, of any backend, with their hashes intact.
+
+    `import_thread` takes a whole thread as another store holds it (ords 1..n, as `Store.read`
+    returned them: artifact references unresolved) and keeps it record for record: the same
+    ids, ordinals, parents, timestamps, writing threads (a fork's inherited prefix keeps its
+    ancestors' records) and hashes. Nothing is re-encoded but the canonical JSON each hash is
+    over, so the copy verifies exactly as the original.
+
+    **For backend authors** (the PostgreSQL store too): check the records first with
+    `threadlog.store.transfer.check_import`, which refuses (`IntegrityError`, naming the
+    ordinal) anything `Store.verify` would refuse: a broken hash or chain, a gap, a record of
+    another thread outside a fork's declared prefix, an event the reducer refuses. Then, under
+    whatever makes one writer per thread (a lease, a transaction, a uniqueness constraint):
+
+    * a thread the store does not hold is written **all or nothing** (a crash leaves the whole
+      thread or none of it) and is durable on return: return True;
+    * a thread it holds with the very same records (every hash equal: `same_log`) is left
+      alone: return False, so that a copy run again is a no-op;
+    * a thread it holds with any other content (longer, shorter or different) is refused with
+      `ConflictError` naming the first ordinal that differs, writing nothing.
+
+    The blobs the records reference (`Artifacts`) are the caller's to copy first;
+    `import_thread` does not look for them (`Store.verify` does, after). The contract suite's
+    ``transfer`` topic (`threadlog.testing.contract.transfer`) runs against every store that
+    has this capability.
+    """
+
+    def import_thread(self, records: Sequence[Record]) -> bool:
+        """Keep ``records`` (one whole thread, ords 1..n) as they are; whether anything was
+        written (False: the store held exactly these records already). Raises `UsageError`
+        (no records, records of more than one log), `IntegrityError` (records that do not
+        verify), `ConflictError` (the store holds the thread with other content)."""
         ...
