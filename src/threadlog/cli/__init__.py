@@ -112,6 +112,7 @@ _LAZY = {
     "serve": "serve",
     "token": "token",
     "copy": "copy",
+    "worker": "worker",
 }
 
 

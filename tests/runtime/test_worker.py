@@ -1,0 +1,139 @@
+"""``threadlog worker`` processes: a killed worker's turn taken over, 50 threads contended.
+
+Each test runs on the embedded store and, through the shared PostgreSQL fixture
+(`tests.pg`), on PostgreSQL: the worker code is the same, only the lease differs (an
+``flock`` the kernel drops when its holder dies; a row whose expiry passes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.harness.worker import QUICK_READS, WorkerProcess
+from tests.pg import pg_url  # noqa: F401 - the fixture
+from tests.server.agents import READS
+from threadlog import open_store
+from threadlog._clock import new_id
+from threadlog.model.events import InputQueued
+from threadlog.runtime.runtime import Runtime
+from threadlog.store.protocol import Store
+from threadlog.testing.contract import check_chain
+
+READER = "python:tests.server.agents:reader"
+QUICK = "python:tests.harness.worker:quick"
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "README.md").write_text("# project\n\nSomething to read.\n")
+    return work
+
+
+def queue_work(target: str, n: int, cwd: Path) -> list[str]:
+    """``n`` threads, each with input queued and nobody driving it (as ``threadlog send``)."""
+
+    async def make() -> list[str]:
+        threads = []
+        async with Runtime(target) as runtime:
+            for _ in range(n):
+                session = await runtime.create("alice", cwd=str(cwd))
+                await session.append(InputQueued(input_id=new_id(), text="read it"))
+                await session.close()
+                threads.append(session.thread_id)
+        return threads
+
+    return asyncio.run(make())
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def outcomes(store: Store, thread: str) -> list[str]:
+    return [r.data["outcome"] for r in store.read(thread) if r.type == "turn.ended"]
+
+
+@pytest.fixture(params=["embedded", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "embedded":
+        return str(tmp_path / "home")
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def worker_args(target: str) -> list[str]:
+    """Options for a worker on ``target``."""
+    return []
+
+
+def test_a_killed_workers_turn_is_taken_over_and_completes(
+    target: str, workdir: Path, worker_args: list[str]
+) -> None:
+    (thread,) = queue_work(target, 1, workdir)
+    with open_store(target) as store:
+        with WorkerProcess(target, "--model", READER, "--poll", "0.1", *worker_args) as first:
+            wait_for(
+                "a read to finish",
+                lambda: any(r.type == "tool_call.finished" for r in store.read(thread)),
+            )
+            assert first.stop(signal.SIGKILL) == -signal.SIGKILL
+        assert first.taken("started") == [thread]
+        before = store.read(thread)
+        assert outcomes(store, thread) == []  # killed mid-turn
+        with WorkerProcess(target, "--model", READER, "--poll", "0.1", *worker_args) as second:
+            wait_for("the turn to complete", lambda: "completed" in outcomes(store, thread))
+            wait_for("the session to close", lambda: thread in second.taken("closed"))
+            assert second.stop() == 0, second.errors
+        assert second.taken("resumed") == [thread]
+        records = store.read(thread)
+        assert store.verify(thread).ok
+    assert [r.hash for r in records[: len(before)]] == [r.hash for r in before]
+    check_chain(records)
+    types = [r.type for r in records]
+    assert types.count("thread.resumed") == 1
+    assert [r.data["outcome"] for r in records if r.type == "turn.ended"] == [
+        "interrupted",
+        "completed",
+    ]
+    finished = [r.data["call_id"] for r in records if r.type == "tool_call.finished"]
+    assert len(finished) == len(set(finished)) == READS  # each read once: none lost, none twice
+
+
+def test_two_workers_contend_for_50_threads_and_every_log_is_one_chain(
+    target: str, workdir: Path, worker_args: list[str]
+) -> None:
+    args = ["--model", QUICK, "--poll", "0.05", "--max-sessions", "8", *worker_args]
+    with open_store(target) as store:
+        with WorkerProcess(target, *args) as a, WorkerProcess(target, *args) as b:
+            threads = queue_work(target, 50, workdir)  # both look for work meanwhile
+
+            def all_done() -> bool:
+                return all("completed" in outcomes(store, t) for t in threads)
+
+            wait_for("every thread's turn", all_done, timeout=90)
+            assert a.stop() == 0, a.errors
+            assert b.stop() == 0, b.errors
+        started = a.taken("started") + b.taken("started")
+        assert set(started) == set(threads)
+        for thread in threads:
+            records = store.read(thread)
+            assert store.verify(thread).ok
+            check_chain(records)  # ords 1..n, each prev the previous hash, legal
+            types = [r.type for r in records]
+            assert types.count("turn.started") == 1  # one turn per queued input, run once
+            assert outcomes(store, thread) == ["completed"]
+            assert types.count("tool_call.finished") == QUICK_READS
+    # both workers did some of the work (a weak check of contention, not of fairness)
+    assert a.taken("started") and b.taken("started")
