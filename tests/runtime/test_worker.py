@@ -12,9 +12,13 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import httpx
+import orjson
 import pytest
 
+from tests.harness.service import ServerProcess
 from tests.harness.worker import QUICK_READS, WorkerProcess
 from tests.pg import pg_url  # noqa: F401 - the fixture
 from tests.server.agents import READS
@@ -137,3 +141,43 @@ def test_two_workers_contend_for_50_threads_and_every_log_is_one_chain(
             assert types.count("tool_call.finished") == QUICK_READS
     # both workers did some of the work (a weak check of contention, not of fairness)
     assert a.taken("started") and b.taken("started")
+
+
+def test_a_service_streams_what_a_worker_writes_with_no_gap_and_no_duplicate(
+    target: str, workdir: Path, worker_args: list[str]
+) -> None:
+    (thread,) = queue_work(target, 1, workdir)
+    server = ServerProcess(target, "--poll", "0.05")
+    frames: list[dict[str, Any]] = []
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            with http.stream("GET", f"/v1/threads/{thread}/stream", params={"after": 0}) as r:
+                assert r.status_code == 200
+                with WorkerProcess(target, "--model", READER, "--poll", "0.1", *worker_args) as w:
+                    text = ""
+                    for chunk in r.iter_text():
+                        text += chunk
+                        done, _, text = text.rpartition("\n\n")
+                        frames += _frames(done)
+                        if any(f["type"] == "turn.ended" for f in frames):
+                            break
+                    assert w.stop() == 0, w.errors
+    finally:
+        assert server.stop() == 0
+    with open_store(target) as store:
+        log = store.read(thread)
+    assert [f["ord"] for f in frames] == list(range(1, len(frames) + 1))  # no gap, no duplicate
+    assert [(f["id"], f["hash"]) for f in frames] == [(r.id, r.hash) for r in log[: len(frames)]]
+    assert frames[-1]["type"] == "turn.ended" and frames[-1]["data"]["outcome"] == "completed"
+
+
+def _frames(text: str) -> list[dict[str, Any]]:
+    """The records in complete SSE frames (control events and comments left out)."""
+    out = []
+    for block in text.split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in block.splitlines() if ": " in line and line[0] != ":"
+        )
+        if "id" in fields and "data" in fields and fields.get("event", "") != "end":
+            out.append(orjson.loads(fields["data"]))
+    return out
