@@ -11,7 +11,8 @@ Errors are split by audience (who has to act on them)::
     ├── ConflictError               concurrency: somebody else got there first
     │   ├── OrdinalConflict         append(expect_ord=N) but the log is elsewhere
     │   ├── DuplicateEventConflict  the same event id with different content
-    │   └── LeaseHeld               another process holds the thread's single-writer lease
+    │   ├── LeaseHeld               another process holds the thread's single-writer lease
+    │   └── LeaseLost               this writer's lease passed to another (fencing token stale)
     ├── IntegrityError              the log on disk is damaged: carries thread, ord and offset
     ├── StorageError                an I/O failure; the log that saw it is fail-stopped
     │   └── InsecureHome            a home, folder or file that other users own or may write
@@ -37,6 +38,7 @@ __all__ = [
     "InvalidEventType",
     "InvalidTransition",
     "LeaseHeld",
+    "LeaseLost",
     "OrdinalConflict",
     "RecordTooLarge",
     "RunError",
@@ -120,6 +122,26 @@ class LeaseHeld(ConflictError):
     def __init__(self, thread_id: str, holder: str) -> None:
         super().__init__(f"thread {thread_id} is open for writing by {holder}")
         self.thread_id = thread_id
+        self.holder = holder
+
+
+class LeaseLost(ConflictError):
+    """This writer's lease on the thread passed to another holder: its fencing token is stale.
+
+    The database refused the append (nothing of it was written), and every later append of
+    this store to the thread is refused too: the writer must stop, because another one now
+    continues the log. `Store.release` acknowledges the loss; the next append then takes the
+    lease again (when it is free) and continues from the log as the database holds it.
+    """
+
+    def __init__(self, thread_id: str, token: int | None, holder: str | None = None) -> None:
+        by = f" (now held by {holder})" if holder else ""
+        super().__init__(
+            f"thread {thread_id}: this writer's lease (fencing token {token}) was lost{by}; "
+            "its appends are refused"
+        )
+        self.thread_id = thread_id
+        self.token = token
         self.holder = holder
 
 

@@ -54,10 +54,8 @@ def test_memory_targets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 @pytest.mark.parametrize(
     ("target", "match"),
     [
-        ("postgresql://u@h/db", r"threadlog\[postgres\]"),
-        ("postgres://u@h/db", r"threadlog\[postgres\]"),
         ("postgresql:/x", r"threadlog\[postgres\]"),
-        ("POSTGRESQL://h/db", r"threadlog\[postgres\]"),
+        ("postgres:x", r"postgresql://user@host"),
         ("s3://bucket/x", "no store backend for the scheme 's3'"),
         ("sqlite:x.db", "no store backend"),
         ("file:relative/x", "file:///absolute/path"),
@@ -73,6 +71,16 @@ def test_other_targets_are_refused_and_create_nothing(
     with pytest.raises(UsageError, match=match):
         open_store(target)
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres", "POSTGRESQL"])
+def test_a_postgresql_url_names_the_postgres_store(scheme: str) -> None:
+    pytest.importorskip("psycopg")
+    from threadlog.errors import StorageError
+
+    # nothing listens on port 1: the open fails at once, as a StorageError naming the target
+    with pytest.raises(StorageError, match="cannot open the store at postgresql://127.0.0.1:1"):
+        open_store(f"{scheme}://nobody@127.0.0.1:1/db")
 
 
 def test_a_directory_with_a_colon_opens_when_written_as_a_path(

@@ -5,7 +5,10 @@
 * ``memory://`` (or ``:memory:``): a new, empty in-memory store, persisting nothing.
   ``memory://NAME`` is shared within the process: every open of the same name returns the same
   store until it is closed (after which the name opens a new, empty one).
-* ``postgresql://…`` / ``postgres://…``: not available yet (an extra, later).
+* ``postgresql://…`` / ``postgres://…``: the PostgreSQL store there
+  (`threadlog.store.postgres.PostgresStore`; ``?schema=NAME`` picks a schema), from the
+  ``threadlog[postgres]`` extra, imported only then (``import threadlog`` never imports
+  psycopg).
 
 Any other ``scheme:`` is refused with `UsageError` before anything is created: a mistyped URL
 (``postgresql:/x``) must not become a directory named like it. A directory whose name looks
@@ -36,7 +39,8 @@ _named_lock = threading.Lock()
 
 
 def parse_target(target: str | os.PathLike[str] | None) -> tuple[str, str | None]:
-    """``("embedded", directory or None)`` or ``("memory", name or None)`` for a target.
+    """``("embedded", directory or None)``, ``("memory", name or None)`` or
+    ``("postgres", URL)`` for a target.
 
     Raises `UsageError` for a scheme threadlog has no backend for, naming the extra to
     install when there will be one. Touches nothing on disk.
@@ -69,12 +73,13 @@ def parse_target(target: str | os.PathLike[str] | None) -> tuple[str, str | None
             raise UsageError(f"{target!r}: write memory:// or memory://NAME")
         name = target[len("memory://") :]
         return "memory", name or None
-    extra = _EXTRAS.get(scheme)
-    if extra is not None:
-        raise UsageError(
-            f"{target!r}: the PostgreSQL backend is not available yet; it will come with "
-            f"`pip install threadlog[{extra}]`"
-        )
+    if scheme in _EXTRAS:
+        if not target.lower().startswith(f"{scheme}://"):
+            raise UsageError(
+                f"{target!r}: write postgresql://user@host[:port]/database "
+                "(the threadlog[postgres] extra)"
+            )
+        return "postgres", target
     raise UsageError(
         f"{target!r}: no store backend for the scheme {scheme!r}; give a directory (write "
         "./name for one whose name holds a colon), file:///path, or memory://"
@@ -97,6 +102,16 @@ def open_store(target: str | os.PathLike[str] | None = None, **options: Any) -> 
     `StorageError` when the store cannot be opened.
     """
     kind, where = parse_target(target)
+    if kind == "postgres":
+        assert where is not None
+        try:
+            from threadlog.store.postgres import PostgresStore
+        except ImportError as exc:
+            raise UsageError(
+                f"{where!r}: the PostgreSQL store needs psycopg: "
+                f"`pip install 'threadlog[postgres]'` ({exc})"
+            ) from None
+        return PostgresStore(where, **options)
     if kind == "memory":
         from threadlog.store.inmemory import MemoryStore
 

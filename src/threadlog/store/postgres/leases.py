@@ -1,0 +1,191 @@
+"""Single-writer leases with fencing tokens, on the database's clock.
+
+Theory of operation
+-------------------
+A writer may append to a thread only while it holds the thread's row in ``leases``:
+``(thread_id, holder, token, expires_at)``. Taking it (`LeaseKeeper.take`) is one statement
+that inserts the row, or takes over one whose ``expires_at`` has passed, with a **fresh token**
+from the ``lease_tokens`` sequence: tokens only ever grow, so a later holder always holds a
+larger one. Expiry is computed and compared with the database's ``now()``, never a client's
+clock (RELIABILITY M6): a worker with a skewed clock neither steals nor keeps a lease wrongly.
+
+A background thread (`LeaseKeeper.start`) renews every lease this store holds each
+``renew_interval`` seconds (``expires_at = now() + lease_duration``, for the rows whose holder
+is still this store). A lease the renewal no longer finds was taken over: the store hears of it
+through ``on_lost`` and refuses the thread's appends from then on.
+
+The renewal is an optimisation. **Safety comes from fencing**: every group commit locks the
+lease rows of the threads it writes (``SELECT … FOR UPDATE``) and writes only the records whose
+writer's token is still the row's token, in the same transaction as the inserts (the
+committer, `threadlog.store.postgres.committer`). A worker paused past its lease (SIGSTOP, a
+GC pause, a partition) wakes up with a stale token and the database refuses its appends, even
+if it never noticed that it lost the lease. A takeover waits for the row lock, so it cannot
+slip between a commit's check and its insert; a commit that was paused *holding* that lock is
+ended by the server after ``idle_in_transaction_session_timeout`` (set on the committer's
+session), so a paused worker cannot block a takeover for longer than that.
+``PRIMARY KEY (thread_id, ord)`` is the last line of defence.
+
+A clean `release` deletes the row (the next writer need not wait out the expiry); so does
+`close` for every lease the store holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from threadlog.errors import LeaseHeld, ThreadNotFound
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from psycopg_pool import ConnectionPool
+
+__all__ = ["LeaseKeeper"]
+
+log = logging.getLogger("threadlog.store")
+
+_TAKE = """
+INSERT INTO leases (thread_id, holder, token, expires_at)
+SELECT %(thread)s, %(holder)s, nextval('lease_tokens'), now() + %(ttl)s * interval '1 second'
+WHERE EXISTS (SELECT 1 FROM threads WHERE thread_id = %(thread)s)
+ON CONFLICT (thread_id) DO UPDATE
+    SET holder = EXCLUDED.holder, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+    WHERE leases.expires_at < now() OR leases.holder = EXCLUDED.holder
+RETURNING token
+"""
+
+
+class LeaseKeeper:
+    """This store's leases: take, renew in the background, release (module docstring).
+
+    Args:
+        pool: connections to use (one at a time, briefly).
+        holder: this store's unique holder id (written in the lease rows).
+        duration: how long a lease lasts without renewal (seconds).
+        renew_interval: how often held leases are renewed (seconds, below ``duration``).
+        on_lost: called with ``(thread_id, holder now or None)`` for a lease found taken over.
+    """
+
+    def __init__(
+        self,
+        pool: ConnectionPool,
+        holder: str,
+        *,
+        duration: float,
+        renew_interval: float,
+        on_lost: Callable[[str, str | None], None],
+    ) -> None:
+        self._pool = pool
+        self.holder = holder
+        self.duration = duration
+        self.renew_interval = renew_interval
+        self._on_lost = on_lost
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def held(self) -> dict[str, int]:
+        """``thread → token`` of the leases this store believes it holds."""
+        with self._lock:
+            return dict(self._held)
+
+    def take(self, thread_id: str) -> int:
+        """Take the thread's lease; its fencing token. Raises `LeaseHeld` (another live
+        holder), `ThreadNotFound`."""
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                _TAKE, {"thread": thread_id, "holder": self.holder, "ttl": self.duration}
+            ).fetchone()
+            if row is None:
+                other = conn.execute(
+                    "SELECT holder FROM leases WHERE thread_id = %s", (thread_id,)
+                ).fetchone()
+                if other is None:
+                    exists = conn.execute(
+                        "SELECT 1 FROM threads WHERE thread_id = %s", (thread_id,)
+                    ).fetchone()
+                    if exists is None:
+                        raise ThreadNotFound(thread_id)
+                    return self.take(thread_id)  # released between the two statements
+                raise LeaseHeld(thread_id, str(other[0]))
+        token = int(row[0])
+        with self._lock:
+            self._held[thread_id] = token
+        self._ensure_renewer()
+        return token
+
+    def release(self, thread_id: str) -> None:
+        """Give the lease up (delete its row, if it is still ours)."""
+        with self._lock:
+            token = self._held.pop(thread_id, None)
+        if token is None:
+            return
+        with self._pool.connection() as conn:
+            conn.execute(
+                "DELETE FROM leases WHERE thread_id = %s AND token = %s", (thread_id, token)
+            )
+
+    def forget(self, thread_id: str) -> None:
+        """Stop renewing a lease found lost (its row is another holder's now)."""
+        with self._lock:
+            self._held.pop(thread_id, None)
+
+    def release_all(self) -> None:
+        """Give up every lease this store holds (at close)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            held, self._held = self._held, {}
+        if held:
+            with self._pool.connection() as conn:
+                conn.execute(
+                    "DELETE FROM leases WHERE holder = %s AND thread_id = ANY(%s)",
+                    (self.holder, list(held)),
+                )
+
+    def renew(self) -> None:
+        """Extend every held lease now; report the ones taken over (`on_lost`)."""
+        held = self.held()
+        if not held:
+            return
+        with self._pool.connection() as conn:
+            rows = conn.execute(
+                "UPDATE leases SET expires_at = now() + %s * interval '1 second' "
+                "WHERE holder = %s AND thread_id = ANY(%s) RETURNING thread_id, token",
+                (self.duration, self.holder, list(held)),
+            ).fetchall()
+            kept = {str(t): int(k) for t, k in rows}
+            lost = [t for t, k in held.items() if kept.get(t) != k]
+            holders: dict[str, str] = {}
+            if lost:
+                found = conn.execute(
+                    "SELECT thread_id, holder FROM leases WHERE thread_id = ANY(%s)", (lost,)
+                ).fetchall()
+                holders = {str(t): str(h) for t, h in found}
+        for thread_id in lost:
+            with self._lock:
+                if self._held.get(thread_id) != held[thread_id]:
+                    continue  # released or taken again meanwhile
+                del self._held[thread_id]
+            self._on_lost(thread_id, holders.get(thread_id))
+
+    def _ensure_renewer(self) -> None:
+        with self._lock:
+            if self._thread is not None or self._stop.is_set():
+                return
+            self._thread = threading.Thread(
+                target=self._run, name="threadlog-pg-leases", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.renew_interval):
+            try:
+                self.renew()
+            except Exception as exc:  # the database is away: the fence keeps us safe
+                log.warning("cannot renew the store's leases: %s", exc)

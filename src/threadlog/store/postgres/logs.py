@@ -1,0 +1,272 @@
+"""Reading the log back: `read`, `verify` and `fork`, over the events table.
+
+Each row keeps the record's canonical line (the bytes an embedded rollout would hold), and
+every read parses and checks it (`threadlog.model.envelope.parse_line`: framing, canonical
+JSON, the hash over the bytes) and that the ordinals run without a gap; `verify` also checks
+the chain (each ``prev`` is the previous hash; a fork's ord 2 follows what its lineage names),
+which thread wrote each record, and by default that the reducer accepts every event and that
+every blob a record references is sound. A fork copies the inherited rows' lines verbatim,
+with their ids, hashes and writing thread, in one transaction with its new header.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from threadlog._clock import new_id, rfc3339, wall_ns
+from threadlog.errors import IntegrityError, InvalidTransition, ThreadNotFound, UsageError
+from threadlog.model import codec
+from threadlog.model.envelope import FORMAT_VERSION, Record, encode_record
+from threadlog.model.eventdata import from_data, to_data
+from threadlog.model.events import ThreadCreated
+from threadlog.model.ids import is_uuid
+from threadlog.model.lineage import Copied, copied_prefix
+from threadlog.model.reducer import replay
+from threadlog.store._forks import child_created
+from threadlog.store.artifact_check import first_bad_artifact, worse
+from threadlog.store.postgres.projections import insert_records
+from threadlog.store.postgres.writer import decode_line
+from threadlog.store.protocol import VerifyReport
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
+
+    import psycopg
+
+    from threadlog.model.refs import ArtifactRef
+    from threadlog.store.postgres.projections import Row
+    from threadlog.store.postgres.schema import Target
+
+__all__ = ["Logs"]
+
+
+class Logs:
+    """Read, verify and fork (module docstring); a base class of `PostgresStore`."""
+
+    _target: Target
+    _origin: str
+
+    def _conn(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        raise NotImplementedError
+
+    def _check_open(self) -> None:
+        raise NotImplementedError
+
+    def _on_durable(self, thread_id: str, records: list[Record]) -> None:
+        raise NotImplementedError
+
+    if TYPE_CHECKING:
+
+        def check_artifact(self, ref: ArtifactRef) -> str | None: ...
+
+    def _rows(self, thread_id: str, after: int = 0, limit: int | None = None) -> list[Any]:
+        """``(ord, line)`` rows after ``after``; `ThreadNotFound` for no such thread."""
+        if not is_uuid(thread_id):
+            raise ThreadNotFound(thread_id)
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT ord, line FROM events WHERE thread_id = %s AND ord > %s "
+                "ORDER BY ord LIMIT %s",
+                (thread_id, max(after, 0), limit),
+            ).fetchall()
+            if not rows:
+                found = conn.execute(
+                    "SELECT 1 FROM threads WHERE thread_id = %s", (thread_id,)
+                ).fetchone()
+                if found is None:
+                    raise ThreadNotFound(thread_id)
+        return rows
+
+    def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
+        """Durable records with ``ord > after``, in order, at most ``limit``; each row's
+        line parsed and its hash checked (`IntegrityError` naming the ordinal)."""
+        if limit is not None and limit <= 0:
+            if limit < 0:
+                raise UsageError("limit must be >= 0")
+            self._rows(thread_id, 0, 1)  # ThreadNotFound still
+            return []
+        records = []
+        expect = max(after, 0) + 1
+        for ord_, line in self._rows(thread_id, after, limit):
+            if ord_ != expect:
+                raise IntegrityError(thread_id, expect, f"ord {expect} is missing from the log")
+            records.append(decode_line(thread_id, ord_, line))
+            expect += 1
+        return records
+
+    def exists(self, thread_id: str) -> bool:
+        """Whether the store holds the thread."""
+        if not is_uuid(thread_id):
+            return False
+        with self._conn() as conn:
+            row = conn.execute("SELECT 1 FROM threads WHERE thread_id = %s", (thread_id,))
+            return row.fetchone() is not None
+
+    def thread_ids(self) -> list[str]:
+        """Every thread, in id order (UUIDv7: creation order)."""
+        with self._conn() as conn:
+            rows = conn.execute("SELECT thread_id FROM threads ORDER BY thread_id").fetchall()
+        return [str(r[0]) for r in rows]
+
+    def verify(self, thread_id: str, *, check_events: bool = True) -> VerifyReport:
+        """Recompute every hash and check the chain and ordinals (and, by default, that the
+        reducer accepts every event and that referenced blobs are sound). Reports; never
+        repairs."""
+        rows = self._rows(thread_id)
+        error: IntegrityError | InvalidTransition | None = None
+        records: list[Record] = []
+        for i, (ord_, line) in enumerate(rows):
+            if ord_ != i + 1:
+                error = IntegrityError(thread_id, i + 1, f"ord {i + 1} is missing from the log")
+                break
+            try:
+                records.append(decode_line(thread_id, ord_, line))
+            except IntegrityError as exc:
+                error = exc
+                break
+        inherited: Copied | None = None
+        if records:
+            try:
+                created = from_data(records[0].type, records[0].data)
+                if isinstance(created, ThreadCreated):
+                    inherited = copied_prefix(created.lineage)
+            except (UsageError, IntegrityError, ValueError) as exc:
+                error = IntegrityError(thread_id, 1, f"ord 1 is not a valid thread.created: {exc}")
+        for i, record in enumerate(records):
+            if error is not None and (error.ord or 0) <= i + 1:
+                break
+            if i == 0:
+                prev: str | None = None
+            elif i == 1 and inherited is not None:
+                prev = inherited.prev
+            else:
+                prev = records[i - 1].hash
+            writers = inherited.threads if inherited and 2 <= record.ord <= inherited.until else ()
+            if record.prev != prev:
+                error = IntegrityError(thread_id, record.ord, "the hash chain is broken here")
+            elif record.thread != thread_id and record.thread not in writers:
+                error = IntegrityError(thread_id, record.ord, f"a record of thread {record.thread}")
+        if error is None and check_events:
+            try:
+                replay(records)
+            except (InvalidTransition, IntegrityError) as exc:
+                error = exc
+            except UsageError as exc:
+                error = InvalidTransition(str(exc))
+        error = worse(error, first_bad_artifact(thread_id, records, self.check_artifact))
+        last = records[-1].ord if records else 0
+        return VerifyReport(thread_id, error is None, len(rows), last, None, error)
+
+    def fork(
+        self,
+        thread_id: str,
+        at: int | str | None = None,
+        *,
+        principal: str | None = None,
+        title: str | None = None,
+        kind: str = "fork",
+        changes: dict[str, Any] | None = None,
+    ) -> str:
+        """A new thread inheriting ords 2..``at`` verbatim (same ids, hashes and writing
+        threads), its lineage in ``thread.created`` and ``changes`` as a ``config.changed``;
+        all or nothing, in one transaction."""
+        self._check_open()
+        rows = self._rows(thread_id)
+        if isinstance(at, str):
+            ids = {r.id: r.ord for r in self._decode_all(thread_id, rows)}
+            found = ids.get(at)
+            if found is None:
+                raise UsageError(f"no entry {at!r} in thread {thread_id}")
+            at = found
+        if at is None:
+            at = len(rows)
+        if not 1 <= at <= len(rows):
+            raise UsageError(f"thread {thread_id} has no ord {at} (it has {len(rows)} records)")
+        source = [(decode_line(thread_id, o, line), bytes(line)) for o, line in rows[:at]]
+        first = source[0][0]
+        created = from_data(first.type, first.data)
+        assert isinstance(created, ThreadCreated)
+        try:
+            inherited = copied_prefix(created.lineage)
+        except ValueError as exc:
+            raise IntegrityError(thread_id, 1, str(exc)) from None
+        last = source[at - 1][0]
+        head = child_created(
+            thread_id,
+            created,
+            first,
+            inherited,
+            at,
+            last,
+            principal=principal,
+            title=title,
+            kind=kind,
+        )
+        now = wall_ns()
+        child = new_id(now)
+        head_data = to_data(head)[1]
+        header = _row(child, 1, None, rfc3339(now), head.type, head_data, None, new_id(now))
+        out: list[Row] = [header, *((r, line, None) for r, line in source[1:at])]
+        if changes:
+            out.append(
+                _row(
+                    child,
+                    at + 1,
+                    last.id,
+                    rfc3339(now),
+                    "config.changed",
+                    {"changes": changes},
+                    last.hash if at > 1 else header[0].hash,
+                    new_id(now),
+                )
+            )
+        with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.execute("INSERT INTO threads (thread_id) VALUES (%s)", (child,))
+            insert_records(cur, {child: out}, channel=self._target.channel, origin=self._origin)
+        self._on_durable(child, [r for r, _, _ in out])
+        return child
+
+    def _decode_all(self, thread_id: str, rows: list[Any]) -> list[Record]:
+        return [decode_line(thread_id, o, line) for o, line in rows]
+
+
+def _row(
+    thread_id: str,
+    ord_: int,
+    parent: str | None,
+    ts: str,
+    type_name: str,
+    data: Any,
+    prev: str | None,
+    event_id: str,
+) -> Row:
+    """A new record of ``thread_id`` as a row to insert (no fencing token)."""
+    data_json = codec.canonical(data)
+    line, digest = encode_record(
+        id=event_id,
+        thread=thread_id,
+        ord=ord_,
+        parent=parent,
+        ts=ts,
+        type=type_name,
+        data_json=data_json,
+        prev=prev,
+    )
+    record = Record(
+        FORMAT_VERSION,
+        event_id,
+        thread_id,
+        ord_,
+        parent,
+        ts,
+        type_name,
+        codec.loads(data_json),
+        prev,
+        digest,
+    )
+    return record, line, None
+
+
+new_row: Callable[..., Row] = _row
+"""`_row` for the store's `create_thread`."""

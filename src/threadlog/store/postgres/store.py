@@ -1,0 +1,526 @@
+"""`PostgresStore`: the facade that wires the PostgreSQL backend's parts and owns its lifecycle.
+
+It opens a connection pool (psycopg 3's `ConnectionPool`) for reads and short statements,
+checks the schema (`schema.check_schema`), and starts the group committer (`committer`) with
+a connection of its own; the lease renewer (`leases`) and the LISTEN thread (`notify`) start
+on first need. It holds the append path (normalise, encode, offload large values, find or
+open the thread's `Writer`, submit, wait for the commit) and the listeners. Reading, verify
+and fork are in `logs`; the catalog, snapshots, mailbox and credentials in `catalog`; blobs in
+`blobs`.
+
+After `close` the pool is closed; reads still work, each on a connection of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import threading
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from threadlog._clock import new_id, random_bits, rfc3339, wall_ns
+from threadlog.errors import StorageError, UsageError
+from threadlog.model import codec
+from threadlog.model.envelope import FORMAT_VERSION
+from threadlog.model.eventdata import to_data
+from threadlog.model.events import Event, ThreadCreated
+from threadlog.model.ids import is_uuid
+from threadlog.model.legality import reduce_log, replay_log
+from threadlog.model.policy import durability_of
+from threadlog.model.refs import resolve as resolve_refs
+from threadlog.store.offload import encode_data, summary_of
+from threadlog.store.postgres.blobs import Blobs
+from threadlog.store.postgres.catalog import Tables
+from threadlog.store.postgres.committer import Committer
+from threadlog.store.postgres.leases import LeaseKeeper
+from threadlog.store.postgres.logs import Logs, new_row
+from threadlog.store.postgres.notify import Notifier
+from threadlog.store.postgres.projections import insert_records
+from threadlog.store.postgres.schema import check_schema, parse_url
+from threadlog.store.postgres.writer import Writer
+from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from concurrent.futures import Future
+    from types import EllipsisType, TracebackType
+
+    from threadlog.errors import LeaseLost
+    from threadlog.model.envelope import Record
+    from threadlog.model.refs import ArtifactRef
+    from threadlog.model.state import ThreadState
+    from threadlog.store.protocol import ErrorListener, Listener
+
+__all__ = ["PostgresStore"]
+
+log = logging.getLogger("threadlog.store")
+
+
+class PostgresStore(Logs, Tables, Blobs):
+    """An event store in a PostgreSQL database. Thread-safe; use as a context manager.
+
+    Args:
+        url: ``postgresql://user@host:port/db`` (any libpq URL); ``?schema=NAME`` puts the
+            tables in that schema (default ``public``).
+        schema: the schema, if not in the URL.
+        commit_interval: how long a buffered append may wait for its group commit (s).
+        lease_duration: how long a thread's lease lasts unrenewed (s, the database's clock).
+        renew_interval: how often held leases are renewed (default: a third of the duration).
+        artifact_threshold: event data (or a top-level value) larger than this many bytes of
+            canonical JSON is kept as an artifact, the record holding a reference.
+        pool_size: the most pooled connections (reads, leases, blobs).
+        create_schema: migrate a database that has no threadlog tables yet (an older schema is
+            always refused: run ``threadlog db upgrade``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        commit_interval: float = 0.1,
+        lease_duration: float = 30.0,
+        renew_interval: float | None = None,
+        artifact_threshold: int = 64 * 1024,
+        pool_size: int = 8,
+        create_schema: bool = True,
+    ) -> None:
+        if lease_duration <= 0 or commit_interval < 0:
+            raise UsageError("lease_duration must be > 0 and commit_interval >= 0")
+        self._target = target = parse_url(url, schema)
+        self.artifact_threshold = artifact_threshold
+        self.lease_duration = lease_duration
+        self._origin = f"{socket.gethostname()}:{os.getpid()}:{random_bits(48):012x}"
+        """This store's id: the holder of its leases, the origin of its notifications."""
+        self._closed = False
+        self._listeners: list[Listener] = []
+        self._error_listeners: list[ErrorListener] = []
+        self._writers: dict[str, Writer] = {}
+        self._writers_lock = threading.Lock()
+        self._waiters: dict[str, set[threading.Event]] = {}
+        self._watched: dict[str, int] = {}
+        self._remote_head: dict[str, int] = {}
+        self._wait_lock = threading.Lock()
+        self._notifier: Notifier | None = None
+        self._kwargs: dict[str, Any] = {"autocommit": True, "options": target.connect_options()}
+        self._pool = ConnectionPool(
+            target.conninfo,
+            kwargs=self._kwargs,
+            min_size=1,
+            max_size=max(1, pool_size),
+            open=False,
+            name="threadlog",
+        )
+        try:
+            with psycopg.connect(target.conninfo, connect_timeout=10, **self._kwargs) as conn:
+                check_schema(conn, target.schema, create=create_schema)
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot open the store at {target!r}: {exc}") from exc
+        self._pool.open(wait=False)
+        idle_ms = max(1000, int(lease_duration * 500))
+        committer_options = (
+            f"{target.connect_options()} -c idle_in_transaction_session_timeout={idle_ms}"
+        )
+        self._committer = Committer(
+            lambda: psycopg.connect(target.conninfo, autocommit=True, options=committer_options),
+            channel=target.channel,
+            origin=self._origin,
+            interval=commit_interval,
+            on_durable=self._on_durable,
+            on_failure=self._on_failure,
+        )
+        self._leases = LeaseKeeper(
+            self._pool,
+            self._origin,
+            duration=lease_duration,
+            renew_interval=renew_interval or lease_duration / 3,
+            on_lost=self._on_lost,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        """The URL the store was opened with."""
+        return self._target.url
+
+    @property
+    def holder(self) -> str:
+        """This store's id: the holder of its leases, the origin of its notifications."""
+        return self._origin
+
+    @property
+    def commits(self) -> int:
+        """Group-commit transactions so far (each one COMMIT for one or more appends)."""
+        return self._committer.commits
+
+    def close(self) -> None:
+        """Commit what is queued, release every lease, stop the threads, close the pool.
+        Idempotent; reads still work after it."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._committer.stop()
+            self._leases.release_all()
+        finally:
+            notifier, self._notifier = self._notifier, None
+            if notifier is not None:
+                notifier.stop()
+            self._pool.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UsageError("the store is closed")
+
+    @contextlib.contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection: the pool's, or after `close` a fresh one of its own."""
+        try:
+            if not self._closed:
+                with self._pool.connection() as conn:
+                    yield conn
+                return
+            with psycopg.connect(self._target.conninfo, **self._kwargs) as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise StorageError(f"{self._target!r}: {exc}") from exc
+
+    def flush(self) -> None:
+        """Wait until every queued append is committed (and its listeners called)."""
+        self._committer.flush()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def create_thread(
+        self,
+        principal: str = "local",
+        *,
+        title: str | None = None,
+        lineage: dict[str, Any] | None = None,
+        **config: Any,
+    ) -> str:
+        """A new thread whose ord 1 (``thread.created``) is committed on return; its id."""
+        self._check_open()
+        check_new_thread(principal, lineage, config)
+        event = ThreadCreated(
+            format=FORMAT_VERSION, principal=principal, config=config, lineage=lineage, title=title
+        )
+        data = to_data(event)[1]
+        refuse_lookalikes(event.type, data, codec.canonical(data))
+        now = wall_ns()
+        thread_id = new_id(now)
+        row = new_row(thread_id, 1, None, rfc3339(now), event.type, data, None, new_id(now))
+        with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.execute("INSERT INTO threads (thread_id) VALUES (%s)", (thread_id,))
+            insert_records(
+                cur, {thread_id: [row]}, channel=self._target.channel, origin=self._origin
+            )
+        self._on_durable(thread_id, [row[0]])
+        return thread_id
+
+    def append(
+        self,
+        thread_id: str,
+        type: str | Event,
+        data: Any = None,
+        *,
+        durable: bool | None = None,
+        id: str | None = None,
+        parent: str | None | EllipsisType = ...,
+        expect_ord: int | None = None,
+        check: Callable[[Record], object] | None = None,
+    ) -> Record:
+        """Append one event; returns its record once committed (``durable``: None takes the
+        type's class; False returns once queued, committed within ``commit_interval``).
+        Raises as `Store.append` says, and `LeaseHeld` (another writer holds the thread),
+        `LeaseLost` (this store's lease passed to another: the database refused it)."""
+        future, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord, check)
+        if future is not None:
+            return future.result()
+        return record
+
+    async def aappend(
+        self,
+        thread_id: str,
+        type: str | Event,
+        data: Any = None,
+        *,
+        durable: bool | None = None,
+        id: str | None = None,
+        parent: str | None | EllipsisType = ...,
+        expect_ord: int | None = None,
+        check: Callable[[Record], object] | None = None,
+    ) -> Record:
+        """`append` for asyncio: the commit is awaited, never blocking the event loop
+        (concurrent ``aappend`` calls share commits)."""
+        future, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord, check)
+        if future is not None:
+            return await asyncio.wrap_future(future)
+        return record
+
+    def _submit(
+        self,
+        thread_id: str,
+        type_: str | Event,
+        data: Any,
+        durable: bool | None,
+        id: str | None,
+        parent: str | None | EllipsisType,
+        expect_ord: int | None,
+        check: Callable[[Record], object] | None,
+    ) -> tuple[Future[Record] | None, Record]:
+        self._check_open()
+        type_name, data = normalize_append(type_, data, id, parent)
+        if not is_uuid(thread_id):
+            raise UsageError(f"not a thread id: {thread_id!r:.80}")
+        if durable is None:
+            durable = durability_of(type_name) == "critical"
+        data, data_json = encode_data(type_name, data, self.artifact_threshold, self._offload)
+        data = codec.loads(data_json)  # what a later read returns, and no alias of the caller's
+        now = wall_ns()
+        while True:
+            writer = self._writer(thread_id)
+            with writer.lock:
+                if self._writers.get(thread_id) is not writer:
+                    continue  # replaced or released meanwhile
+                pending, record = writer.submit(
+                    type_name,
+                    data,
+                    data_json,
+                    id=id,
+                    new_id=new_id(now),
+                    ts=rfc3339(now),
+                    parent=parent,
+                    expect_ord=expect_ord,
+                    check=check,
+                )
+                if pending is not None:
+                    self._committer.submit(pending, urgent=durable)
+                    return (pending.future if durable else None), record
+                replayed = writer.pending_of(record.id)
+            return (replayed.future if replayed is not None else None), record
+
+    def _offload(self, value: Any, value_json: bytes) -> ArtifactRef:
+        return self.put_artifact(
+            value_json, media_type="application/json", summary=summary_of(value, value_json)
+        )
+
+    def _writer(self, thread_id: str) -> Writer:
+        """The thread's writer, opened (its lease taken) if need be."""
+        with self._writers_lock:
+            writer = self._writers.get(thread_id)
+            if writer is not None:
+                if writer.lost is not None:
+                    raise writer.lost
+                if writer.broken is None:
+                    return writer
+                token = writer.token  # a failed commit: read the head again, same lease
+            else:
+                self._check_open()
+                token = self._leases.take(thread_id)
+            try:
+                writer = Writer(thread_id, token, self._pool, lambda: self._load_state(thread_id))
+            except BaseException:
+                self._writers.pop(thread_id, None)
+                self._leases.release(thread_id)
+                raise
+            self._writers[thread_id] = writer
+            return writer
+
+    def _load_state(self, thread_id: str) -> ThreadState | None:
+        return reduce_log(thread_id, self.read(thread_id))
+
+    def _on_lost(self, thread_id: str, holder: str | None) -> None:
+        from threadlog.errors import LeaseLost
+
+        with self._writers_lock:
+            writer = self._writers.get(thread_id)
+        if writer is not None:
+            writer.lose(LeaseLost(thread_id, writer.token, holder))
+
+    def acquire(self, thread_id: str) -> None:
+        """Take the thread's lease now (`LeaseHeld` if another live writer has it)."""
+        self._check_open()
+        if not is_uuid(thread_id):
+            raise UsageError(f"not a thread id: {thread_id!r:.80}")
+        self._writer(thread_id)
+
+    def release(self, thread_id: str) -> None:
+        """Commit the thread's queued appends and give its lease up (acknowledging a lost
+        one: the next append takes the lease again, from the log as it is)."""
+        self.flush()
+        with self._writers_lock:
+            writer = self._writers.pop(thread_id, None)
+        if writer is None:
+            return
+        if writer.lost is not None:
+            self._leases.forget(thread_id)
+        elif not self._closed:
+            self._leases.release(thread_id)
+
+    def lost(self, thread_id: str) -> LeaseLost | None:
+        """Why this store may no longer write the thread (its lease passed on), if so."""
+        writer = self._writers.get(thread_id)
+        return writer.lost if writer is not None else None
+
+    def renew_leases(self) -> None:
+        """Renew every held lease now (the background thread does it every interval)."""
+        self._leases.renew()
+
+    def take_repairs(self, thread_id: str) -> list[dict[str, Any]]:
+        """Always empty: a committed transaction is never torn."""
+        return []
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def state(self, thread_id: str) -> ThreadState:
+        """The thread's state, reduced from its whole log."""
+        return replay_log(thread_id, self.read(thread_id))
+
+    def resolve(self, data: Any) -> Any:
+        """Record data as it was appended: artifact references loaded, escapes unwrapped."""
+        return resolve_refs(data, lambda ref: codec.loads(self.get_artifact(ref.sha256)))
+
+    def follow(self, thread_id: str, after: int = 0, *, interval: float = 0.2) -> Iterator[Record]:
+        """`Store.follow`: the records after ``after``, then each new one, from this or any
+        other process: woken by NOTIFY, reading the table, and at least every ``interval``
+        seconds in case a notification was lost."""
+        records = self.read(thread_id, after)  # ThreadNotFound before the first yield
+        wake = threading.Event()
+        self._start_notifier()
+        with self._wait_lock:
+            self._waiters.setdefault(thread_id, set()).add(wake)
+        try:
+            while True:
+                for record in records:
+                    after = record.ord
+                    yield record
+                wake.wait(interval)
+                wake.clear()
+                records = self.read(thread_id, after)
+        finally:
+            with self._wait_lock:
+                waiting = self._waiters.get(thread_id)
+                if waiting is not None:
+                    waiting.discard(wake)
+                    if not waiting:
+                        del self._waiters[thread_id]
+
+    def watch(self, thread_id: str) -> None:
+        """Deliver the thread's records that *other* processes commit to this store's
+        listeners too (as they are notified; a lost notification is made up by the
+        listener's own reads). Counted: each `watch` needs an `unwatch`."""
+        self._start_notifier()
+        with self._wait_lock:
+            self._watched[thread_id] = self._watched.get(thread_id, 0) + 1
+
+    def unwatch(self, thread_id: str) -> None:
+        """Undo one `watch`."""
+        with self._wait_lock:
+            n = self._watched.get(thread_id, 0) - 1
+            if n > 0:
+                self._watched[thread_id] = n
+            else:
+                self._watched.pop(thread_id, None)
+                self._remote_head.pop(thread_id, None)
+
+    def _start_notifier(self) -> None:
+        with self._wait_lock:
+            if self._notifier is not None or self._closed:
+                return
+            target = self._target
+            self._notifier = Notifier(
+                lambda: psycopg.connect(target.conninfo, **self._kwargs),
+                target.channel,
+                self._on_notify,
+                self._on_gap,
+            )
+        self._notifier.wait_ready(5.0)
+
+    def _on_notify(self, thread_id: str, first: int, last: int, origin: str) -> None:
+        self._wake(thread_id)
+        if origin == self._origin:
+            return
+        with self._wait_lock:
+            if thread_id not in self._watched:
+                return
+            head = self._remote_head.get(thread_id, first - 1)
+        if last <= head:
+            return
+        try:
+            records = self.read(thread_id, head)
+        except Exception:  # the thread is gone, the database away: the readers poll
+            return
+        records = [r for r in records if r.ord <= last] or records
+        if records:
+            with self._wait_lock:
+                if thread_id in self._watched:
+                    self._remote_head[thread_id] = records[-1].ord
+            self._call_listeners(thread_id, records)
+
+    def _on_gap(self) -> None:
+        with self._wait_lock:
+            events = [e for waiting in self._waiters.values() for e in waiting]
+        for event in events:
+            event.set()
+
+    def _wake(self, thread_id: str) -> None:
+        with self._wait_lock:
+            events = list(self._waiters.get(thread_id, ()))
+        for event in events:
+            event.set()
+
+    # -- listeners -------------------------------------------------------------------------
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(thread_id, records)`` once records are committed (from the
+        committing thread, in order per thread; quick, never blocking)."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        """Stop calling ``listener``; `ValueError` if it was not added."""
+        self._listeners.remove(listener)
+
+    def add_error_listener(self, listener: ErrorListener) -> None:
+        """Call ``listener(error)`` when a group commit fails."""
+        self._error_listeners.append(listener)
+
+    def remove_error_listener(self, listener: ErrorListener) -> None:
+        """Stop calling ``listener``."""
+        self._error_listeners.remove(listener)
+
+    def _on_durable(self, thread_id: str, records: list[Record]) -> None:
+        self._call_listeners(thread_id, records)
+        self._wake(thread_id)
+
+    def _call_listeners(self, thread_id: str, records: list[Record]) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(thread_id, records)
+            except Exception:
+                log.exception("a store listener failed")
+
+    def _on_failure(self, error: StorageError) -> None:
+        for listener in list(self._error_listeners):
+            try:
+                listener(error)
+            except Exception:
+                log.exception("a store error listener failed")

@@ -1,0 +1,227 @@
+"""One thread's writer in this process: the head of its log, its legality state, its lease.
+
+Theory of operation
+-------------------
+A `Writer` exists while this store holds the thread's lease. It knows the thread's head (the
+next ordinal, the last hash and id), which it read from the database *after* taking the lease,
+so it continues exactly what the previous holder committed. `Writer.submit` does, under the
+writer's lock, what makes an append an append: the idempotency check of an explicit id
+(against the records still on their way to a commit, then the table), ``expect_ord``, the
+parent check, the record and its canonical line (`threadlog.model.envelope.encode_record`:
+the same bytes as an embedded rollout line, so hashes verify byte for byte on either
+backend), the legality check (`threadlog.store.admission`) and the caller's ``check``; then
+it moves the head on and hands the record to the committer. Ordinals are therefore assigned
+in order and without gaps, and each record chains onto the one before it, however many
+threads of the process append at once.
+
+A writer ends in one of three ways: released (the store drops it), *lost* (its fencing token
+was found stale: every later append raises the `LeaseLost` until `Store.release`), or
+*broken* (a commit it had records in failed: the store replaces it with one that reads the
+head again from the database, and its records still queued fail).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from threadlog.errors import (
+    DuplicateEventConflict,
+    IntegrityError,
+    OrdinalConflict,
+    UsageError,
+)
+from threadlog.model import codec
+from threadlog.model.envelope import FORMAT_VERSION, BadRecord, Record, encode_record, parse_line
+from threadlog.store.admission import Admission
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import EllipsisType
+
+    from psycopg_pool import ConnectionPool
+
+    from threadlog.errors import LeaseLost, StorageError
+    from threadlog.model.state import ThreadState
+
+__all__ = ["Pending", "Writer", "decode_line"]
+
+
+def decode_line(thread_id: str, ord_: int, line: bytes) -> Record:
+    """A stored line as a record, its hash checked; damage is an `IntegrityError`."""
+    try:
+        record = parse_line(bytes(line))
+    except BadRecord as exc:
+        raise IntegrityError(thread_id, ord_, str(exc)) from None
+    if record.ord != ord_:
+        raise IntegrityError(thread_id, ord_, f"the row of ord {ord_} holds ord {record.ord}")
+    return record
+
+
+class Pending:
+    """An append on its way to a commit."""
+
+    __slots__ = ("future", "line", "record", "writer")
+
+    def __init__(self, record: Record, line: bytes, writer: Writer) -> None:
+        self.record = record
+        self.line = line
+        self.writer = writer
+        self.future: Future[Record] = Future()
+
+
+class Writer:
+    """The writing side of one thread (module docstring)."""
+
+    def __init__(
+        self,
+        thread_id: str,
+        token: int,
+        pool: ConnectionPool,
+        load_state: Callable[[], ThreadState | None],
+    ) -> None:
+        self.thread_id = thread_id
+        self.token = token
+        self._pool = pool
+        self.lock = threading.Lock()
+        self._pending: dict[str, Pending] = {}
+        self._lost: LeaseLost | None = None
+        self._broken: StorageError | None = None
+        with pool.connection() as conn:
+            row = conn.execute(
+                "SELECT ord, hash, id FROM events WHERE thread_id = %s ORDER BY ord DESC LIMIT 1",
+                (thread_id,),
+            ).fetchone()
+        if row is None:
+            raise IntegrityError(thread_id, 1, "the thread has no records")
+        self.next_ord = int(row[0]) + 1
+        self.last_hash: str = row[1]
+        self.last_id: str = row[2]
+        self.admission = Admission(thread_id, load_state)
+
+    # -- the committer's side ----------------------------------------------------------------
+
+    def refusal(self) -> Exception | None:
+        """Why this writer's queued records must not be written, if they must not."""
+        return self._lost or self._broken
+
+    def lose(self, error: LeaseLost) -> None:
+        """The lease passed to another holder: refuse everything from now on."""
+        if self._lost is None:
+            self._lost = error
+        self.admission.forget()
+
+    def break_(self, error: StorageError) -> None:
+        """A commit with this writer's records failed: its head is in doubt."""
+        if self._broken is None:
+            self._broken = error
+        self.admission.forget()
+
+    def committed(self, ids: list[str]) -> None:
+        """These records are in the table now (no longer looked up among the pending)."""
+        with self.lock:
+            for id_ in ids:
+                self._pending.pop(id_, None)
+
+    @property
+    def lost(self) -> LeaseLost | None:
+        """The loss of the lease, once found."""
+        return self._lost
+
+    @property
+    def broken(self) -> StorageError | None:
+        """The failed commit, once one failed."""
+        return self._broken
+
+    # -- appending -------------------------------------------------------------------------
+
+    def submit(
+        self,
+        type_name: str,
+        data: Any,
+        data_json: bytes,
+        *,
+        id: str | None,
+        new_id: str,
+        ts: str,
+        parent: str | None | EllipsisType,
+        expect_ord: int | None,
+        check: Callable[[Record], object] | None,
+    ) -> tuple[Pending | None, Record]:
+        """Make the record and queue-ready `Pending`; ``(None, stored record)`` for a replay.
+        Raises what the append's checks raise; the caller holds ``lock``."""
+        refusal = self.refusal()
+        if refusal is not None:
+            raise refusal
+        if id is not None:
+            stored = self._stored(id)
+            if stored is not None:
+                want = stored.parent if parent is ... else parent
+                if not stored.same_content(type_name, codec.loads(data_json), want):
+                    raise DuplicateEventConflict(self.thread_id, id, stored.ord)
+                return None, stored
+        ord_ = self.next_ord
+        if expect_ord is not None and expect_ord != ord_:
+            raise OrdinalConflict(self.thread_id, expect_ord, ord_)
+        parent_id = self.last_id if parent is ... else parent
+        if parent_id is not None and parent_id != self.last_id and not self._has(parent_id):
+            raise UsageError(
+                f"thread {self.thread_id} has no record {parent_id!r:.80} to continue: pass "
+                "the id of one of its records as parent, None for a new root, or leave "
+                "it out for the previous record"
+            )
+        event_id = id or new_id
+        line, digest = encode_record(
+            id=event_id,
+            thread=self.thread_id,
+            ord=ord_,
+            parent=parent_id,
+            ts=ts,
+            type=type_name,
+            data_json=data_json,
+            prev=self.last_hash,
+        )
+        record = Record(
+            FORMAT_VERSION,
+            event_id,
+            self.thread_id,
+            ord_,
+            parent_id,
+            ts,
+            type_name,
+            data,
+            self.last_hash,
+            digest,
+        )
+        self.admission.admit(record, check)  # an illegal event raises: nothing is queued
+        pending = Pending(record, line, self)
+        self.next_ord = ord_ + 1
+        self.last_hash = digest
+        self.last_id = event_id
+        self._pending[event_id] = pending
+        return pending, record
+
+    def pending_of(self, id: str) -> Pending | None:
+        """The queued append of event ``id``, if it is still on its way."""
+        return self._pending.get(id)
+
+    def _stored(self, id: str) -> Record | None:
+        pending = self._pending.get(id)
+        if pending is not None:
+            return pending.record
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT ord, line FROM events WHERE thread_id = %s AND id = %s",
+                (self.thread_id, id),
+            ).fetchone()
+        return decode_line(self.thread_id, int(row[0]), row[1]) if row else None
+
+    def _has(self, id: str) -> bool:
+        if id in self._pending:
+            return True
+        with self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT 1 FROM events WHERE thread_id = %s AND id = %s", (self.thread_id, id)
+            ).fetchone()
+        return row is not None
