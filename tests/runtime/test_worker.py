@@ -1,7 +1,7 @@
 """``threadlog worker`` processes: a killed worker's turn taken over, 50 threads contended.
 
 Each test runs on the embedded store and, through the shared PostgreSQL fixture
-(`tests.pg`), on PostgreSQL: the worker code is the same, only the lease differs (an
+(`tests.postgres.server`: a fresh schema per test), on PostgreSQL: the worker code is the same, only the lease differs (an
 ``flock`` the kernel drops when its holder dies; a row whose expiry passes).
 """
 
@@ -20,7 +20,7 @@ import pytest
 
 from tests.harness.service import ServerProcess
 from tests.harness.worker import QUICK_READS, WorkerProcess
-from tests.pg import pg_url  # noqa: F401 - the fixture
+from tests.postgres.server import pg_schemas, pg_server  # noqa: F401 - fixtures
 from tests.server.agents import READS
 from threadlog import open_store
 from threadlog._clock import new_id
@@ -73,13 +73,14 @@ def outcomes(store: Store, thread: str) -> list[str]:
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "embedded":
         return str(tmp_path / "home")
-    return str(request.getfixturevalue("pg_url"))
+    return str(request.getfixturevalue("pg_schemas").new())
 
 
 @pytest.fixture
 def worker_args(target: str) -> list[str]:
-    """Options for a worker on ``target``."""
-    return []
+    """Options for a worker on ``target``: on PostgreSQL, a short lease, so that a killed
+    worker's threads are free two seconds after it last renewed them."""
+    return ["--lease", "2"] if target.startswith("postgresql:") else []
 
 
 def test_a_killed_workers_turn_is_taken_over_and_completes(

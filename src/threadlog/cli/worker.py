@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import click
 import orjson
 
-from threadlog.cli import cli, handle_errors, store_options
+from threadlog.cli import any_store_options, cli, handle_errors
 from threadlog.store._home import default_home
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ __all__ = ["worker_cmd"]
 
 
 @cli.command(name="worker")
-@store_options
+@any_store_options
 @click.option(
     "--model",
     "model_spec",
@@ -50,9 +50,23 @@ __all__ = ["worker_cmd"]
     type=click.IntRange(1),
     help="At most this many threads driven at once.",
 )
+@click.option(
+    "--lease",
+    "lease",
+    type=click.FloatRange(min=0.5),
+    metavar="SECONDS",
+    help="PostgreSQL: how long a thread's lease outlives a worker that stops renewing it "
+    "(how soon another takes over a dead worker's threads) [default: the store's, 30]. "
+    "The embedded store's lease ends with its process.",
+)
 @handle_errors
 def worker_cmd(
-    home: str | None, as_json: bool, model_spec: str, poll: float, max_sessions: int
+    home: str | None,
+    as_json: bool,
+    model_spec: str,
+    poll: float,
+    max_sessions: int,
+    lease: float | None,
 ) -> None:
     """Drive threads: resume those a dead worker or server left mid-turn, and start turns
     for input queued while nobody drove a thread (threadlog send) or commands left in its
@@ -70,17 +84,20 @@ def worker_cmd(
     from threadlog.runtime.runtime import Runtime
     from threadlog.runtime.worker import Worker
     from threadlog.server.serve import model_from_spec
-    from threadlog.store.open import open_store
+    from threadlog.store.open import open_store, parse_target
 
     model = model_from_spec(model_spec)
     target = home or default_home()
+    options = {}
+    if lease is not None and parse_target(target)[0] == "postgres":
+        options["lease_duration"] = lease
 
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        with open_store(target) as store:
+        with open_store(target, **options) as store:
             async with Runtime(store, model=model, source="api") as runtime:
                 worker = Worker(runtime, poll=poll, max_sessions=max_sessions)
                 _say(as_json, {"worker": "running", "store": target})
