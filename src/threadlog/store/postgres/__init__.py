@@ -18,7 +18,8 @@ What the package holds (each module opens with its theory of operation):
   background.
 * `notify`: LISTEN/NOTIFY as the wake-up of readers in any process, the table as the truth.
 * `logs`: read, verify and fork; `projections`: records and their catalog rows in one
-  transaction; `catalog`: catalog, snapshots, mailbox, credentials; `blobs`: artifacts.
+  transaction; `catalog`: catalog, snapshots, mailbox, credentials; `blobs`: artifacts;
+  `transfer`: threads copied from another store adopted verbatim (``threadlog copy``).
 
 The log is the ``events`` table: ``PRIMARY KEY (thread_id, ord)``, ``UNIQUE (thread_id, id)``
 (an event id is unique within its thread; a fork's inherited records keep their ids), the
@@ -26,7 +27,7 @@ envelope's columns and the record's canonical line, byte for byte what an embedd
 holds, so hashes verify the same way and a thread copied between backends keeps its hashes.
 
 Public surface (what other code may rely on): `PostgresStore` (the `Store` port plus the
-`Catalog`, `Snapshots`, `Mailbox`, `Credentials` and `Artifacts` capabilities, and
+`Catalog`, `Snapshots`, `Mailbox`, `Credentials`, `Artifacts` and `Transfer` capabilities, and
 ``acquire``/``release``/``lost``/``renew_leases``/``watch``/``unwatch``/``commits``/``holder``),
 `upgrade_database`, `SCHEMA_VERSION`, `SchemaTooOld`, `SchemaTooNew`; `threadlog.errors
 .LeaseLost` is what an append with a stale fencing token raises.
