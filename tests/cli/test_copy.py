@@ -1,4 +1,5 @@
-"""``threadlog copy`` between embedded stores: byte-identical logs, blobs, forks, refusals."""
+"""``threadlog copy`` between embedded stores and PostgreSQL: byte-identical logs, blobs,
+forks, refusals."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tests.postgres.server import Schemas, pg_schemas, pg_server  # noqa: F401 - fixtures
 
 from threadlog import open_store
 from threadlog.cli import cli
@@ -133,3 +135,36 @@ def test_copy_refuses_bad_targets_and_unknown_threads(tmp_path: Path) -> None:
     assert code == 2 and "no thread" in err
     code, _, err = run("copy", "--from", src, "--to", str(tmp_path / "d"), *[threads["big"]] * 2)
     assert code == 2 and "twice" in err
+
+
+def test_embedded_to_postgres_and_back_keeps_every_byte(
+    tmp_path: Path,
+    pg_schemas: Schemas,  # noqa: F811
+) -> None:
+    src, back = str(tmp_path / "src"), str(tmp_path / "back")
+    threads = _populate(src)
+    pg = pg_schemas.new()
+    code, out, err = run("copy", "--from", src, "--to", pg, "--json")
+    assert code == 0, err
+    assert json.loads(out)["copied"] == 4
+    with open_store(src) as a, open_store(pg) as b:
+        for thread in threads.values():
+            assert b.read(thread) == a.read(thread)
+            assert b.verify(thread).ok  # verify on the PostgreSQL side
+            assert b.state(thread) == a.state(thread)
+        assert b.resolve(b.read(threads["big"])[-1].data) == a.resolve(
+            a.read(threads["big"])[-1].data
+        )
+    code, out, _ = run("copy", "--from", src, "--to", pg, "--json")  # again: nothing to do
+    assert code == 0 and json.loads(out)["skipped"] == 4
+    code, out, err = run("copy", "--from", pg, "--to", back, "--json")
+    assert code == 0, err
+    for thread in threads.values():
+        assert _rollout(back, thread) == _rollout(src, thread)  # the very bytes, round trip
+    code, out, _ = run("verify", "--store", back, "--json")
+    assert code == 0 and all(r["ok"] for r in json.loads(out))
+    # a thread that grew on PostgreSQL no longer matches the embedded copy: refused
+    with open_store(pg) as b:
+        b.append(threads["plain"], "custom.note", {"on": "pg"})
+    code, out, _ = run("copy", "--from", pg, "--to", back, "--json")
+    assert code == 3 and json.loads(out)["failed"] == 1
