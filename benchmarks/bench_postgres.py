@@ -52,22 +52,29 @@ DATA = {"text": "x" * 480, "n": 0}
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 BASELINE_DDL = """
+CREATE TABLE threads (thread_id text PRIMARY KEY);
 CREATE TABLE events (
-    thread uuid NOT NULL,
-    ord bigint NOT NULL,
-    id uuid NOT NULL UNIQUE,
-    parent uuid,
-    ts timestamptz NOT NULL,
-    type text NOT NULL,
-    data jsonb NOT NULL,
-    prev text,
-    hash text NOT NULL,
-    PRIMARY KEY (thread, ord)
-)
+    thread_id text NOT NULL REFERENCES threads (thread_id),
+    ord       bigint NOT NULL CHECK (ord >= 1),
+    id        text NOT NULL,
+    writer    text NOT NULL,
+    parent    text,
+    ts        text NOT NULL,
+    type      text NOT NULL,
+    v         integer NOT NULL,
+    prev      text,
+    hash      text NOT NULL,
+    line      bytea NOT NULL,
+    fence     bigint,
+    PRIMARY KEY (thread_id, ord),
+    UNIQUE (thread_id, id)
+);
 """
+"""The events table of threadlog's PostgreSQL store (`threadlog.store.postgres.schema`),
+with the thread row its foreign key needs."""
 BASELINE_INSERT = (
-    "INSERT INTO events (thread, ord, id, parent, ts, type, data, prev, hash) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s)"
+    "INSERT INTO events (thread_id, ord, id, writer, parent, ts, type, v, prev, hash, line, "
+    "fence) VALUES (%s, %s, %s, %s, %s, %s, %s, 1, %s, %s, %s, NULL)"
 )
 
 Writer = Callable[[int, int, list[float]], None]
@@ -135,6 +142,8 @@ def baseline(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
         def writer(i: int, n: int, out: list[float]) -> None:
             conn = conns[i]
             thread = new_id()
+            conn.execute("INSERT INTO threads (thread_id) VALUES (%s)", (thread,))
+            conn.commit()
             prev: str | None = None
             last: str | None = None
             for k in range(1, n + 1):
@@ -143,7 +152,7 @@ def baseline(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
                 event_id = new_id(now)
                 data_json = codec.canonical({**DATA, "n": k})
                 ts = rfc3339(now)
-                _, digest = encode_record(
+                line, digest = encode_record(
                     id=event_id,
                     thread=thread,
                     ord=k,
@@ -159,12 +168,13 @@ def baseline(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
                         thread,
                         k,
                         event_id,
+                        thread,
                         last,
                         ts,
                         "custom.bench",
-                        data_json.decode(),
                         prev,
                         digest,
+                        line,
                     ),
                 )
                 conn.commit()
