@@ -100,12 +100,24 @@ def worker_cmd(
         with open_store(target, **options) as store:
             async with Runtime(store, model=model, source="api") as runtime:
                 worker = Worker(runtime, poll=poll, max_sessions=max_sessions)
-                _say(as_json, {"worker": "running", "store": target})
+                _say(as_json, {"worker": "running", "store": _shown(target)})
                 await worker.run(stop, on_step=lambda done: _say(as_json, _step_doc(done)))
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
 
     asyncio.run(main())
+
+
+def _shown(target: str) -> str:
+    """The target without a password (a postgresql:// URL may carry one)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(target)
+    if parts.scheme.startswith("postgres") and parts.password is not None:
+        host = parts.hostname or ""
+        netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return target
 
 
 def _step_doc(done: Step) -> dict[str, object]:
