@@ -168,3 +168,16 @@ def test_embedded_to_postgres_and_back_keeps_every_byte(
         b.append(threads["plain"], "custom.note", {"on": "pg"})
     code, out, _ = run("copy", "--from", pg, "--to", back, "--json")
     assert code == 3 and json.loads(out)["failed"] == 1
+
+
+def test_a_long_copy_reports_progress_on_stderr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    _populate(src)
+    clock = iter(range(0, 1000, 2))  # every look at the clock: two seconds later
+    monkeypatch.setattr("threadlog.cli.copy.time.monotonic", lambda: float(next(clock)))
+    code, out, err = run("copy", "--from", src, "--to", dst, "--json")
+    assert code == 0
+    assert err.splitlines() == ["copy: 1/4 threads", "copy: 2/4 threads", "copy: 3/4 threads"]
+    assert json.loads(out)["copied"] == 4  # stdout holds the summary alone
