@@ -41,7 +41,6 @@ def test_store_home_and_the_environment_name_the_same_store(
     ("target", "message"),
     [
         ("memory://", "store on disk"),
-        ("postgresql://u@h/db", "threadlog[postgres]"),
         ("postgresql:/x", "threadlog[postgres]"),
     ],
 )

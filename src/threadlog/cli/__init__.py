@@ -31,22 +31,21 @@ EXIT_STORE = 3
 def _store_home(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """The directory of the store ``--store`` names (`threadlog.store.open.parse_target`).
 
-    Most commands work on a store on disk (other processes' inboxes, leases, the index); an
-    in-memory store would be empty and gone when the command ends, and a PostgreSQL store is
-    taken by the commands built for it (`any_store_options`: ``serve``, ``worker``): both
-    are refused here, before anything is created.
+    The commands work on a store on disk (other processes' inboxes, leases, the index) or a
+    PostgreSQL store (its URL is passed on as it is; the commands that need a store on disk
+    refuse it); an in-memory store would be empty and gone when the command ends: it is
+    refused here, before anything is created.
     """
     if value is None:
         return None
-    kind, where = _parse(ctx, param, value)
+    from threadlog.store.open import parse_target
+
+    try:
+        kind, where = parse_target(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
     if kind == "postgres":
-        raise click.BadParameter(
-            f"{value!r}: this command works on a store on disk; a PostgreSQL store "
-            "(threadlog[postgres]) is served by `threadlog serve` and `threadlog worker`, and "
-            "copied with `threadlog copy`",
-            ctx,
-            param,
-        )
+        return where
     if kind != "embedded":
         raise click.BadParameter(
             f"{value!r}: the command line works on a store on disk (an in-memory store lives "
@@ -57,41 +56,8 @@ def _store_home(ctx: click.Context, param: click.Parameter, value: str | None) -
     return where
 
 
-def _any_store(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """The target ``--store`` names, a directory or a ``postgresql://`` URL (not memory)."""
-    if value is None:
-        return None
-    kind, where = _parse(ctx, param, value)
-    if kind == "memory":
-        raise click.BadParameter(
-            f"{value!r}: an in-memory store lives only inside one process; give a directory, "
-            "a file:// or a postgresql:// URL",
-            ctx,
-            param,
-        )
-    return where if kind == "embedded" else value
-
-
-def _parse(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, str | None]:
-    from threadlog.store.open import parse_target
-
-    try:
-        return parse_target(value)
-    except UsageError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-
-
 def store_options(func: F) -> F:
-    """Add ``--store`` (alias ``--home``: a store on disk) and ``--json`` to a command."""
-    return _options(func, _store_home, "a directory or file:// URL")
-
-
-def any_store_options(func: F) -> F:
-    """`store_options` for a command that works on any backend (``postgresql://`` too)."""
-    return _options(func, _any_store, "a directory, file:// or postgresql:// URL")
-
-
-def _options(func: F, callback: Callable[..., str | None], what: str) -> F:
+    """Add ``--store`` (alias ``--home``) and ``--json`` to a command."""
     func = click.option(
         "--json", "as_json", is_flag=True, help="Machine-readable output (see docs/cli.md)."
     )(func)
@@ -102,8 +68,11 @@ def _options(func: F, callback: Callable[..., str | None], what: str) -> F:
         metavar="DIR|URL",
         envvar=["THREADLOG_STORE", "THREADLOG_HOME"],
         show_envvar=True,
-        callback=callback,
-        help=f"The store: {what} (--home is an alias) [default: ~/.threadlog].",
+        callback=_store_home,
+        help=(
+            "The store: a directory, file:// URL or postgresql:// URL (--home is an alias) "
+            "[default: ~/.threadlog]."
+        ),
     )(func)
     return func
 
@@ -148,6 +117,7 @@ _LAZY = {
     "memory": "memory",
     "serve": "serve",
     "token": "token",
+    "db": "db",
     "copy": "copy",
     "worker": "worker",
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from threadlog.cli import any_store_options, cli, handle_errors
+from threadlog.cli import cli, handle_errors, store_options
 from threadlog.errors import UsageError
 from threadlog.store._home import default_home
 
@@ -12,7 +12,7 @@ __all__ = ["serve_cmd"]
 
 
 @cli.command(name="serve")
-@any_store_options
+@store_options
 @click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
 @click.option(
     "--port",

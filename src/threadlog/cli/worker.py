@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import click
 import orjson
 
-from threadlog.cli import any_store_options, cli, handle_errors
+from threadlog.cli import cli, handle_errors, store_options
 from threadlog.store._home import default_home
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ __all__ = ["worker_cmd"]
 
 
 @cli.command(name="worker")
-@any_store_options
+@store_options
 @click.option(
     "--model",
     "model_spec",

@@ -20,6 +20,9 @@ learns of new records in two ways:
   durable records, and re-reading them would cost a scan of the whole log (an embedded store's
   ``read(after=N)`` parses the file from its start whatever ``N``). Anything else (a gap, the
   pump not started yet) only wakes the pump, which reads the store;
+* for a store shared by many processes (the `Watch` capability: PostgreSQL), the same
+  listener also hears the records other processes commit to a watched thread (the hub
+  watches each thread it has a pump for), woken by LISTEN/NOTIFY;
 * a poll every ``poll`` seconds, for records other processes append to the same store: it
   reads ``store.read(thread, after=head)`` in a worker thread (``asyncio.to_thread``). A poll
   is skipped when the listener delivered records since the last one (the single-writer lease
@@ -59,6 +62,7 @@ from typing import TYPE_CHECKING
 
 from threadlog.errors import IntegrityError, ThreadNotFound, UsageError
 from threadlog.server.sse import PING, end_frame, parse_last_event_id, record_frames
+from threadlog.store.protocol import Watch
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -320,6 +324,8 @@ class StreamHub:
         if topic is None:
             topic = self._topics[thread_id] = _Topic(thread_id, cursor)
             topic.task = asyncio.create_task(self._pump(thread_id, topic), name=f"pump {thread_id}")
+            if isinstance(self._store, Watch):  # records other processes append: heard too
+                self._store.watch(thread_id)
         topic.clients += 1
         return topic
 
@@ -327,6 +333,8 @@ class StreamHub:
         topic.clients -= 1
         if topic.clients == 0 and self._topics.get(thread_id) is topic:
             del self._topics[thread_id]
+            if isinstance(self._store, Watch):
+                self._store.unwatch(thread_id)
             if topic.task is not None:
                 topic.task.cancel()  # it holds no resource; close() awaits the rest
 

@@ -11,6 +11,8 @@ which a consumer checks with ``isinstance(store, Snapshots)`` (they are all
   records of the processes its tools start.
 * `Mailbox`: other processes leave commands (approve, send, cancel…) for the live session
   that holds a thread's lease, which alone may append to it.
+* `Watch`: deliver the records *other processes* append to a thread to this store's
+  listeners too (a scale-out backend, where many workers write one database).
 * `Artifacts`: store and fetch blobs by hash (a tool's full output, streamed in with bounded
   memory: 000 §17.2); the records that reference them say so, and `Store.verify` checks them.
 * `Transfer`: adopt a thread's records verbatim, as another store holds them (``threadlog
@@ -60,6 +62,7 @@ __all__ = [
     "Store",
     "Transfer",
     "VerifyReport",
+    "Watch",
 ]
 
 Listener = Callable[[str, list[Record]], None]
@@ -442,6 +445,25 @@ class Maintenance(Protocol):
     def durable_end(self, thread_id: str) -> int | None:
         """The byte offset up to which the thread's log is known durable while a live writer
         holds it; None when nobody writes it."""
+        ...
+
+
+@runtime_checkable
+class Watch(Protocol):
+    """Records other processes append, heard by this store's listeners too.
+
+    A store shared by many processes (PostgreSQL) calls its listeners for its own appends
+    only, unless a thread is watched: then records another process commits to it are read
+    and delivered as well, in order, once each is known (a wake-up from the database; one
+    that is lost is made up by the consumer's own reads, so a consumer still reads on a
+    timer). Each `watch` is counted and undone by one `unwatch`; neither blocks."""
+
+    def watch(self, thread_id: str) -> None:
+        """Start delivering other processes' records of the thread to the listeners."""
+        ...
+
+    def unwatch(self, thread_id: str) -> None:
+        """Undo one `watch`."""
         ...
 
 

@@ -4,18 +4,21 @@ Theory of operation
 -------------------
 An append is assigned its ordinal and hash by its thread's writer (`threadlog.store.postgres
 .writer`) and handed to the `Committer` as a `Pending`: the record, its canonical line, the
-writer (whose fencing token it carries) and a future. The committer is one thread with one
+writer (whose fencing token it carries) and the `Batch` it joins (one future per commit).
+The committer is one thread with one
 connection of its own. It sleeps until there is a critical append (or a flush) waiting, or
 until the oldest buffered one has waited ``interval`` seconds; then it takes **everything**
 queued, from every thread of the process, and writes it in one transaction:
 
-1. ``SELECT thread_id, token FROM leases WHERE thread_id = ANY(…) FOR UPDATE``: the lease
-   rows of the batch's threads, locked until COMMIT, so no takeover can come in between;
-2. the records of the threads whose writer's token is the row's token are inserted (with
-   their projections and one ``pg_notify`` per thread, `insert_records`); the others are
-   refused with `LeaseLost` (their writer is marked lost: it appends nothing more);
-3. one ``COMMIT``; only then are the listeners called (in order per thread) and the futures
-   resolved: an acknowledged record is a committed one.
+1. one statement (`FENCED_INSERT`) locks the lease rows of the batch's threads
+   (``SELECT … FOR UPDATE``, held until COMMIT, so no takeover can come in between) and
+   inserts the records whose fencing token is still their thread's token, all rows at once
+   (``unnest``); the records of the other threads are refused with `LeaseLost` (their writer
+   is marked lost: it appends nothing more);
+2. the projections of the records inserted and one ``pg_notify`` per thread
+   (`apply_projections`), then one ``COMMIT``, sent together in one pipeline: a batch costs
+   two round trips to the server, whatever its size; only then are the listeners called (in
+   order per thread) and the futures resolved: an acknowledged record is a committed one.
 
 While a commit runs, new appends queue up for the next one, so the more writers append at
 once, the more appends each COMMIT carries (and the fewer WAL flushes they wait for).
@@ -39,7 +42,12 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from threadlog.errors import LeaseLost, StorageError
-from threadlog.store.postgres.projections import insert_records
+from threadlog.store.postgres.projections import (
+    FENCED_INSERT,
+    apply_projections,
+    event_columns,
+)
+from threadlog.store.postgres.writer import Batch
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -62,6 +70,7 @@ class Committer:
         interval: the longest a buffered append waits for its commit (seconds).
         on_durable: ``(thread_id, records)`` after each commit, per thread in order.
         on_failure: a failed commit's error.
+        max_batch: at most this many appends per transaction (None: no limit).
     """
 
     def __init__(
@@ -73,15 +82,19 @@ class Committer:
         interval: float,
         on_durable: Callable[[str, list[Record]], None],
         on_failure: Callable[[StorageError], None],
+        max_batch: int | None = None,
     ) -> None:
         self._connect = connect
         self._conn: psycopg.Connection[Any] | None = None
         self._channel = channel
         self._origin = origin
         self.interval = interval
+        self.max_batch = max_batch
+        """At most this many appends per transaction (None: all that are queued); 1 turns
+        group commit off (one COMMIT per append: the benchmark's baseline)."""
         self._on_durable = on_durable
         self._on_failure = on_failure
-        self._queue: list[Pending] = []
+        self._open = Batch()
         self._cond = threading.Condition()
         self._urgent = False
         self._oldest = 0.0
@@ -98,9 +111,10 @@ class Committer:
         with self._cond:
             if self._stopping:
                 raise StorageError("the store's committer has stopped")
-            if not self._queue:
+            if not self._open.items:
                 self._oldest = time.monotonic()
-            self._queue.append(pending)
+            pending.batch = self._open
+            self._open.items.append(pending)
             self._submitted += 1
             if urgent:
                 self._urgent = True
@@ -131,9 +145,9 @@ class Committer:
         while True:
             with self._cond:
                 while True:
-                    if self._queue and (self._urgent or self._stopping):
+                    if self._open.items and (self._urgent or self._stopping):
                         break
-                    if self._queue:
+                    if self._open.items:
                         wait = self._oldest + self.interval - time.monotonic()
                         if wait <= 0:
                             break
@@ -142,18 +156,21 @@ class Committer:
                         return
                     else:
                         self._cond.wait()
-                batch, self._queue = self._queue, []
+                taken, self._open = self._open, Batch()
+                batch = taken.items
                 self._urgent = False
             try:
-                self._commit(batch)
+                step = self.max_batch or len(batch)
+                for start in range(0, len(batch), step):
+                    self._commit(batch[start : start + step])
             except BaseException as exc:  # a bug: fail the batch rather than hang its waiters
                 log.exception("the group commit failed unexpectedly")
                 error = StorageError(f"the group commit failed: {exc!r}")
                 for p in batch:
-                    if not p.future.done():
-                        p.future.set_exception(error)
-                        p.writer.break_(error)
+                    p.fail(error)
+                    p.writer.break_(error)
             finally:
+                taken.future.set_result(None)
                 with self._cond:
                     self._done += len(batch)
                     self._cond.notify_all()
@@ -163,36 +180,38 @@ class Committer:
         for p in batch:
             refusal = p.writer.refusal()
             if refusal is not None:
-                p.future.set_exception(refusal)
+                p.fail(refusal)
             else:
                 live.setdefault(p.writer.thread_id, []).append(p)
         if not live:
             return
+        fenced: dict[str, list[Pending]] = {}
         try:
             conn = self._conn
             if conn is None or conn.closed or conn.broken:
                 conn = self._conn = self._connect()
-            with conn.transaction(), conn.cursor() as cur:
-                rows = cur.execute(
-                    "SELECT thread_id, token, holder FROM leases WHERE thread_id = ANY(%s) "
-                    "ORDER BY thread_id FOR UPDATE",
-                    (sorted(live),),
-                ).fetchall()
-                tokens = {str(t): (int(k), str(h)) for t, k, h in rows}
-                fenced: dict[str, list[Pending]] = {}
+            by_thread: dict[str, list[Row]] = {
+                t: [(p.record, p.line, p.writer.token) for p in items] for t, items in live.items()
+            }
+            # Two round trips: BEGIN + the fenced insert; then projections, NOTIFY and COMMIT.
+            with conn.pipeline() as pipe, conn.cursor() as cur:
+                conn.execute("BEGIN")
+                cur.execute(FENCED_INSERT, [sorted(live), *event_columns(by_thread)])
+                pipe.sync()
+                rows = cur.fetchall()
+                tokens = {str(t): (int(k), str(h), int(n)) for t, k, h, n in rows}
                 for thread_id, items in list(live.items()):
-                    token, holder = tokens.get(thread_id, (None, None))
+                    token, holder, count = tokens.get(thread_id, (None, None, 0))
                     writer = items[0].writer
                     if token != writer.token:
-                        del live[thread_id]
-                        fenced[thread_id] = items
+                        fenced[thread_id] = live.pop(thread_id)
+                        del by_thread[thread_id]
                         writer.lose(LeaseLost(thread_id, writer.token, holder))
+                    elif count != len(items):
+                        raise psycopg.DataError(f"thread {thread_id}: {count} of {len(items)} rows")
                 if live:
-                    by_thread: dict[str, list[Row]] = {
-                        t: [(p.record, p.line, p.writer.token) for p in items]
-                        for t, items in live.items()
-                    }
-                    insert_records(cur, by_thread, channel=self._channel, origin=self._origin)
+                    apply_projections(cur, by_thread, channel=self._channel, origin=self._origin)
+                conn.execute("COMMIT")
             if live:
                 self.commits += 1
         except psycopg.Error as exc:
@@ -201,20 +220,15 @@ class Committer:
             for items in live.values():
                 items[0].writer.break_(error)
                 for p in items:
-                    if not p.future.done():
-                        p.future.set_exception(error)
-            if self._conn is not None and (self._conn.broken or self._conn.closed):
+                    p.fail(error)
+            if self._conn is not None:
+                self._conn.close()  # its transaction is in doubt: a new connection next time
                 self._conn = None
             self._on_failure(error)
-            return
         for thread_id, items in fenced.items():
             refusal = items[0].writer.refusal()
             for p in items:
-                p.future.set_exception(refusal or LeaseLost(thread_id, None))
+                p.fail(refusal or LeaseLost(thread_id, None))
         for thread_id, items in live.items():
             items[0].writer.committed([p.record.id for p in items])
-            try:
-                self._on_durable(thread_id, [p.record for p in items])
-            finally:
-                for p in items:
-                    p.future.set_result(p.record)
+            self._on_durable(thread_id, [p.record for p in items])

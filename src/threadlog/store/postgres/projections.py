@@ -23,15 +23,18 @@ if TYPE_CHECKING:
 
     from threadlog.model.envelope import Record
 
-__all__ = ["Row", "insert_records", "notify_payload"]
+__all__ = [
+    "FENCED_INSERT",
+    "Row",
+    "apply_projections",
+    "event_columns",
+    "insert_records",
+    "notify_payload",
+]
 
 Row = tuple["Record", bytes, "int | None"]
 """``(record, its canonical line, fencing token or None)``: one row of ``events``."""
 
-_INSERT = (
-    "INSERT INTO events (thread_id, ord, id, writer, parent, ts, type, v, prev, hash, line, "
-    "fence) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-)
 _TABLES = {
     "turn": ("turns", "turn_id"),
     "tool_call": ("tool_calls", "call_id"),
@@ -44,6 +47,53 @@ def notify_payload(thread_id: str, first: int, last: int, origin: str) -> str:
     return f"{thread_id} {first} {last} {origin}"
 
 
+_COLUMNS = (
+    "thread_id, ord, id, writer, parent, ts, type, v, prev, hash, line, fence",
+    "%b::text[], %b::bigint[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], "
+    "%b::int[], %b::text[], %b::text[], %b::bytea[], %b::bigint[]",
+)
+
+FENCED_INSERT = f"""
+WITH locked AS (
+    SELECT thread_id, token, holder FROM leases
+    WHERE thread_id = ANY(%s::text[]) ORDER BY thread_id FOR UPDATE
+), inserted AS (
+    INSERT INTO events ({_COLUMNS[0]})
+    SELECT u.* FROM unnest({_COLUMNS[1]}) AS u({_COLUMNS[0]})
+    JOIN locked l ON l.thread_id = u.thread_id AND l.token = u.fence
+    RETURNING thread_id
+)
+SELECT l.thread_id, l.token, l.holder, coalesce(n.rows, 0)
+FROM locked l
+LEFT JOIN (SELECT thread_id, count(*) AS rows FROM inserted GROUP BY thread_id) n USING (thread_id)
+"""
+"""The fencing check and the insert in one statement (`threadlog.store.postgres.committer`):
+the batch's lease rows are locked until COMMIT, and only the rows whose ``fence`` is their
+thread's current token are inserted; the result says, per thread, its token, holder and how
+many rows went in. Parameters: the thread ids, then `event_columns` of the rows."""
+
+
+def event_columns(by_thread: Mapping[str, Sequence[Row]]) -> list[list[Any]]:
+    """The rows of ``events`` as one list per column (for ``unnest``)."""
+    columns: list[list[Any]] = [[] for _ in range(12)]
+    (t, o, i, w, pa, ts, ty, v, pr, h, li, f) = columns
+    for thread_id, rows in by_thread.items():
+        for r, line, fence in rows:
+            t.append(thread_id)
+            o.append(r.ord)
+            i.append(r.id)
+            w.append(r.thread)
+            pa.append(r.parent)
+            ts.append(r.ts)
+            ty.append(r.type)
+            v.append(r.v)
+            pr.append(r.prev)
+            h.append(r.hash)
+            li.append(line)
+            f.append(fence)
+    return columns
+
+
 def insert_records(
     cur: psycopg.Cursor[Any],
     by_thread: Mapping[str, Sequence[Row]],
@@ -51,31 +101,27 @@ def insert_records(
     channel: str,
     origin: str,
 ) -> None:
-    """Insert each thread's rows (gap-free, continuing its log) and their projections, and
-    notify ``channel`` of each thread's new ordinals; in the caller's transaction."""
-    cur.executemany(
-        _INSERT,
-        [
-            (
-                thread_id,
-                r.ord,
-                r.id,
-                r.thread,
-                r.parent,
-                r.ts,
-                r.type,
-                r.v,
-                r.prev,
-                r.hash,
-                line,
-                fence,
-            )
-            for thread_id, rows in by_thread.items()
-            for r, line, fence in rows
-        ],
+    """Insert each thread's rows (gap-free, continuing its log; no fencing: a new thread,
+    a fork) and their projections, and notify; in the caller's transaction."""
+    cur.execute(
+        f"INSERT INTO events ({_COLUMNS[0]}) SELECT * FROM unnest({_COLUMNS[1]})",
+        event_columns(by_thread),
     )
+    apply_projections(cur, by_thread, channel=channel, origin=origin)
+
+
+def apply_projections(
+    cur: psycopg.Cursor[Any],
+    by_thread: Mapping[str, Sequence[Row]],
+    *,
+    channel: str,
+    origin: str,
+) -> None:
+    """Update the projections of records just inserted, and notify ``channel`` of each
+    thread's new ordinals; in the caller's transaction (a few statements whatever the batch:
+    the committer sends them in one pipeline)."""
     ops: list[tuple[str, tuple[Any, ...]]] = []  # in record order: upserts of one row stack
-    thread_updates = []
+    updates: list[list[Any]] = [[] for _ in range(7)]
     notifies = []
     for thread_id, rows in by_thread.items():
         new_turns = new_calls = size = 0
@@ -91,16 +137,21 @@ def insert_records(
                     new_calls += 1
                 table, key = _TABLES[change.table]
                 names = ("thread_id", key, *change.fields)
-                updates = ", ".join(f"{n} = EXCLUDED.{n}" for n in names[2:])
+                sets = ", ".join(f"{n} = EXCLUDED.{n}" for n in names[2:])
                 sql = (
                     f"INSERT INTO {table} ({', '.join(names)}) "
                     f"VALUES ({', '.join('%s' for _ in names)}) "
-                    f"ON CONFLICT (thread_id, {key}) DO UPDATE SET {updates}"
+                    f"ON CONFLICT (thread_id, {key}) DO UPDATE SET {sets}"
                 )
                 ops.append((sql, (thread_id, change.key, *change.fields.values())))
         last = rows[-1][0]
-        thread_updates.append((last.ord, last.hash, last.ts, size, new_turns, new_calls, thread_id))
-        notifies.append((channel, notify_payload(thread_id, rows[0][0].ord, last.ord, origin)))
+        for column, value in zip(
+            updates,
+            (thread_id, last.ord, last.hash, last.ts, size, new_turns, new_calls),
+            strict=True,
+        ):
+            column.append(value)
+        notifies.append(notify_payload(thread_id, rows[0][0].ord, last.ord, origin))
     i = 0
     while i < len(ops):  # consecutive statements of one shape go as one executemany
         j = i
@@ -108,12 +159,14 @@ def insert_records(
             j += 1
         cur.executemany(ops[i][0], [params for _, params in ops[i:j]])
         i = j
-    cur.executemany(
-        "UPDATE threads SET last_ord = %s, last_hash = %s, last_ts = %s, bytes = bytes + %s, "
-        "turns = turns + %s, tool_calls = tool_calls + %s WHERE thread_id = %s",
-        thread_updates,
+    cur.execute(
+        "UPDATE threads t SET last_ord = u.o, last_hash = u.h, last_ts = u.ts, "
+        "bytes = t.bytes + u.b, turns = t.turns + u.nt, tool_calls = t.tool_calls + u.nc "
+        "FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::bigint[], "
+        "%s::int[], %s::int[]) AS u(id, o, h, ts, b, nt, nc) WHERE t.thread_id = u.id",
+        updates,
     )
-    cur.executemany("SELECT pg_notify(%s, %s)", notifies)
+    cur.execute("SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", (channel, notifies))
 
 
 def _thread_ops(thread_id: str, fields: dict[str, Any]) -> list[tuple[str, tuple[Any, ...]]]:

@@ -70,7 +70,7 @@ CREATE TABLE threads (
 );
 CREATE INDEX threads_by_activity ON threads (last_ts DESC, thread_id DESC);
 CREATE TABLE events (
-    thread_id text NOT NULL REFERENCES threads (thread_id),
+    thread_id text NOT NULL,
     ord       bigint NOT NULL CHECK (ord >= 1),
     id        text NOT NULL,
     writer    text NOT NULL,
@@ -87,7 +87,7 @@ CREATE TABLE events (
 );
 CREATE SEQUENCE lease_tokens;
 CREATE TABLE leases (
-    thread_id  text PRIMARY KEY REFERENCES threads (thread_id),
+    thread_id  text PRIMARY KEY,
     holder     text NOT NULL,
     token      bigint NOT NULL,
     expires_at timestamptz NOT NULL

@@ -13,7 +13,6 @@ After `close` the pool is closed; reads still work, each on a connection of its 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -44,12 +43,11 @@ from threadlog.store.postgres.notify import Notifier
 from threadlog.store.postgres.projections import insert_records
 from threadlog.store.postgres.schema import check_schema, parse_url
 from threadlog.store.postgres.transfer import Transfers
-from threadlog.store.postgres.writer import Writer
+from threadlog.store.postgres.writer import Pending, Writer
 from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
-    from concurrent.futures import Future
     from types import EllipsisType, TracebackType
 
     from threadlog.errors import LeaseLost
@@ -78,6 +76,8 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
         pool_size: the most pooled connections (reads, leases, blobs).
         create_schema: migrate a database that has no threadlog tables yet (an older schema is
             always refused: run ``threadlog db upgrade``).
+        max_batch: at most this many appends per commit (default: all that are waiting);
+            ``1`` turns group commit off, one COMMIT per append (a benchmark's baseline).
     """
 
     def __init__(
@@ -91,6 +91,7 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
         artifact_threshold: int = 64 * 1024,
         pool_size: int = 8,
         create_schema: bool = True,
+        max_batch: int | None = None,
     ) -> None:
         if lease_duration <= 0 or commit_interval < 0:
             raise UsageError("lease_duration must be > 0 and commit_interval >= 0")
@@ -135,6 +136,7 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
             interval=commit_interval,
             on_durable=self._on_durable,
             on_failure=self._on_failure,
+            max_batch=max_batch,
         )
         self._leases = LeaseKeeper(
             self._pool,
@@ -253,10 +255,10 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
         type's class; False returns once queued, committed within ``commit_interval``).
         Raises as `Store.append` says, and `LeaseHeld` (another writer holds the thread),
         `LeaseLost` (this store's lease passed to another: the database refused it)."""
-        future, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord, check)
-        if future is not None:
-            return future.result()
-        return record
+        pending, record = self._submit(
+            thread_id, type, data, durable, id, parent, expect_ord, check
+        )
+        return pending.wait() if pending is not None else record
 
     async def aappend(
         self,
@@ -272,10 +274,10 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
     ) -> Record:
         """`append` for asyncio: the commit is awaited, never blocking the event loop
         (concurrent ``aappend`` calls share commits)."""
-        future, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord, check)
-        if future is not None:
-            return await asyncio.wrap_future(future)
-        return record
+        pending, record = self._submit(
+            thread_id, type, data, durable, id, parent, expect_ord, check
+        )
+        return await pending.wait_async() if pending is not None else record
 
     def _submit(
         self,
@@ -287,7 +289,8 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
         parent: str | None | EllipsisType,
         expect_ord: int | None,
         check: Callable[[Record], object] | None,
-    ) -> tuple[Future[Record] | None, Record]:
+    ) -> tuple[Pending | None, Record]:
+        """Queue the append; ``(what to wait for, or None, its record)``."""
         self._check_open()
         type_name, data = normalize_append(type_, data, id, parent)
         if not is_uuid(thread_id):
@@ -315,9 +318,9 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
                 )
                 if pending is not None:
                     self._committer.submit(pending, urgent=durable)
-                    return (pending.future if durable else None), record
+                    return (pending if durable else None), record
                 replayed = writer.pending_of(record.id)
-            return (replayed.future if replayed is not None else None), record
+            return replayed, record
 
     def _offload(self, value: Any, value_json: bytes) -> ArtifactRef:
         return self.put_artifact(
@@ -428,8 +431,8 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
     def watch(self, thread_id: str) -> None:
         """Deliver the thread's records that *other* processes commit to this store's
         listeners too (as they are notified; a lost notification is made up by the
-        listener's own reads). Counted: each `watch` needs an `unwatch`."""
-        self._start_notifier()
+        listener's own reads). Counted: each `watch` needs an `unwatch`. Never blocks."""
+        self._start_notifier(wait=False)
         with self._wait_lock:
             self._watched[thread_id] = self._watched.get(thread_id, 0) + 1
 
@@ -443,7 +446,7 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
                 self._watched.pop(thread_id, None)
                 self._remote_head.pop(thread_id, None)
 
-    def _start_notifier(self) -> None:
+    def _start_notifier(self, *, wait: bool = True) -> None:
         with self._wait_lock:
             if self._notifier is not None or self._closed:
                 return
@@ -454,7 +457,8 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
                 self._on_notify,
                 self._on_gap,
             )
-        self._notifier.wait_ready(5.0)
+        if wait:
+            self._notifier.wait_ready(5.0)
 
     def _on_notify(self, thread_id: str, first: int, last: int, origin: str) -> None:
         self._wake(thread_id)

@@ -1,0 +1,292 @@
+"""The PostgreSQL store's own behaviour beyond the contract: schema versions, group commit,
+leases with fencing, LISTEN/NOTIFY wake-ups (and the poll when one is lost), a failed commit."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+from tests.postgres.server import Schemas, with_schema
+from threadlog import open_store
+from threadlog.errors import LeaseHeld, LeaseLost, StorageError
+from threadlog.model.envelope import Record
+from threadlog.store.postgres import (
+    SCHEMA_VERSION,
+    PostgresStore,
+    SchemaTooNew,
+    SchemaTooOld,
+    upgrade_database,
+)
+from threadlog.store.protocol import Artifacts, Catalog, Credentials, Mailbox, Snapshots, Watch
+from threadlog.testing.contract import check_chain
+
+# -- schema -----------------------------------------------------------------------------------
+
+
+def _sql(server: str, sql: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(server, autocommit=True) as conn:
+        cur = conn.execute(sql)
+        return cur.fetchall() if cur.description else []
+
+
+def test_open_store_opens_it_with_every_capability(pg_schemas: Schemas) -> None:
+    with open_store(pg_schemas.new()) as store:
+        assert isinstance(store, PostgresStore)
+        for capability in (Catalog, Snapshots, Mailbox, Credentials, Artifacts, Watch):
+            assert isinstance(store, capability)
+        thread = store.create_thread("alice", title="hello")
+        store.append(thread, "turn.started", {"turn_id": "t1", "input": "hi"})
+        info = store.thread_info(thread)
+        assert (info.principal, info.title, info.status, info.last_ord, info.turns) == (
+            "alice",
+            "hello",
+            "running",
+            2,
+            1,
+        )
+        assert [t.thread_id for t in store.threads()] == [thread]
+        assert store.turns(thread)[0]["status"] == "running"
+
+
+def test_migrations_are_idempotent_and_a_newer_schema_is_refused(pg_schemas: Schemas) -> None:
+    schema = pg_schemas.name()
+    url = with_schema(pg_schemas.server, schema)
+    assert upgrade_database(url) == (0, SCHEMA_VERSION)
+    assert upgrade_database(url) == (SCHEMA_VERSION, SCHEMA_VERSION)
+    with PostgresStore(url) as store:
+        store.create_thread("a")
+    assert _sql(pg_schemas.server, f"SELECT version FROM {schema}.threadlog_schema_version") == [
+        (SCHEMA_VERSION,)
+    ]
+    _sql(pg_schemas.server, f"INSERT INTO {schema}.threadlog_schema_version VALUES (999)")
+    with pytest.raises(SchemaTooNew, match="newer than this threadlog"):
+        PostgresStore(url)
+    with pytest.raises(SchemaTooNew):
+        upgrade_database(url)
+    # nothing was changed by the refusals
+    assert len(_sql(pg_schemas.server, f"SELECT 1 FROM {schema}.threads")) == 1
+
+
+def test_an_older_schema_is_refused_with_what_to_do(pg_schemas: Schemas) -> None:
+    schema = pg_schemas.name()
+    url = with_schema(pg_schemas.server, schema)
+    upgrade_database(url)
+    _sql(pg_schemas.server, f"DELETE FROM {schema}.threadlog_schema_version")
+    with pytest.raises(SchemaTooOld, match="threadlog db upgrade"):
+        PostgresStore(url)
+    fresh = pg_schemas.new()
+    with pytest.raises(SchemaTooOld, match="threadlog db upgrade"):
+        PostgresStore(fresh, create_schema=False)
+
+
+def test_concurrent_upgrades_apply_each_migration_once(pg_schemas: Schemas) -> None:
+    url = pg_schemas.new()
+    results: list[tuple[int, int]] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(upgrade_database(url))) for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [(0, 1)] + [(1, 1)] * 3
+
+
+# -- group commit -----------------------------------------------------------------------------
+
+
+def test_concurrent_critical_appends_share_commits(pg_schemas: Schemas) -> None:
+    with PostgresStore(pg_schemas.new(), pool_size=4) as store:
+        threads = [store.create_thread("a") for _ in range(16)]
+        before = store.commits
+        start = threading.Barrier(len(threads))
+
+        def writer(thread: str) -> None:
+            start.wait()
+            for i in range(10):
+                store.append(thread, "custom.n", {"i": i}, durable=True)
+
+        workers = [threading.Thread(target=writer, args=(t,)) for t in threads]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        commits = store.commits - before
+        assert commits < 160 // 2, f"{commits} commits for 160 critical appends"
+        for thread in threads:
+            records = store.read(thread)
+            assert len(records) == 11
+            check_chain(records)
+
+
+def test_buffered_appends_ride_along_with_the_next_commit(pg_schemas: Schemas) -> None:
+    with PostgresStore(pg_schemas.new(), commit_interval=30.0) as store:
+        thread = store.create_thread("a")
+        before = store.commits
+        for i in range(50):
+            store.append(thread, "custom.n", {"i": i}, durable=False)
+        assert len(store.read(thread)) == 1  # not committed yet: not visible
+        store.append(thread, "custom.n", {"i": 50}, durable=True)
+        assert store.commits - before == 1  # one COMMIT for all 51
+        assert len(store.read(thread)) == 52
+        store.append(thread, "custom.n", {"i": 51}, durable=False)
+        store.flush()
+        assert store.commits - before == 2 and len(store.read(thread)) == 53
+
+
+def test_a_failed_commit_fails_its_appends_and_the_store_goes_on(pg_schemas: Schemas) -> None:
+    errors: list[StorageError] = []
+    with PostgresStore(pg_schemas.new()) as store:
+        store.add_error_listener(errors.append)
+        thread = store.create_thread("a")
+        store.append(thread, "custom.n", {"i": 0})
+        # the committer's connection dies under it (a server restart, a network cut)
+        conn = store._committer._conn
+        assert conn is not None
+        _sql(pg_schemas.server, f"SELECT pg_terminate_backend({conn.info.backend_pid})")
+        with pytest.raises(StorageError, match="commit"):
+            store.append(thread, "custom.n", {"i": 1})
+        assert len(errors) == 1
+        again = store.append(thread, "custom.n", {"i": 2})  # a new connection, the head re-read
+        records = store.read(thread)
+        assert records[-1] == again and again.ord == 3
+        check_chain(records)
+
+
+# -- leases and fencing -----------------------------------------------------------------------
+
+
+def test_a_lease_is_exclusive_until_released_or_expired(pg_schemas: Schemas) -> None:
+    url = pg_schemas.new()
+    with (
+        PostgresStore(url, lease_duration=0.5, renew_interval=0.1) as one,
+        PostgresStore(url, lease_duration=0.5, renew_interval=60) as two,
+    ):
+        thread = one.create_thread("a")
+        one.append(thread, "custom.n", {"who": 1})
+        with pytest.raises(LeaseHeld) as info:
+            two.append(thread, "custom.n", {"who": 2})
+        assert info.value.holder == one.holder
+        time.sleep(0.8)  # renewed by one's background thread: still one's
+        with pytest.raises(LeaseHeld):
+            two.acquire(thread)
+        one.release(thread)
+        two.append(thread, "custom.n", {"who": 2})  # free at once after a release
+        first_token = two._writers[thread].token
+        time.sleep(0.7)  # two renews only every minute: its lease expires
+        one.append(thread, "custom.n", {"who": 1})  # taken over, with a larger token
+        assert one._writers[thread].token > first_token
+        with pytest.raises(LeaseLost):  # the database refuses the stale token
+            two.append(thread, "custom.n", {"who": 2})
+        with pytest.raises(LeaseLost):  # and every later append too, until released
+            two.append(thread, "custom.n", {"who": 2}, durable=False)
+        assert two.lost(thread) is not None
+        records = one.read(thread)
+        check_chain(records)
+        assert [r.data.get("who") for r in records[1:]] == [1, 2, 1]
+        two.release(thread)  # acknowledges the loss; the next append would take it again
+        assert two.lost(thread) is None
+
+
+def test_the_renewer_notices_a_lost_lease(pg_schemas: Schemas) -> None:
+    url = pg_schemas.new()
+    with (
+        PostgresStore(url, lease_duration=0.3, renew_interval=60) as one,
+        PostgresStore(url, lease_duration=5) as two,
+    ):
+        thread = one.create_thread("a")
+        one.acquire(thread)
+        time.sleep(0.5)
+        two.acquire(thread)
+        one.renew_leases()
+        assert isinstance(one.lost(thread), LeaseLost)
+        assert two.holder in str(one.lost(thread))
+        with pytest.raises(LeaseLost):
+            one.append(thread, "custom.n", {})
+
+
+# -- live fan-out ------------------------------------------------------------------------------
+
+
+def _follow(
+    store: PostgresStore, thread: str, n: int, interval: float
+) -> tuple[list[Record], threading.Event]:
+    """Follow the thread from ord 1 in a thread of its own until ``n`` records came."""
+    seen: list[Record] = []
+    done = threading.Event()
+
+    def consume() -> None:
+        for record in store.follow(thread, 1, interval=interval):
+            seen.append(record)
+            if len(seen) == n:
+                break
+        done.set()
+
+    threading.Thread(target=consume, daemon=True).start()
+    return seen, done
+
+
+def test_follow_is_woken_by_another_process_store(pg_schemas: Schemas) -> None:
+    url = pg_schemas.new()
+    with PostgresStore(url) as reader, PostgresStore(url) as writer:
+        thread = writer.create_thread("a")
+        seen, done = _follow(reader, thread, 3, interval=30.0)  # only a notification can wake it
+        time.sleep(0.2)
+        started = time.monotonic()
+        for i in range(3):
+            writer.append(thread, "custom.n", {"i": i}, durable=True)
+        assert done.wait(10)
+        assert time.monotonic() - started < 5
+        assert [r.ord for r in seen] == [2, 3, 4]
+
+
+def test_a_lost_notification_is_made_up_by_the_poll(pg_schemas: Schemas) -> None:
+    url = pg_schemas.new()
+    with PostgresStore(url) as reader, PostgresStore(url) as writer:
+        thread = writer.create_thread("a")
+        # the writer's notifications go to a channel nobody listens on: every one is lost
+        writer._committer._channel = "nobody_listens"
+        seen, done = _follow(reader, thread, 2, interval=0.1)
+        for i in range(2):
+            writer.append(thread, "custom.n", {"i": i}, durable=True)
+        assert done.wait(10)
+        assert [r.ord for r in seen] == [2, 3]
+
+
+def test_a_watched_thread_delivers_other_processes_records_to_listeners(
+    pg_schemas: Schemas,
+) -> None:
+    url = pg_schemas.new()
+    with PostgresStore(url) as replica, PostgresStore(url) as worker:
+        thread = worker.create_thread("a")
+        heard: list[Record] = []
+        got = threading.Event()
+
+        def listener(thread_id: str, records: list[Record]) -> None:
+            heard.extend(records)
+            if len(heard) >= 3:
+                got.set()
+
+        replica.add_listener(listener)
+        replica.watch(thread)
+        replica._notifier.wait_ready(5)  # type: ignore[union-attr]
+        for i in range(3):
+            worker.append(thread, "custom.n", {"i": i}, durable=True)
+        assert got.wait(10)
+        assert heard == worker.read(thread)[1:]
+        replica.unwatch(thread)
+        replica.remove_listener(listener)
+
+
+def test_max_batch_one_is_one_commit_per_append(pg_schemas: Schemas) -> None:
+    with PostgresStore(pg_schemas.new(), max_batch=1, commit_interval=30) as store:
+        thread = store.create_thread("a")
+        before = store.commits
+        for i in range(5):
+            store.append(thread, "custom.n", {"i": i}, durable=False)
+        store.append(thread, "custom.n", {"i": 5}, durable=True)
+        assert store.commits - before == 6
+        check_chain(store.read(thread))
