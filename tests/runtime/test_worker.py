@@ -24,9 +24,10 @@ from tests.postgres.server import pg_schemas, pg_server  # noqa: F401 - fixtures
 from tests.server.agents import READS
 from threadlog import open_store
 from threadlog._clock import new_id
+from threadlog.model.commands import Submit
 from threadlog.model.events import InputQueued
 from threadlog.runtime.runtime import Runtime
-from threadlog.store.protocol import Store
+from threadlog.store.protocol import Mailbox, Store
 from threadlog.testing.contract import check_chain
 
 READER = "python:tests.server.agents:reader"
@@ -182,3 +183,27 @@ def _frames(text: str) -> list[dict[str, Any]]:
         if "id" in fields and "data" in fields and fields.get("event", "") != "end":
             out.append(orjson.loads(fields["data"]))
     return out
+
+
+def test_a_worker_takes_a_command_left_in_the_mailbox(
+    target: str, workdir: Path, worker_args: list[str]
+) -> None:
+    async def idle_thread() -> str:
+        async with Runtime(target) as runtime:
+            session = await runtime.create("alice", cwd=str(workdir))
+            await session.close()
+            return session.thread_id
+
+    thread = asyncio.run(idle_thread())
+    with open_store(target) as store:
+        assert isinstance(store, Mailbox)
+        store.post(thread, Submit(text="read it", by="bob"))
+        with WorkerProcess(target, "--model", QUICK, "--poll", "0.05", *worker_args) as worker:
+            wait_for("the turn to complete", lambda: "completed" in outcomes(store, thread))
+            wait_for("the session to close", lambda: thread in worker.taken("closed"))
+            assert worker.stop() == 0, worker.errors
+        assert store.pending(thread) == []  # applied once, then marked done
+        records = store.read(thread)
+        check_chain(records)
+    (started,) = [r for r in records if r.type == "turn.started"]
+    assert started.data["input"] == "read it"
