@@ -20,7 +20,7 @@ import pytest
 
 from tests.harness.service import ServerProcess
 from tests.harness.worker import QUICK_READS, WorkerProcess
-from tests.postgres.server import pg_schemas, pg_server  # noqa: F401 - fixtures
+from tests.postgres.server import Schemas, pg_schemas, pg_server  # noqa: F401 - fixtures
 from tests.server.agents import READS
 from threadlog import open_store
 from threadlog._clock import new_id
@@ -207,3 +207,42 @@ def test_a_worker_takes_a_command_left_in_the_mailbox(
         check_chain(records)
     (started,) = [r for r in records if r.type == "turn.started"]
     assert started.data["input"] == "read it"
+
+
+def test_a_worker_paused_past_its_lease_never_writes_after_the_takeover(
+    pg_schemas: Schemas,  # noqa: F811
+    workdir: Path,
+) -> None:
+    target = pg_schemas.new()
+    (thread,) = queue_work(target, 1, workdir)
+    args = ["--model", READER, "--poll", "0.1", "--lease", "1.5"]
+    with open_store(target) as store:
+        with WorkerProcess(target, *args) as first:
+            wait_for(
+                "a read to finish",
+                lambda: any(r.type == "tool_call.finished" for r in store.read(thread)),
+            )
+            first.proc.send_signal(signal.SIGSTOP)
+            try:
+                paused_session = store.state(thread).session
+                with WorkerProcess(target, *args) as second:
+                    wait_for("the turn to complete", lambda: "completed" in outcomes(store, thread))
+                    took_over = next(
+                        r.ord for r in store.read(thread) if r.type == "thread.resumed"
+                    )
+                    first.proc.send_signal(signal.SIGCONT)
+                    # the paused worker wakes up mid-turn and tries to go on: refused
+                    wait_for("the fence", lambda: "LeaseLost" in "".join(first.errors), 20)
+                    assert second.stop() == 0, second.errors
+            finally:
+                first.proc.send_signal(signal.SIGCONT)
+            assert first.stop() == 0, first.errors
+        records = store.read(thread)
+        assert store.verify(thread).ok
+    check_chain(records)
+    after = [r for r in records if r.ord > took_over]
+    assert after and all(
+        not isinstance(r.data, dict) or r.data.get("session") != paused_session for r in after
+    )  # nothing of the paused worker's session after the takeover
+    finished = [r.data["call_id"] for r in records if r.type == "tool_call.finished"]
+    assert len(finished) == len(set(finished)) == READS

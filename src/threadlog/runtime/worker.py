@@ -8,7 +8,8 @@ a loop that every ``poll`` seconds (`Worker.step`):
 
 1. **closes** its sessions whose turn has ended (their close protocol writes
    ``session.closed`` and gives the lease back, so that any worker may take the thread's next
-   turn);
+   turn), logging why a turn stopped if it failed (`LeaseLost` when the lease passed to
+   another worker);
 2. **takes over** interrupted threads: a running turn whose service session never closed
    (`threadlog.runtime.takeover.interrupted_threads`), resumed with `Runtime.resume`;
 3. **accepts new work**: threads with input queued while nobody drove them (``threadlog
@@ -88,6 +89,10 @@ class Worker:
         sessions = self.runtime.sessions
         for thread_id, session in list(sessions.items()):
             if not session.busy:
+                try:
+                    await session.wait_idle(0)  # a turn that failed says why (LeaseLost…)
+                except Exception as exc:
+                    log.warning("thread %s: its turn stopped: %r", thread_id, exc)
                 await session.close()
                 done.closed.append(thread_id)
         store = self.runtime.store
