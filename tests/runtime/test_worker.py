@@ -1,8 +1,10 @@
-"""``threadlog worker`` processes: a killed worker's turn taken over, 50 threads contended.
+"""``threadlog worker`` processes: a killed worker's turn taken over, 50 threads contended,
+a service streaming a worker's records, a paused worker fenced off.
 
 Each test runs on the embedded store and, through the shared PostgreSQL fixture
-(`tests.postgres.server`: a fresh schema per test), on PostgreSQL: the worker code is the same, only the lease differs (an
-``flock`` the kernel drops when its holder dies; a row whose expiry passes).
+(`tests.postgres.server`: a fresh schema per test), on PostgreSQL: the worker code is the
+same, only the lease differs (an ``flock`` the kernel drops when its holder dies; a row whose
+expiry passes, and whose fencing token refuses a holder that was only paused).
 """
 
 from __future__ import annotations
