@@ -162,7 +162,7 @@ def test_a_failed_commit_fails_its_appends_and_the_store_goes_on(pg_schemas: Sch
 def test_a_lease_is_exclusive_until_released_or_expired(pg_schemas: Schemas) -> None:
     url = pg_schemas.new()
     with (
-        PostgresStore(url, lease_duration=0.5, renew_interval=0.1) as one,
+        PostgresStore(url, lease_duration=1.5, renew_interval=0.1) as one,
         PostgresStore(url, lease_duration=0.5, renew_interval=60) as two,
     ):
         thread = one.create_thread("a")
@@ -170,7 +170,7 @@ def test_a_lease_is_exclusive_until_released_or_expired(pg_schemas: Schemas) -> 
         with pytest.raises(LeaseHeld) as info:
             two.append(thread, "custom.n", {"who": 2})
         assert info.value.holder == one.holder
-        time.sleep(0.8)  # renewed by one's background thread: still one's
+        time.sleep(1.8)  # past its first expiry, renewed by one's background thread: still one's
         with pytest.raises(LeaseHeld):
             two.acquire(thread)
         one.release(thread)
@@ -290,3 +290,63 @@ def test_max_batch_one_is_one_commit_per_append(pg_schemas: Schemas) -> None:
         store.append(thread, "custom.n", {"i": 5}, durable=True)
         assert store.commits - before == 6
         check_chain(store.read(thread))
+
+
+def test_driver_errors_are_translated_and_the_pool_recovers(pg_schemas: Schemas) -> None:
+    with PostgresStore(pg_schemas.new(), pool_size=1) as store:
+        thread = store.create_thread("a")
+        with store._pool.connection() as conn:
+            pid = conn.info.backend_pid
+        _sql(pg_schemas.server, f"SELECT pg_terminate_backend({pid})")
+        with pytest.raises(StorageError):  # the pooled connection died: translated
+            store.read(thread)
+        assert len(store.read(thread)) == 1  # the pool replaced it
+        store.append(thread, "custom.n", {})  # takes the lease on a sound connection
+        assert store.verify(thread).ok
+
+
+def test_a_server_whose_commits_are_not_durable_is_refused(pg_schemas: Schemas) -> None:
+    url = pg_schemas.new() + "&options=-c%20synchronous_commit%3Doff"
+    with pytest.raises(StorageError, match="synchronous_commit=off"):
+        PostgresStore(url)
+    with PostgresStore(pg_schemas.new() + "&options=-c%20statement_timeout%3D5000") as store:
+        with store._pool.connection() as conn:  # the URL's own options are kept
+            assert conn.execute("SHOW statement_timeout").fetchone() == ("5s",)
+            assert conn.execute("SHOW search_path").fetchone() == (store._target.schema,)
+
+
+# -- moving threads between backends ------------------------------------------------------------
+
+
+def test_a_thread_moves_between_backends_with_its_hashes(pg_schemas: Schemas, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    from threadlog.errors import IntegrityError, UsageError
+    from threadlog.store.embedded import EmbeddedStore
+
+    with EmbeddedStore(tmp_path / "home") as local, PostgresStore(pg_schemas.new()) as remote:
+        source = local.create_thread("alice", title="t")
+        local.append(source, "turn.started", {"turn_id": "t1", "input": "hi"})
+        local.append(source, "custom.n", {"é": [1, 2.5, None]})
+        child = local.fork(source, 2)
+        local.append(child, "custom.n", {"in": "child"})
+        local.flush()
+        for thread in (source, child):
+            lines = Path(local.path_of(thread)).read_bytes().splitlines(keepends=True)
+            assert remote.import_thread(lines) == thread
+            assert remote.read(thread) == local.read(thread)  # same ids, times, hashes
+            assert remote.verify(thread).ok
+            assert b"".join(remote.thread_lines(thread)) == b"".join(lines)
+        assert remote.thread_info(source).turns == 1
+        remote.append(source, "turn.ended", {"turn_id": "t1", "outcome": "completed"})
+        assert remote.verify(source).ok
+        with pytest.raises(UsageError, match="already holds"):
+            remote.import_thread(lines)
+        other = local.create_thread("bob")
+        local.append(other, "custom.n", {"v": 1})
+        local.flush()
+        lines = Path(local.path_of(other)).read_bytes().splitlines(keepends=True)
+        tampered = [lines[0], lines[1].replace(b'"v":1', b'"v":2')]
+        with pytest.raises(IntegrityError):
+            remote.import_thread(tampered)
+        assert not remote.exists(other)  # nothing written

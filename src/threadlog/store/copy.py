@@ -13,7 +13,7 @@ lineage and its inherited prefix, whose records name the ancestors that wrote th
    streamed from the source's `Artifacts` into the destination's, in chunks (bounded
    memory), and must come out under the same hash; so the destination never holds a record
    whose blob it lacks.
-3. **Adopt.** The destination's `Transfer.import_thread` writes the thread all or nothing;
+3. **Adopt.** The destination's `Transfer.adopt_thread` writes the thread all or nothing;
    a thread it already holds with the same records is left alone (a copy run again is a
    no-op: ``skipped``), one it holds with other content is refused (`ConflictError`).
 4. **Verify after.** The destination's `Store.verify` must pass and its records must have
@@ -108,7 +108,7 @@ def copy_thread(source: Store, dest: Store, thread_id: str) -> ThreadCopy:
     records = source.read(thread_id)
     check_import(records)
     blobs = _copy_blobs(source, dest, thread_id, records)
-    written = dest.import_thread(records)
+    written = dest.adopt_thread(records)
     report = dest.verify(thread_id)
     if not report.ok:
         raise IntegrityError(

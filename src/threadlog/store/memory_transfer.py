@@ -1,6 +1,6 @@
 """The in-memory store's `Transfer`: a copied thread adopted verbatim, in one step.
 
-`MemoryStore` (`threadlog.store.inmemory`) gets `import_thread` from this base class. The
+`MemoryStore` (`threadlog.store.inmemory`) gets `adopt_thread` from this base class. The
 records are checked as every backend checks them (`threadlog.store.transfer.check_import`),
 then put in place under the store's lock, so that the thread appears whole or not at all.
 """
@@ -32,8 +32,8 @@ class MemoryTransfer:
     def _check_open(self) -> None:
         raise NotImplementedError
 
-    def import_thread(self, records: Sequence[Record]) -> bool:
-        """See `threadlog.store.protocol.Transfer.import_thread`."""
+    def adopt_thread(self, records: Sequence[Record]) -> bool:
+        """See `threadlog.store.protocol.Transfer.adopt_thread`."""
         self._check_open()
         adopted = check_import(records)
         thread_id = adopted[0].record.thread

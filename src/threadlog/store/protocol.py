@@ -541,7 +541,7 @@ class Transfer(Protocol):
     """Adopting a thread's log verbatim: how ``threadlog copy`` (`threadlog.store.copy`) moves
     threads between stores, of any backend, with their hashes intact.
 
-    `import_thread` takes a whole thread as another store holds it (ords 1..n, as `Store.read`
+    `adopt_thread` takes a whole thread as another store holds it (ords 1..n, as `Store.read`
     returned them: artifact references unresolved) and keeps it record for record: the same
     ids, ordinals, parents, timestamps, writing threads (a fork's inherited prefix keeps its
     ancestors' records) and hashes. Nothing is re-encoded but the canonical JSON each hash is
@@ -560,13 +560,17 @@ class Transfer(Protocol):
     * a thread it holds with any other content (longer, shorter or different) is refused with
       `ConflictError` naming the first ordinal that differs, writing nothing.
 
+    (The PostgreSQL store implements it in `threadlog.store.postgres.transfer`, over its own
+    lower-level ``import_thread(lines)``, which takes an embedded rollout's lines and refuses
+    a thread it holds.)
+
     The blobs the records reference (`Artifacts`) are the caller's to copy first;
-    `import_thread` does not look for them (`Store.verify` does, after). The contract suite's
+    `adopt_thread` does not look for them (`Store.verify` does, after). The contract suite's
     ``transfer`` topic (`threadlog.testing.contract.transfer`) runs against every store that
     has this capability.
     """
 
-    def import_thread(self, records: Sequence[Record]) -> bool:
+    def adopt_thread(self, records: Sequence[Record]) -> bool:
         """Keep ``records`` (one whole thread, ords 1..n) as they are; whether anything was
         written (False: the store held exactly these records already). Raises `UsageError`
         (no records, records of more than one log), `IntegrityError` (records that do not

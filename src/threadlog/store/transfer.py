@@ -1,4 +1,4 @@
-"""What every backend's `Transfer.import_thread` checks before it keeps a copied thread.
+"""What every backend's `Transfer.adopt_thread` checks before it keeps a copied thread.
 
 A copied thread arrives as the records another store returned (`Store.read`): decoded, with
 their hashes. `check_import` proves they are one whole, sound log before anything is written,

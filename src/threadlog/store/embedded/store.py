@@ -427,11 +427,11 @@ class EmbeddedStore(Queries, Blobs):
             thread_id, at, principal=principal, title=title, kind=kind, changes=changes
         )
 
-    def import_thread(self, records: Sequence[Record]) -> bool:
+    def adopt_thread(self, records: Sequence[Record]) -> bool:
         """Adopt a thread copied from another store verbatim, as a new rollout written all
         or nothing; False if this store holds exactly these records already (`Importer`)."""
         self._check_open()
-        return self._importer.import_thread(records)
+        return self._importer.adopt_thread(records)
 
     def save_snapshot(
         self, thread_id: str, payload: bytes, *, ord: int, hash: str, version: str

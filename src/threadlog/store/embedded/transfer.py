@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-`Importer.import_thread` checks the records as every backend does
+`Importer.adopt_thread` checks the records as every backend does
 (`threadlog.store.transfer.check_import`: hashes, chain, ordinals, lineage, legality), which
 also yields each record's rollout line: the line is rebuilt from the record's fields and the
 canonical JSON of its data, and its hash must be the one the record carries, so the file holds
@@ -57,8 +57,8 @@ class Importer:
         self._reader = reader
         self._written = written
 
-    def import_thread(self, records: Sequence[Record]) -> bool:
-        """`threadlog.store.protocol.Transfer.import_thread` (module docstring)."""
+    def adopt_thread(self, records: Sequence[Record]) -> bool:
+        """`threadlog.store.protocol.Transfer.adopt_thread` (module docstring)."""
         adopted = check_import(records)
         thread_id = adopted[0].record.thread
         path = self._layout.path_of(thread_id)

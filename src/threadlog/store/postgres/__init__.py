@@ -9,17 +9,19 @@ What the package holds (each module opens with its theory of operation):
 * `schema`: the tables, versioned migrations (``threadlog_schema_version``), `upgrade` (what
   ``threadlog db upgrade`` runs) and the check at open: a fresh database is migrated on the
   spot, an older schema is refused with "run `threadlog db upgrade`", a newer one refused.
-* `store`: `PostgresStore`, the facade: wiring, lifecycle, the append path, listeners,
-  ``follow`` and ``watch``.
+* `store`: `PostgresStore`, the facade: wiring, lifecycle, the append path.
+* `live`: listeners, ``follow`` and ``watch`` (records other processes commit).
 * `writer`: one thread's writer: ordinals, the chain, idempotency, legality.
 * `committer`: group commit: the appends of every thread of the process in one transaction
   and one COMMIT, fenced by the lease tokens.
 * `leases`: single-writer leases with fencing tokens on the database's clock, renewed in the
   background.
 * `notify`: LISTEN/NOTIFY as the wake-up of readers in any process, the table as the truth.
-* `logs`: read, verify and fork; `projections`: records and their catalog rows in one
+* `logs`: read, verify, fork, and threads moved in and out verbatim (`import_thread`,
+  `thread_lines`); `projections`: records and their catalog rows in one
   transaction; `catalog`: catalog, snapshots, mailbox, credentials; `blobs`: artifacts;
-  `transfer`: threads copied from another store adopted verbatim (``threadlog copy``).
+  `transfer`: the `Transfer` capability (``adopt_thread``, what ``threadlog copy`` writes
+  with) over `import_thread`.
 
 The log is the ``events`` table: ``PRIMARY KEY (thread_id, ord)``, ``UNIQUE (thread_id, id)``
 (an event id is unique within its thread; a fork's inherited records keep their ids), the
@@ -27,8 +29,11 @@ envelope's columns and the record's canonical line, byte for byte what an embedd
 holds, so hashes verify the same way and a thread copied between backends keeps its hashes.
 
 Public surface (what other code may rely on): `PostgresStore` (the `Store` port plus the
-`Catalog`, `Snapshots`, `Mailbox`, `Credentials`, `Artifacts` and `Transfer` capabilities, and
-``acquire``/``release``/``lost``/``renew_leases``/``watch``/``unwatch``/``commits``/``holder``),
+`Catalog`, `Snapshots`, `Mailbox`, `Credentials`, `Artifacts` and `Transfer` capabilities,
+and
+``acquire``/``release``/``lost``/``renew_leases``/``watch``/``unwatch``/``commits``/``holder``/
+``import_thread``/``thread_lines``; options ``lease_duration``, ``renew_interval``,
+``commit_interval``, ``max_batch``, ``pool_size``, ``create_schema``, ``schema``),
 `upgrade_database`, `SCHEMA_VERSION`, `SchemaTooOld`, `SchemaTooNew`; `threadlog.errors
 .LeaseLost` is what an append with a stale fencing token raises.
 """

@@ -39,8 +39,10 @@ from threadlog.errors import LeaseHeld, ThreadNotFound
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from contextlib import AbstractContextManager
+    from typing import Any
 
-    from psycopg_pool import ConnectionPool
+    import psycopg
 
 __all__ = ["LeaseKeeper"]
 
@@ -61,7 +63,7 @@ class LeaseKeeper:
     """This store's leases: take, renew in the background, release (module docstring).
 
     Args:
-        pool: connections to use (one at a time, briefly).
+        connection: a pooled connection (one at a time, briefly), its errors translated.
         holder: this store's unique holder id (written in the lease rows).
         duration: how long a lease lasts without renewal (seconds).
         renew_interval: how often held leases are renewed (seconds, below ``duration``).
@@ -70,14 +72,14 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        pool: ConnectionPool,
+        connection: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
         holder: str,
         *,
         duration: float,
         renew_interval: float,
         on_lost: Callable[[str, str | None], None],
     ) -> None:
-        self._pool = pool
+        self._connection = connection
         self.holder = holder
         self.duration = duration
         self.renew_interval = renew_interval
@@ -95,7 +97,7 @@ class LeaseKeeper:
     def take(self, thread_id: str) -> int:
         """Take the thread's lease; its fencing token. Raises `LeaseHeld` (another live
         holder), `ThreadNotFound`."""
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(
                 _TAKE, {"thread": thread_id, "holder": self.holder, "ttl": self.duration}
             ).fetchone()
@@ -123,7 +125,7 @@ class LeaseKeeper:
             token = self._held.pop(thread_id, None)
         if token is None:
             return
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             conn.execute(
                 "DELETE FROM leases WHERE thread_id = %s AND token = %s", (thread_id, token)
             )
@@ -142,7 +144,7 @@ class LeaseKeeper:
         with self._lock:
             held, self._held = self._held, {}
         if held:
-            with self._pool.connection() as conn:
+            with self._connection() as conn:
                 conn.execute(
                     "DELETE FROM leases WHERE holder = %s AND thread_id = ANY(%s)",
                     (self.holder, list(held)),
@@ -153,7 +155,7 @@ class LeaseKeeper:
         held = self.held()
         if not held:
             return
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             rows = conn.execute(
                 "UPDATE leases SET expires_at = now() + %s * interval '1 second' "
                 "WHERE holder = %s AND thread_id = ANY(%s) RETURNING thread_id, token",

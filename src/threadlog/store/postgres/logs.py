@@ -125,28 +125,9 @@ class Logs:
             except IntegrityError as exc:
                 error = exc
                 break
-        inherited: Copied | None = None
-        if records:
-            try:
-                created = from_data(records[0].type, records[0].data)
-                if isinstance(created, ThreadCreated):
-                    inherited = copied_prefix(created.lineage)
-            except (UsageError, IntegrityError, ValueError) as exc:
-                error = IntegrityError(thread_id, 1, f"ord 1 is not a valid thread.created: {exc}")
-        for i, record in enumerate(records):
-            if error is not None and (error.ord or 0) <= i + 1:
-                break
-            if i == 0:
-                prev: str | None = None
-            elif i == 1 and inherited is not None:
-                prev = inherited.prev
-            else:
-                prev = records[i - 1].hash
-            writers = inherited.threads if inherited and 2 <= record.ord <= inherited.until else ()
-            if record.prev != prev:
-                error = IntegrityError(thread_id, record.ord, "the hash chain is broken here")
-            elif record.thread != thread_id and record.thread not in writers:
-                error = IntegrityError(thread_id, record.ord, f"a record of thread {record.thread}")
+        chain = chain_error(thread_id, records)
+        if chain is not None and (error is None or (chain.ord or 0) < (error.ord or 0)):
+            error = chain
         if error is None and check_events:
             try:
                 replay(records)
@@ -227,8 +208,76 @@ class Logs:
         self._on_durable(child, [r for r, _, _ in out])
         return child
 
+    def thread_lines(self, thread_id: str, after: int = 0) -> list[bytes]:
+        """The thread's records after ``after`` as their canonical lines, byte for byte what
+        an embedded rollout holds (``threadlog copy`` writes them out verbatim)."""
+        return [bytes(line) for _, line in self._rows(thread_id, after)]
+
+    def import_thread(self, lines: list[bytes]) -> str:
+        """Add a whole thread given as its canonical lines (an embedded rollout's, in order),
+        verbatim: same ids, timestamps and hashes; returns its id (ord 1's ``thread``).
+
+        Every line is parsed and its hash checked, the ordinals must run from 1 and the
+        chain hold (`chain_error`) before anything is written; then the thread's rows and
+        projections go in in one transaction. Raises `IntegrityError` (a bad line, a broken
+        chain; nothing written), `UsageError` (no lines, or a thread the store already holds).
+        """
+        self._check_open()
+        if not lines:
+            raise UsageError("import_thread: a thread has at least its thread.created line")
+        first = decode_line("-", 1, lines[0])
+        thread_id = first.thread
+        if not is_uuid(thread_id) or first.type != "thread.created":
+            raise IntegrityError(thread_id, 1, "ord 1 must be the thread's thread.created")
+        records = [decode_line(thread_id, i + 1, line) for i, line in enumerate(lines)]
+        error = chain_error(thread_id, records)
+        if error is not None:
+            raise error
+        rows: list[Row] = [(r, bytes(line), None) for r, line in zip(records, lines, strict=True)]
+        with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO threads (thread_id) VALUES (%s) ON CONFLICT DO NOTHING", (thread_id,)
+            )
+            if cur.rowcount == 0:
+                raise UsageError(f"the store already holds thread {thread_id}")
+            insert_records(
+                cur, {thread_id: rows}, channel=self._target.channel, origin=self._origin
+            )
+        self._on_durable(thread_id, records)
+        return thread_id
+
     def _decode_all(self, thread_id: str, rows: list[Any]) -> list[Record]:
         return [decode_line(thread_id, o, line) for o, line in rows]
+
+
+def chain_error(thread_id: str, records: list[Record]) -> IntegrityError | None:
+    """The first record of ``records`` (ords 1.. of ``thread_id``, each hash already checked)
+    that breaks the chain: a ``prev`` that is not the previous hash (a fork's ord 2 follows
+    what its lineage names), or a record another thread wrote that the thread did not
+    inherit; None when the chain holds."""
+    inherited: Copied | None = None
+    if records:
+        try:
+            created = from_data(records[0].type, records[0].data)
+            if isinstance(created, ThreadCreated):
+                inherited = copied_prefix(created.lineage)
+        except (UsageError, IntegrityError, ValueError) as exc:
+            return IntegrityError(thread_id, 1, f"ord 1 is not a valid thread.created: {exc}")
+    for i, record in enumerate(records):
+        if i == 0:
+            prev: str | None = None
+        elif i == 1 and inherited is not None:
+            prev = inherited.prev
+        else:
+            prev = records[i - 1].hash
+        writers = inherited.threads if inherited and 2 <= record.ord <= inherited.until else ()
+        if record.ord != i + 1:
+            return IntegrityError(thread_id, i + 1, f"record {i + 1} holds ord {record.ord}")
+        if record.prev != prev:
+            return IntegrityError(thread_id, record.ord, "the hash chain is broken here")
+        if record.thread != thread_id and record.thread not in writers:
+            return IntegrityError(thread_id, record.ord, f"a record of thread {record.thread}")
+    return None
 
 
 def _row(

@@ -182,15 +182,16 @@ class SchemaTooNew(StorageError):
 class Target:
     """A ``postgresql://`` target: the URL libpq gets, and threadlog's own ``schema``."""
 
-    __slots__ = ("conninfo", "schema", "url")
+    __slots__ = ("_options", "conninfo", "schema", "url")
 
     def __init__(self, url: str, schema: str | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme.lower() not in ("postgresql", "postgres"):
             raise UsageError(f"{url!r} is not a postgresql:// URL")
         query = parse_qsl(parts.query, keep_blank_values=True)
-        rest = [(k, v) for k, v in query if k != "schema"]
+        rest = [(k, v) for k, v in query if k not in ("schema", "options")]
         named = [v for k, v in query if k == "schema"]
+        self._options = " ".join(v for k, v in query if k == "options")
         schema = schema or (named[-1] if named else None) or "public"
         if not _SCHEMA_NAME.fullmatch(schema):
             raise UsageError(
@@ -205,9 +206,10 @@ class Target:
         """The NOTIFY channel of this store's appends."""
         return f"threadlog_{self.schema}"
 
-    def connect_options(self) -> str:
-        """libpq ``options`` that put every session in the store's schema."""
-        return f"-c search_path={self.schema}"
+    def connect_options(self, *more: str) -> str:
+        """libpq ``options``: the URL's own, then what puts every session in the store's
+        schema, then ``more`` (e.g. ``-c name=value``)."""
+        return " ".join(o for o in (self._options, f"-c search_path={self.schema}", *more) if o)
 
     def __repr__(self) -> str:
         parts = urlsplit(self.conninfo)

@@ -4,8 +4,9 @@ It opens a connection pool (psycopg 3's `ConnectionPool`) for reads and short st
 checks the schema (`schema.check_schema`), and starts the group committer (`committer`) with
 a connection of its own; the lease renewer (`leases`) and the LISTEN thread (`notify`) start
 on first need. It holds the append path (normalise, encode, offload large values, find or
-open the thread's `Writer`, submit, wait for the commit) and the listeners. Reading, verify
-and fork are in `logs`; the catalog, snapshots, mailbox and credentials in `catalog`; blobs in
+open the thread's `Writer`, submit, wait for the commit) and the leases' side of it.
+Listeners, ``follow`` and ``watch`` are in `live`; reading, verify, fork and moving threads in
+and out in `logs`; the catalog, snapshots, mailbox and credentials in `catalog`; blobs in
 `blobs`.
 
 After `close` the pool is closed; reads still work, each on a connection of its own.
@@ -38,8 +39,8 @@ from threadlog.store.postgres.blobs import Blobs
 from threadlog.store.postgres.catalog import Tables
 from threadlog.store.postgres.committer import Committer
 from threadlog.store.postgres.leases import LeaseKeeper
+from threadlog.store.postgres.live import Live
 from threadlog.store.postgres.logs import Logs, new_row
-from threadlog.store.postgres.notify import Notifier
 from threadlog.store.postgres.projections import insert_records
 from threadlog.store.postgres.schema import check_schema, parse_url
 from threadlog.store.postgres.transfer import Transfers
@@ -54,14 +55,13 @@ if TYPE_CHECKING:
     from threadlog.model.envelope import Record
     from threadlog.model.refs import ArtifactRef
     from threadlog.model.state import ThreadState
-    from threadlog.store.protocol import ErrorListener, Listener
 
 __all__ = ["PostgresStore"]
 
 log = logging.getLogger("threadlog.store")
 
 
-class PostgresStore(Logs, Tables, Blobs, Transfers):
+class PostgresStore(Live, Logs, Tables, Blobs, Transfers):
     """An event store in a PostgreSQL database. Thread-safe; use as a context manager.
 
     Args:
@@ -101,15 +101,9 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
         self._origin = f"{socket.gethostname()}:{os.getpid()}:{random_bits(48):012x}"
         """This store's id: the holder of its leases, the origin of its notifications."""
         self._closed = False
-        self._listeners: list[Listener] = []
-        self._error_listeners: list[ErrorListener] = []
+        Live.__init__(self)
         self._writers: dict[str, Writer] = {}
         self._writers_lock = threading.Lock()
-        self._waiters: dict[str, set[threading.Event]] = {}
-        self._watched: dict[str, int] = {}
-        self._remote_head: dict[str, int] = {}
-        self._wait_lock = threading.Lock()
-        self._notifier: Notifier | None = None
         self._kwargs: dict[str, Any] = {"autocommit": True, "options": target.connect_options()}
         self._pool = ConnectionPool(
             target.conninfo,
@@ -121,13 +115,14 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
         )
         try:
             with psycopg.connect(target.conninfo, connect_timeout=10, **self._kwargs) as conn:
+                _check_durable(conn)
                 check_schema(conn, target.schema, create=create_schema)
         except psycopg.Error as exc:
             raise StorageError(f"cannot open the store at {target!r}: {exc}") from exc
         self._pool.open(wait=False)
         idle_ms = max(1000, int(lease_duration * 500))
-        committer_options = (
-            f"{target.connect_options()} -c idle_in_transaction_session_timeout={idle_ms}"
+        committer_options = target.connect_options(
+            f"-c idle_in_transaction_session_timeout={idle_ms}"
         )
         self._committer = Committer(
             lambda: psycopg.connect(target.conninfo, autocommit=True, options=committer_options),
@@ -139,7 +134,7 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
             max_batch=max_batch,
         )
         self._leases = LeaseKeeper(
-            self._pool,
+            self._conn,
             self._origin,
             duration=lease_duration,
             renew_interval=renew_interval or lease_duration / 3,
@@ -184,9 +179,7 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
             self._committer.stop()
             self._leases.release_all()
         finally:
-            notifier, self._notifier = self._notifier, None
-            if notifier is not None:
-                notifier.stop()
+            self._stop_notifier()
             self._pool.close()
 
     def _check_open(self) -> None:
@@ -341,7 +334,7 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
                 self._check_open()
                 token = self._leases.take(thread_id)
             try:
-                writer = Writer(thread_id, token, self._pool, lambda: self._load_state(thread_id))
+                writer = Writer(thread_id, token, self._conn, lambda: self._load_state(thread_id))
             except BaseException:
                 self._writers.pop(thread_id, None)
                 self._leases.release(thread_id)
@@ -403,129 +396,17 @@ class PostgresStore(Logs, Tables, Blobs, Transfers):
         """Record data as it was appended: artifact references loaded, escapes unwrapped."""
         return resolve_refs(data, lambda ref: codec.loads(self.get_artifact(ref.sha256)))
 
-    def follow(self, thread_id: str, after: int = 0, *, interval: float = 0.2) -> Iterator[Record]:
-        """`Store.follow`: the records after ``after``, then each new one, from this or any
-        other process: woken by NOTIFY, reading the table, and at least every ``interval``
-        seconds in case a notification was lost."""
-        records = self.read(thread_id, after)  # ThreadNotFound before the first yield
-        wake = threading.Event()
-        self._start_notifier()
-        with self._wait_lock:
-            self._waiters.setdefault(thread_id, set()).add(wake)
-        try:
-            while True:
-                for record in records:
-                    after = record.ord
-                    yield record
-                wake.wait(interval)
-                wake.clear()
-                records = self.read(thread_id, after)
-        finally:
-            with self._wait_lock:
-                waiting = self._waiters.get(thread_id)
-                if waiting is not None:
-                    waiting.discard(wake)
-                    if not waiting:
-                        del self._waiters[thread_id]
 
-    def watch(self, thread_id: str) -> None:
-        """Deliver the thread's records that *other* processes commit to this store's
-        listeners too (as they are notified; a lost notification is made up by the
-        listener's own reads). Counted: each `watch` needs an `unwatch`. Never blocks."""
-        self._start_notifier(wait=False)
-        with self._wait_lock:
-            self._watched[thread_id] = self._watched.get(thread_id, 0) + 1
-
-    def unwatch(self, thread_id: str) -> None:
-        """Undo one `watch`."""
-        with self._wait_lock:
-            n = self._watched.get(thread_id, 0) - 1
-            if n > 0:
-                self._watched[thread_id] = n
-            else:
-                self._watched.pop(thread_id, None)
-                self._remote_head.pop(thread_id, None)
-
-    def _start_notifier(self, *, wait: bool = True) -> None:
-        with self._wait_lock:
-            if self._notifier is not None or self._closed:
-                return
-            target = self._target
-            self._notifier = Notifier(
-                lambda: psycopg.connect(target.conninfo, **self._kwargs),
-                target.channel,
-                self._on_notify,
-                self._on_gap,
-            )
-        if wait:
-            self._notifier.wait_ready(5.0)
-
-    def _on_notify(self, thread_id: str, first: int, last: int, origin: str) -> None:
-        self._wake(thread_id)
-        if origin == self._origin:
-            return
-        with self._wait_lock:
-            if thread_id not in self._watched:
-                return
-            head = self._remote_head.get(thread_id, first - 1)
-        if last <= head:
-            return
-        try:
-            records = self.read(thread_id, head)
-        except Exception:  # the thread is gone, the database away: the readers poll
-            return
-        records = [r for r in records if r.ord <= last] or records
-        if records:
-            with self._wait_lock:
-                if thread_id in self._watched:
-                    self._remote_head[thread_id] = records[-1].ord
-            self._call_listeners(thread_id, records)
-
-    def _on_gap(self) -> None:
-        with self._wait_lock:
-            events = [e for waiting in self._waiters.values() for e in waiting]
-        for event in events:
-            event.set()
-
-    def _wake(self, thread_id: str) -> None:
-        with self._wait_lock:
-            events = list(self._waiters.get(thread_id, ()))
-        for event in events:
-            event.set()
-
-    # -- listeners -------------------------------------------------------------------------
-
-    def add_listener(self, listener: Listener) -> None:
-        """Call ``listener(thread_id, records)`` once records are committed (from the
-        committing thread, in order per thread; quick, never blocking)."""
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: Listener) -> None:
-        """Stop calling ``listener``; `ValueError` if it was not added."""
-        self._listeners.remove(listener)
-
-    def add_error_listener(self, listener: ErrorListener) -> None:
-        """Call ``listener(error)`` when a group commit fails."""
-        self._error_listeners.append(listener)
-
-    def remove_error_listener(self, listener: ErrorListener) -> None:
-        """Stop calling ``listener``."""
-        self._error_listeners.remove(listener)
-
-    def _on_durable(self, thread_id: str, records: list[Record]) -> None:
-        self._call_listeners(thread_id, records)
-        self._wake(thread_id)
-
-    def _call_listeners(self, thread_id: str, records: list[Record]) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(thread_id, records)
-            except Exception:
-                log.exception("a store listener failed")
-
-    def _on_failure(self, error: StorageError) -> None:
-        for listener in list(self._error_listeners):
-            try:
-                listener(error)
-            except Exception:
-                log.exception("a store error listener failed")
+def _check_durable(conn: psycopg.Connection[Any]) -> None:
+    """Refuse a session whose COMMIT does not wait for the WAL to be flushed (``fsync`` or
+    ``synchronous_commit`` off): an acknowledged record must survive a crash of the server."""
+    settings = {
+        name: str(conn.execute(f"SHOW {name}").fetchone()[0])  # type: ignore[index]
+        for name in ("fsync", "synchronous_commit")
+    }
+    if settings["fsync"] == "off" or settings["synchronous_commit"] == "off":
+        raise StorageError(
+            f"the server runs with fsync={settings['fsync']}, synchronous_commit="
+            f"{settings['synchronous_commit']}: a COMMIT would not be durable, so threadlog "
+            "refuses it (turn both on)"
+        )

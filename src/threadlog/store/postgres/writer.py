@@ -39,9 +39,10 @@ from threadlog.store.admission import Admission
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from contextlib import AbstractContextManager
     from types import EllipsisType
 
-    from psycopg_pool import ConnectionPool
+    import psycopg
 
     from threadlog.errors import LeaseLost, StorageError
     from threadlog.model.state import ThreadState
@@ -113,17 +114,20 @@ class Writer:
         self,
         thread_id: str,
         token: int,
-        pool: ConnectionPool,
+        connection: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
         load_state: Callable[[], ThreadState | None],
     ) -> None:
         self.thread_id = thread_id
         self.token = token
-        self._pool = pool
+        self._connection = connection
         self.lock = threading.Lock()
         self._pending: dict[str, Pending] = {}
+        self._ids: set[str] | None = None
+        """Every event id of the thread, loaded at the first explicit id or parent (one
+        query), then kept up to date: this writer alone appends to the thread."""
         self._lost: LeaseLost | None = None
         self._broken: StorageError | None = None
-        with pool.connection() as conn:
+        with connection() as conn:
             row = conn.execute(
                 "SELECT ord, hash, id FROM events WHERE thread_id = %s ORDER BY ord DESC LIMIT 1",
                 (thread_id,),
@@ -235,17 +239,30 @@ class Writer:
         self.last_hash = digest
         self.last_id = event_id
         self._pending[event_id] = pending
+        if self._ids is not None:
+            self._ids.add(event_id)
         return pending, record
 
     def pending_of(self, id: str) -> Pending | None:
         """The queued append of event ``id``, if it is still on its way."""
         return self._pending.get(id)
 
+    def _known(self, id: str) -> bool:
+        if self._ids is None:
+            with self._connection() as conn:
+                rows = conn.execute(
+                    "SELECT id FROM events WHERE thread_id = %s", (self.thread_id,)
+                ).fetchall()
+            self._ids = {str(r[0]) for r in rows} | set(self._pending)
+        return id in self._ids
+
     def _stored(self, id: str) -> Record | None:
         pending = self._pending.get(id)
         if pending is not None:
             return pending.record
-        with self._pool.connection() as conn:
+        if not self._known(id):
+            return None
+        with self._connection() as conn:
             row = conn.execute(
                 "SELECT ord, line FROM events WHERE thread_id = %s AND id = %s",
                 (self.thread_id, id),
@@ -253,10 +270,4 @@ class Writer:
         return decode_line(self.thread_id, int(row[0]), row[1]) if row else None
 
     def _has(self, id: str) -> bool:
-        if id in self._pending:
-            return True
-        with self._pool.connection() as conn:
-            row = conn.execute(
-                "SELECT 1 FROM events WHERE thread_id = %s AND id = %s", (self.thread_id, id)
-            ).fetchone()
-        return row is not None
+        return id in self._pending or self._known(id)

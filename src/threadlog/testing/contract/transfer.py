@@ -43,14 +43,14 @@ def _source_thread(source: MemoryStore, n: int = 4) -> list[Record]:
 
 
 class TransferTests:
-    """import_thread: verbatim, idempotent, refusing what differs or does not verify."""
+    """adopt_thread: verbatim, idempotent, refusing what differs or does not verify."""
 
     def test_an_imported_thread_is_the_same_log(self, store: Store) -> None:
         dest = _transfer(store)
         with MemoryStore() as source:
             records = _source_thread(source)
             thread = records[0].thread
-            assert dest.import_thread(records) is True
+            assert dest.adopt_thread(records) is True
             assert store.exists(thread) and thread in store.thread_ids()
             assert store.read(thread) == records
             assert store.verify(thread).ok
@@ -69,8 +69,8 @@ class TransferTests:
         dest = _transfer(store)
         with MemoryStore() as source:
             records = _source_thread(source)
-            assert dest.import_thread(records) is True
-            assert dest.import_thread(records) is False
+            assert dest.adopt_thread(records) is True
+            assert dest.adopt_thread(records) is False
             assert store.read(records[0].thread) == records
 
     def test_a_thread_held_with_other_content_is_refused(self, store: Store) -> None:
@@ -78,16 +78,16 @@ class TransferTests:
         with MemoryStore() as source:
             records = _source_thread(source)
             thread = records[0].thread
-            dest.import_thread(records[:5])
+            dest.adopt_thread(records[:5])
             source.append(thread, "custom.note", {"later": 1})
             longer = source.read(thread)
             for other in (longer, records, records[:3]):
                 with pytest.raises(ConflictError, match="ord"):
-                    dest.import_thread(other)
+                    dest.adopt_thread(other)
             assert store.read(thread) == records[:5]
             store.append(thread, "custom.note", {"diverged": 1})
             with pytest.raises(ConflictError, match="ord 6"):
-                dest.import_thread(records[:6])
+                dest.adopt_thread(records[:6])
 
     @pytest.mark.parametrize(
         "damage", ["data", "gap", "chain", "foreign", "ord1", "duplicate_id", "illegal"]
@@ -113,10 +113,10 @@ class TransferTests:
             else:  # an event the reducer refuses, properly hashed: a second turn.started
                 records = _illegal(records)
             with pytest.raises((IntegrityError, UsageError)):
-                dest.import_thread(records)
+                dest.adopt_thread(records)
             assert not store.exists(thread)
         with pytest.raises(UsageError):
-            dest.import_thread([])
+            dest.adopt_thread([])
 
     def test_forks_keep_their_lineage_and_inherited_prefix(self, store: Store) -> None:
         dest = _transfer(store)
@@ -126,7 +126,7 @@ class TransferTests:
             source.append(child, "custom.note", {"child": 1})
             grandchild = source.fork(child)
             for thread in (grandchild, child):  # a fork before its source: no order needed
-                assert dest.import_thread(source.read(thread)) is True
+                assert dest.adopt_thread(source.read(thread)) is True
                 assert store.read(thread) == source.read(thread)
                 assert store.verify(thread).ok
             got = store.read(grandchild)
@@ -140,8 +140,8 @@ class TransferTests:
         dest = _transfer(store)
         with MemoryStore() as source, MemoryStore() as back:
             records = _source_thread(source)
-            dest.import_thread(records)
-            assert back.import_thread(store.read(records[0].thread)) is True
+            dest.adopt_thread(records)
+            assert back.adopt_thread(store.read(records[0].thread)) is True
             assert back.read(records[0].thread) == records
 
 
