@@ -203,6 +203,36 @@ def threadlog_pg(dsn: str, writers: int, appends: int, **options: Any) -> tuple[
         return result
 
 
+def threadlog_async(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
+    """(a, asyncio): the same appends from ``writers`` asyncio tasks on one event loop
+    (``aappend``), as a service or the runtime issues them."""
+    import asyncio
+
+    from threadlog import open_store
+
+    with open_store(dsn) as store:
+        threads = [store.create_thread("bench") for _ in range(writers)]
+        latencies: list[float] = []
+
+        async def writer(thread: str) -> None:
+            for k in range(1, appends + 1):
+                t0 = time.perf_counter()
+                await store.aappend(thread, "custom.bench", {**DATA, "n": k}, durable=True)
+                latencies.append(time.perf_counter() - t0)
+
+        async def run() -> float:
+            began = time.perf_counter()
+            async with asyncio.TaskGroup() as tasks:
+                for thread in threads:
+                    tasks.create_task(writer(thread))
+            return time.perf_counter() - began
+
+        elapsed = asyncio.run(run())
+        for thread in threads:
+            assert store.verify(thread).ok and len(store.read(thread)) == appends + 1
+        return elapsed, latencies
+
+
 def threadlog_unbatched(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
     """(a'): the same through threadlog with ``max_batch=1``: one COMMIT per append (what the
     group commit saves, inside threadlog itself)."""
@@ -259,7 +289,7 @@ def main() -> None:
     parser.add_argument(
         "--only",
         action="append",
-        choices=["baseline", "threadlog", "threadlog-1", "langgraph"],
+        choices=["baseline", "threadlog", "threadlog-async", "threadlog-1", "langgraph"],
         default=None,
     )
     args = parser.parse_args()
@@ -268,6 +298,7 @@ def main() -> None:
     kinds: dict[str, Callable[[str, int, int], tuple[float, list[float]]]] = {
         "baseline": baseline,
         "threadlog": threadlog_pg,
+        "threadlog-async": threadlog_async,
         "threadlog-1": threadlog_unbatched,
         "langgraph": langgraph_pg,
     }
@@ -287,7 +318,7 @@ def main() -> None:
                 elapsed, lat = kinds[kind](dsn, args.writers, args.appends)
             rate = total / elapsed
             results[kind].append((rate, _pct(lat, 0.5) * 1e3, _pct(lat, 0.99) * 1e3))
-            print(f"  round {r + 1} {kind:11} {rate:9,.0f}/s  p50 {results[kind][-1][1]:.2f} ms")
+            print(f"  round {r + 1} {kind:15} {rate:9,.0f}/s  p50 {results[kind][-1][1]:.2f} ms")
     print()
     print("| writer | appends/s | × baseline | p50 | p99 |")
     print("|---|---|---|---|---|")
