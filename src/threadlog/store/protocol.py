@@ -538,36 +538,19 @@ class Artifacts(Protocol):
 
 @runtime_checkable
 class Transfer(Protocol):
-    """Adopting a thread's log verbatim: how ``threadlog copy`` (`threadlog.store.copy`) moves
-    threads between stores, of any backend, with their hashes intact.
+    """Adopting a thread's log verbatim: what ``threadlog copy`` (`threadlog.store.copy`)
+    writes with, so a thread moves between backends with its hashes intact.
 
-    `adopt_thread` takes a whole thread as another store holds it (ords 1..n, as `Store.read`
-    returned them: artifact references unresolved) and keeps it record for record: the same
-    ids, ordinals, parents, timestamps, writing threads (a fork's inherited prefix keeps its
-    ancestors' records) and hashes. Nothing is re-encoded but the canonical JSON each hash is
-    over, so the copy verifies exactly as the original.
-
-    **For backend authors** (the PostgreSQL store too): check the records first with
-    `threadlog.store.transfer.check_import`, which refuses (`IntegrityError`, naming the
-    ordinal) anything `Store.verify` would refuse: a broken hash or chain, a gap, a record of
-    another thread outside a fork's declared prefix, an event the reducer refuses. Then, under
-    whatever makes one writer per thread (a lease, a transaction, a uniqueness constraint):
-
-    * a thread the store does not hold is written **all or nothing** (a crash leaves the whole
-      thread or none of it) and is durable on return: return True;
-    * a thread it holds with the very same records (every hash equal: `same_log`) is left
-      alone: return False, so that a copy run again is a no-op;
-    * a thread it holds with any other content (longer, shorter or different) is refused with
-      `ConflictError` naming the first ordinal that differs, writing nothing.
-
-    (The PostgreSQL store implements it in `threadlog.store.postgres.transfer`, over its own
-    lower-level ``import_thread(lines)``, which takes an embedded rollout's lines and refuses
-    a thread it holds.)
-
-    The blobs the records reference (`Artifacts`) are the caller's to copy first;
-    `adopt_thread` does not look for them (`Store.verify` does, after). The contract suite's
-    ``transfer`` topic (`threadlog.testing.contract.transfer`) runs against every store that
-    has this capability.
+    `adopt_thread` keeps a whole thread as another store's `Store.read` returned it, record for
+    record: the same ids, ordinals, parents, timestamps, writing threads (a fork's inherited
+    prefix included) and hashes. **For backend authors:** check the records first with
+    `threadlog.store.transfer.check_import` (it refuses, naming the ordinal, whatever
+    `Store.verify` would); then a thread the store does not hold is written all or nothing and
+    durably (True); one it holds with the same records (`same_log`) is left alone (False: a
+    copy run again is a no-op); one it holds with other content is refused (`ConflictError`),
+    writing nothing. The blobs the records reference are the caller's to copy first. The
+    contract's ``transfer`` topic runs against every store with this capability; the
+    PostgreSQL store's is `threadlog.store.postgres.transfer`.
     """
 
     def adopt_thread(self, records: Sequence[Record]) -> bool:
