@@ -180,13 +180,16 @@ def test_a_lease_is_exclusive_until_released_or_expired(pg_schemas: Schemas) -> 
         one.append(thread, "custom.n", {"who": 1})  # taken over, with a larger token
         assert one._writers[thread].token > first_token
         with pytest.raises(LeaseLost):  # the database refuses the stale token
-            two.append(thread, "custom.n", {"who": 2})
+            two.append(thread, "turn.started", {"turn_id": "t9", "input": "stale"})
         with pytest.raises(LeaseLost):  # and every later append too, until released
             two.append(thread, "custom.n", {"who": 2}, durable=False)
         assert two.lost(thread) is not None
         records = one.read(thread)
         check_chain(records)
         assert [r.data.get("who") for r in records[1:]] == [1, 2, 1]
+        info = one.thread_info(thread)  # the refused record changed no projection either
+        assert (info.last_ord, info.turns, info.status) == (4, 0, "idle")
+        assert one.turns(thread) == []
         two.release(thread)  # acknowledges the loss; the next append would take it again
         assert two.lost(thread) is None
 

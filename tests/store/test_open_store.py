@@ -161,3 +161,15 @@ def test_a_runtime_takes_a_store_or_a_target(tmp_path: Path) -> None:
 
     asyncio.run(main())
     assert (tmp_path / "home").is_dir()
+
+
+def test_import_threadlog_never_imports_psycopg() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, threadlog, threadlog.cli, threadlog.server.hub, threadlog.store.open\n"
+        "print(sorted(m for m in sys.modules if m.startswith('psycopg')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

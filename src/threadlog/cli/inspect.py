@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from threadlog.cli import EXIT_FAILED, cli, handle_errors, remote, store_options
-from threadlog.cli._store import DiskStore, open_disk_store
+from threadlog.cli._store import DiskStore, location, open_disk_store
 from threadlog.errors import InvalidTransition, UsageError
 from threadlog.store.protocol import VerifyReport
 
@@ -73,7 +73,7 @@ def ls(home: str | None, as_json: bool, principal: str | None, limit: int | None
         _print_json([_thread_json(row.to_dict()) for row in rows[:shown]])
         return
     if not rows:
-        click.echo(f"no threads in {store.home} (try: threadlog demo)")
+        click.echo(f"no threads in {location(store)} (try: threadlog demo)")
         return
     more = len(rows) > (shown or len(rows))
     rows = rows[:shown]
@@ -360,7 +360,7 @@ def rebuild(home: str | None, as_json: bool) -> None:
     start = time.perf_counter()
     with open_store(home) as store:
         if not as_json:
-            click.echo(f"rebuilding the index of {store.home} …", err=True)
+            click.echo(f"rebuilding the index of {location(store)} …", err=True)
         count = store.rebuild()
         rows = store.threads()
     seconds = time.perf_counter() - start

@@ -16,6 +16,7 @@ import orjson
 from threadlog.cli import cli, handle_errors, store_options
 from threadlog.cli._store import open_disk_store
 from threadlog.errors import UsageError
+from threadlog.store.protocol import LocalHome
 
 __all__ = ["memory", "memory_ls", "memory_rm"]
 
@@ -80,7 +81,7 @@ def memory_rm(home: str | None, as_json: bool, memory_id: str, reason: str | Non
 
     with open_disk_store(home) as store:
         rows = [r for r in store.memories(include_revoked=True) if r["memory_id"] == memory_id]
-        home = store.home
+        home = store.home if isinstance(store, LocalHome) else home
     if not rows:
         raise UsageError(f"no memory {memory_id!r}")
     if rows[0]["revoked"]:

@@ -152,6 +152,30 @@ class Tables:
             names = [d.name for d in cur.description or ()]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
+    # -- Maintenance: little to do, the projections commit with the log -----------------------
+
+    @property
+    def problems(self) -> list[dict[str, Any]]:
+        """What the open found and skipped: nothing (a transaction is never half written)."""
+        return []
+
+    def rebuild(self) -> int:
+        """Nothing to rebuild: the projections are written in the transactions that add the
+        records. Returns 0."""
+        return 0
+
+    def missing_threads(self) -> list[str]:
+        """Threads whose log is gone: none (the log and the catalog live in one database)."""
+        return []
+
+    def path_of(self, thread_id: str) -> str:
+        """Where the thread's log is: ``events`` rows of the store's database and schema."""
+        return f"{self!r}, table events, thread_id {thread_id}"
+
+    def durable_end(self, thread_id: str) -> int | None:
+        """None: readers see committed rows only; there is no byte offset to stop at."""
+        return None
+
     # -- Snapshots -------------------------------------------------------------------------
 
     def save_snapshot(

@@ -110,26 +110,37 @@ def insert_records(
     apply_projections(cur, by_thread, channel=channel, origin=origin)
 
 
+_FENCE = "EXISTS (SELECT 1 FROM leases f WHERE f.thread_id = %s AND f.token = %s)"
+"""The condition that makes a projection statement apply only while its thread's fencing
+token is current (the group commit sends them without waiting for the fenced insert)."""
+
+
 def apply_projections(
     cur: psycopg.Cursor[Any],
     by_thread: Mapping[str, Sequence[Row]],
     *,
     channel: str,
     origin: str,
+    fenced: bool = False,
 ) -> None:
     """Update the projections of records just inserted, and notify ``channel`` of each
-    thread's new ordinals; in the caller's transaction (a few statements whatever the batch:
-    the committer sends them in one pipeline)."""
+    thread's new ordinals; in the caller's transaction (a few statements whatever the batch).
+
+    ``fenced``: every statement applies only if the thread's fencing token (the rows'
+    ``fence``) is still its lease's, like `FENCED_INSERT`'s rows, so the committer can send
+    them together with that insert and the COMMIT, in one round trip."""
     ops: list[tuple[str, tuple[Any, ...]]] = []  # in record order: upserts of one row stack
-    updates: list[list[Any]] = [[] for _ in range(7)]
-    notifies = []
+    updates: list[list[Any]] = [[] for _ in range(8)]
+    notifies: list[list[Any]] = [[], [], []]
     for thread_id, rows in by_thread.items():
+        token = rows[0][2] if fenced else None
+        guard = (thread_id, token) if fenced else ()
         new_turns = new_calls = size = 0
         for record, line, _ in rows:
             size += len(line)
             for change in project(record):
                 if change.table == "thread":
-                    ops.extend(_thread_ops(thread_id, change.fields))
+                    ops.extend(_thread_ops(thread_id, change.fields, guard))
                     continue
                 if change.table == "turn" and "started_ord" in change.fields:
                     new_turns += 1
@@ -140,18 +151,24 @@ def apply_projections(
                 sets = ", ".join(f"{n} = EXCLUDED.{n}" for n in names[2:])
                 sql = (
                     f"INSERT INTO {table} ({', '.join(names)}) "
-                    f"VALUES ({', '.join('%s' for _ in names)}) "
+                    f"SELECT {', '.join('%s' for _ in names)}"
+                    f"{f' WHERE {_FENCE}' if guard else ''} "
                     f"ON CONFLICT (thread_id, {key}) DO UPDATE SET {sets}"
                 )
-                ops.append((sql, (thread_id, change.key, *change.fields.values())))
+                ops.append((sql, (thread_id, change.key, *change.fields.values(), *guard)))
         last = rows[-1][0]
         for column, value in zip(
             updates,
-            (thread_id, last.ord, last.hash, last.ts, size, new_turns, new_calls),
+            (thread_id, last.ord, last.hash, last.ts, size, new_turns, new_calls, token),
             strict=True,
         ):
             column.append(value)
-        notifies.append(notify_payload(thread_id, rows[0][0].ord, last.ord, origin))
+        for column, value in zip(
+            notifies,
+            (notify_payload(thread_id, rows[0][0].ord, last.ord, origin), thread_id, token),
+            strict=True,
+        ):
+            column.append(value)
     i = 0
     while i < len(ops):  # consecutive statements of one shape go as one executemany
         j = i
@@ -159,30 +176,45 @@ def apply_projections(
             j += 1
         cur.executemany(ops[i][0], [params for _, params in ops[i:j]])
         i = j
+    current = (
+        "(u.tok IS NULL OR EXISTS (SELECT 1 FROM leases f WHERE f.thread_id = u.id "
+        "AND f.token = u.tok))"
+    )
     cur.execute(
         "UPDATE threads t SET last_ord = u.o, last_hash = u.h, last_ts = u.ts, "
         "bytes = t.bytes + u.b, turns = t.turns + u.nt, tool_calls = t.tool_calls + u.nc "
-        "FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], %s::bigint[], "
-        "%s::int[], %s::int[]) AS u(id, o, h, ts, b, nt, nc) WHERE t.thread_id = u.id",
+        "FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::bigint[], "
+        "%b::int[], %b::int[], %b::bigint[]) AS u(id, o, h, ts, b, nt, nc, tok) "
+        f"WHERE t.thread_id = u.id AND {current}",
         updates,
     )
-    cur.execute("SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", (channel, notifies))
+    cur.execute(
+        "SELECT pg_notify(%s, u.p) FROM unnest(%b::text[], %b::text[], %b::bigint[]) "
+        f"AS u(p, id, tok) WHERE {current}",
+        (channel, *notifies),
+    )
 
 
-def _thread_ops(thread_id: str, fields: dict[str, Any]) -> list[tuple[str, tuple[Any, ...]]]:
+def _thread_ops(
+    thread_id: str, fields: dict[str, Any], guard: tuple[Any, ...]
+) -> list[tuple[str, tuple[Any, ...]]]:
     fields = dict(fields)
     title_if_empty = fields.pop("title_if_empty", None)
+    fence = f" AND {_FENCE}" if guard else ""
     ops: list[tuple[str, tuple[Any, ...]]] = []
     if fields:
         sets = ", ".join(f"{name} = %s" for name in fields)
         ops.append(
-            (f"UPDATE threads SET {sets} WHERE thread_id = %s", (*fields.values(), thread_id))
+            (
+                f"UPDATE threads SET {sets} WHERE thread_id = %s{fence}",
+                (*fields.values(), thread_id, *guard),
+            )
         )
     if title_if_empty:
         ops.append(
             (
-                "UPDATE threads SET title = %s WHERE thread_id = %s AND title IS NULL",
-                (title_if_empty, thread_id),
+                f"UPDATE threads SET title = %s WHERE thread_id = %s AND title IS NULL{fence}",
+                (title_if_empty, thread_id, *guard),
             )
         )
     return ops

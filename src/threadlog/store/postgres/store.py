@@ -14,6 +14,7 @@ After `close` the pool is closed; reads still work, each on a connection of its 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -154,6 +155,9 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers):
     ) -> None:
         self.close()
 
+    def __repr__(self) -> str:
+        return repr(self._target)
+
     @property
     def url(self) -> str:
         """The URL the store was opened with."""
@@ -266,7 +270,12 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers):
         check: Callable[[Record], object] | None = None,
     ) -> Record:
         """`append` for asyncio: the commit is awaited, never blocking the event loop
-        (concurrent ``aappend`` calls share commits)."""
+        (concurrent ``aappend`` calls share commits). The first append to a thread reads its
+        state (and takes its lease) in a worker thread; later ones queue at once, on the loop
+        (so that ``check`` runs in the caller's thread, as with `append`)."""
+        writer = self._writers.get(thread_id)
+        if (writer is None or not writer.prepared) and not self._closed and is_uuid(thread_id):
+            await asyncio.to_thread(self._prepare, thread_id)
         pending, record = self._submit(
             thread_id, type, data, durable, id, parent, expect_ord, check
         )
@@ -314,6 +323,13 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers):
                     return (pending if durable else None), record
                 replayed = writer.pending_of(record.id)
             return replayed, record
+
+    def _prepare(self, thread_id: str) -> None:
+        """Open the thread's writer and read its state, ahead of an `aappend`."""
+        try:
+            self._writer(thread_id).prepare()
+        except Exception:  # the append itself raises it, in its own words
+            pass
 
     def _offload(self, value: Any, value_json: bytes) -> ArtifactRef:
         return self.put_artifact(

@@ -137,7 +137,28 @@ class Writer:
         self.next_ord = int(row[0]) + 1
         self.last_hash: str = row[1]
         self.last_id: str = row[2]
+        self._load_state = load_state
         self.admission = Admission(thread_id, load_state)
+        self.prepared = False
+        """Whether `prepare` ran: the next append needs no database round trip before its
+        commit (an event loop may then call `submit` without blocking)."""
+
+    def prepare(self) -> None:
+        """Read what the first append would read (the thread's state, its ids) now, so that
+        it does not wait for the database. Idempotent; safe beside appends."""
+        if self.prepared:
+            return
+        state = self._load_state()
+        with self.lock:
+            if not self.admission_ready:
+                self.admission = Admission(self.thread_id, self._load_state, first=lambda: state)
+            self._known("")
+            self.prepared = True
+
+    @property
+    def admission_ready(self) -> bool:
+        """Whether the legality state was built (by a first append)."""
+        return bool(self.admission._ready)
 
     # -- the committer's side ----------------------------------------------------------------
 
