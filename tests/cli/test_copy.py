@@ -155,6 +155,8 @@ def test_embedded_to_postgres_and_back_keeps_every_byte(
         assert b.resolve(b.read(threads["big"])[-1].data) == a.resolve(
             a.read(threads["big"])[-1].data
         )
+    code, out, _ = run("verify", "--store", pg, "--json")  # and through the command line
+    assert code == 0 and len(json.loads(out)) == 4 and all(r["ok"] for r in json.loads(out))
     code, out, _ = run("copy", "--from", src, "--to", pg, "--json")  # again: nothing to do
     assert code == 0 and json.loads(out)["skipped"] == 4
     code, out, err = run("copy", "--from", pg, "--to", back, "--json")
