@@ -60,7 +60,7 @@ def thread(home: str) -> str:
 
 
 def test_formats() -> None:
-    assert FORMATS == ("jsonl", "messages", "html")
+    assert FORMATS == ("jsonl", "messages", "html", "otlp")
 
 
 def test_load_records_loads_artifacts(home: str, thread: str) -> None:

@@ -140,6 +140,7 @@ class Schemas:
         if not self.made:
             return
         with psycopg.connect(self.server, autocommit=True) as conn:
+            conn.execute("SET lock_timeout = '2s'")  # a backend still going: retry, never hang
             for name in self.made:
                 for _ in range(50):
                     try:

@@ -22,7 +22,10 @@ def test_the_hub_streams_what_another_worker_commits(pg_schemas: Schemas) -> Non
             await hub.start()
             try:
                 client = asyncio.create_task(consume(hub.stream(thread, 0), until_ord=41))
-                await asyncio.sleep(0.3)
+                await asyncio.sleep(0.1)
+                notifier = replica._notifier  # watching started the LISTEN thread
+                assert notifier is not None
+                assert await asyncio.to_thread(notifier.wait_ready, 10)
                 started = time.monotonic()
                 for i in range(40):
                     await asyncio.to_thread(

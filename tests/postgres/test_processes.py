@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from tests.postgres.server import Schemas
 from threadlog.errors import LeaseHeld
@@ -157,3 +158,34 @@ def test_kill_9_of_a_writer_loses_no_acknowledged_record(pg_schemas: Schemas) ->
         held = {r.ord: r.hash for r in records}
         assert all(held.get(o) == h for o, h in acked.items()), "an acknowledged record is lost"
         assert len(acked) >= 30
+
+
+def test_the_lease_of_a_killed_holder_is_taken_at_once(pg_schemas: Schemas) -> None:
+    """Its lease would last 30 s more, but its presence lock went with its connection."""
+    url = pg_schemas.new()
+    with PostgresStore(url) as store:
+        thread = store.create_thread("alice")
+        child = Child(url, thread, lease=30.0)
+        try:
+            child.read_until(lambda lines: sum(ln.startswith("ACK") for ln in lines) >= 3)
+            with pytest.raises(LeaseHeld):  # alive: refused
+                store.acquire(thread)
+            child.kill()
+            child.proc.wait()
+            child.read_until(lambda lines: True)
+            killed = time.monotonic()
+            while True:
+                try:
+                    store.acquire(thread)
+                    break
+                except LeaseHeld:
+                    assert time.monotonic() - killed < 5, "waited for the dead holder's lease"
+                    time.sleep(0.05)
+            record = store.append(thread, "custom.after", {})
+            records = store.read(thread)
+            assert records[-1] == record
+            check_chain(records)
+            held = {r.ord: r.hash for r in records}
+            assert all(held[o] == h for o, h in child.acks())
+        finally:
+            child.close()

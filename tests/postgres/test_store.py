@@ -141,6 +141,8 @@ def test_a_failed_commit_fails_its_appends_and_the_store_goes_on(pg_schemas: Sch
     errors: list[StorageError] = []
     with PostgresStore(pg_schemas.new()) as store:
         store.add_error_listener(errors.append)
+        heard: list[Record] = []
+        store.add_listener(lambda _t, records: heard.extend(records))
         thread = store.create_thread("a")
         store.append(thread, "custom.n", {"i": 0})
         # the committer's connection dies under it (a server restart, a network cut)
@@ -154,6 +156,7 @@ def test_a_failed_commit_fails_its_appends_and_the_store_goes_on(pg_schemas: Sch
         records = store.read(thread)
         assert records[-1] == again and again.ord == 3
         check_chain(records)
+        assert heard == records  # the failed append was never heard of
 
 
 # -- leases and fencing -----------------------------------------------------------------------
@@ -353,3 +356,20 @@ def test_a_thread_moves_between_backends_with_its_hashes(pg_schemas: Schemas, tm
         with pytest.raises(IntegrityError):
             remote.import_thread(tampered)
         assert not remote.exists(other)  # nothing written
+
+
+def test_metrics_see_appends_and_commits(pg_schemas: Schemas) -> None:
+    from threadlog.observe import metrics as observe_metrics
+
+    sink = observe_metrics.install()
+    try:
+        with PostgresStore(pg_schemas.new()) as store:
+            thread = store.create_thread("a")
+            store.append(thread, "custom.n", {}, durable=True)
+            store.append(thread, "custom.n", {}, durable=False)
+            store.flush()
+        assert sink.count("threadlog_append_seconds") == 2
+        assert sink.count("threadlog_fsync_seconds") >= 1
+        assert sink.count("threadlog_commit_records") >= 1
+    finally:
+        observe_metrics.uninstall()

@@ -114,6 +114,7 @@ _LAZY = {
     "fork": "live",
     "diff": "export",
     "export": "export",
+    "replay": "trajectory",
     "memory": "memory",
     "serve": "serve",
     "token": "token",

@@ -31,17 +31,42 @@ __all__ = ["diff", "export"]
 
 @cli.command()
 @store_options
-@click.argument("thread")
-@click.argument("a")
-@click.argument("b")
+@click.argument("args", nargs=-1, metavar="THREAD A B | --trajectory A B")
+@click.option(
+    "--trajectory",
+    is_flag=True,
+    help="Compare two threads step by step (tool calls, arguments, results, outcome, tokens, "
+    "cost, time) and name the first divergence.",
+)
+@click.option(
+    "--batch",
+    is_flag=True,
+    help="With --trajectory: pairs A:B of threads, or a source thread (each of its "
+    "replays against it); a table of outcomes.",
+)
 @handle_errors
-def diff(home: str | None, as_json: bool, thread: str, a: str, b: str) -> None:
+def diff(
+    home: str | None, as_json: bool, args: tuple[str, ...], trajectory: bool, batch: bool
+) -> None:
     """Show where two branches of a thread part: A and B are entries (ids or ordinals).
+
+    With --trajectory, A and B are threads (a recording and its replay, say).
 
     \b
     Example:
       threadlog diff THREAD 14 27
+      threadlog diff --trajectory THREAD REPLAY --json
+      threadlog diff --trajectory --batch A1:B1 A2:B2
+      threadlog diff --trajectory --batch SOURCE     every replay of SOURCE
     """
+    if trajectory or batch:
+        from threadlog.cli.trajectory import trajectory_diff
+
+        trajectory_diff(home, as_json, args, batch)
+        return
+    if len(args) != 3:
+        raise UsageError("diff takes THREAD A B (or --trajectory A B)")
+    thread, a, b = args
     with open_disk_store(home) as store:
         records = store.read(thread)
     by_ord = {str(r.ord): r.id for r in records}
@@ -97,7 +122,8 @@ def diff(home: str | None, as_json: bool, thread: str, a: str, b: str) -> None:
     default="jsonl",
     show_default=True,
     help="jsonl: every record; messages: every conversation message "
-    "in log order (all branches, nothing compacted away); html: a readable page.",
+    "in log order (all branches, nothing compacted away); html: a readable page; "
+    "otlp: the thread's spans as OTLP/JSON for an OpenTelemetry collector.",
 )
 @click.option(
     "--output", "-o", type=click.File("w"), default="-", help="Write here instead of stdout."
@@ -110,6 +136,8 @@ def export(home: str | None, as_json: bool, thread: str, fmt: str, output: Any) 
     Example:
       threadlog export THREAD --format messages > messages.json
       threadlog export THREAD --format html -o thread.html
+      threadlog export THREAD --format otlp | curl -H 'Content-Type: application/json' \\
+          --data-binary @- http://localhost:4318/v1/traces
     """
     with open_disk_store(home) as store:
         text = export_thread(store, thread, cast("Format", fmt))

@@ -18,6 +18,8 @@ The formats (`FORMATS`):
     ``ord``, ``entry`` and ``parent`` (`threadlog.export.messages`).
 ``html``
     A self-contained page of those messages (`threadlog.export.html`).
+``otlp``
+    The thread's spans as OTLP/JSON, for an OpenTelemetry collector (`threadlog.export.otlp`).
 
 Every format starts from the records with their artifact references loaded
 (`load_records`): what is exported is what was appended, never a placeholder. Compaction
@@ -38,6 +40,7 @@ from threadlog.errors import UsageError
 from threadlog.export.html import to_html
 from threadlog.export.jsonl import to_jsonl
 from threadlog.export.messages import messages, to_messages_json
+from threadlog.export.otlp import to_otlp
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -57,7 +60,7 @@ __all__ = [
     "to_messages_json",
 ]
 
-Format = Literal["jsonl", "messages", "html"]
+Format = Literal["jsonl", "messages", "html", "otlp"]
 """The name of an export format."""
 
 FORMATS: tuple[Format, ...] = get_args(Format)
@@ -86,6 +89,8 @@ def export_records(records: Sequence[Record], fmt: Format = "jsonl") -> str:
             return to_messages_json(records)
         case "html":
             return to_html(records)
+        case "otlp":
+            return to_otlp(records)
     raise UsageError(f"unknown export format {fmt!r} (one of: {', '.join(FORMATS)})")
 
 

@@ -13,9 +13,11 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from typing import TYPE_CHECKING, Any, assert_never
 
+from threadlog import _hooks
 from threadlog._clock import new_id
 from threadlog.errors import UsageError
 from threadlog.model import snapshot
@@ -37,6 +39,25 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 __all__ = ["Runtime"]
+
+
+_env_checked = False
+
+
+def _runtime_tracer() -> _hooks.RuntimeTracer | None:
+    """The live tracer a new runtime attaches: the installed one, or — the first time, when
+    ``THREADLOG_OTEL`` is set (``1``: traces and metrics; or ``traces``, ``metrics``) — one
+    configured from the standard ``OTEL_*`` variables
+    (`threadlog.observe.live.install_from_env`; needs ``threadlog[otel]``)."""
+    global _env_checked
+    if not _env_checked:
+        _env_checked = True
+        wanted = os.environ.get("THREADLOG_OTEL", "")
+        if wanted and wanted.lower() not in ("0", "false", "no", "off"):
+            from threadlog.observe.live import install_from_env, signals
+
+            install_from_env(signals(wanted) - ({"traces"} if _hooks.TRACER else set()))
+    return _hooks.TRACER
 
 
 class Runtime:
@@ -96,6 +117,13 @@ class Runtime:
         self.tools = ToolRegistry.of(tools)
         self.sessions: dict[str, Session] = {}
         self._closed = False
+        # observability (`threadlog.observe`): nothing unless installed or THREADLOG_OTEL=1
+        self._tracer = _runtime_tracer()
+        if self._tracer is not None:
+            self._tracer.attach(store)
+        self._metrics = _hooks.METRICS
+        if self._metrics is not None:
+            self._metrics.attach(store)
 
     async def __aenter__(self) -> Runtime:
         return self
@@ -268,6 +296,11 @@ class Runtime:
         store = self.store
         base = None
         store.acquire(thread_id)
+        if self._tracer is not None:
+            self._tracer.seed(store, thread_id)
+        if self._metrics is not None:
+            self._metrics.add("threadlog_open_threads", 1)
+            self._metrics.add("threadlog_leases_held", 1)
         if isinstance(store, Snapshots):
             saved = store.load_snapshot(thread_id, snapshot.SNAPSHOT_VERSION)
             loaded = snapshot.load(saved[1]) if saved is not None else None
@@ -279,7 +312,9 @@ class Runtime:
         return session
 
     def _forget(self, session: Session) -> None:
-        self.sessions.pop(session.thread_id, None)
+        if self.sessions.pop(session.thread_id, None) is not None and self._metrics is not None:
+            self._metrics.add("threadlog_open_threads", -1)
+            self._metrics.add("threadlog_leases_held", -1)
 
     async def close(self) -> None:
         """Close every session (the close protocol), then the store if the runtime made it."""
@@ -288,6 +323,13 @@ class Runtime:
         self._closed = True
         for session in list(self.sessions.values()):
             await session.close()
+        if self._tracer is not None or self._metrics is not None:
+            with contextlib.suppress(Exception):  # a failed store: the sessions reported it
+                await asyncio.to_thread(self.store.flush)  # the last records are seen
+        if self._tracer is not None:
+            self._tracer.detach(self.store)
+        if self._metrics is not None:
+            self._metrics.detach(self.store)
         if self._owns_store:
             await asyncio.to_thread(self.store.close)
 

@@ -36,7 +36,7 @@ from fastapi import FastAPI
 from threadlog._version import __version__
 from threadlog.runtime.runtime import Runtime
 from threadlog.runtime.tools import BUILTIN_TOOLS
-from threadlog.server import routes_calls, routes_threads
+from threadlog.server import routes_calls, routes_metrics, routes_threads
 from threadlog.server.auth import Owners
 from threadlog.server.errors import ErrorMiddleware, install_handlers
 from threadlog.server.host import ThreadHost
@@ -185,4 +185,5 @@ def create_app(
     app.add_middleware(ErrorMiddleware, max_body=settings.max_body)
     routes_threads.router.register(app)
     routes_calls.router.register(app)
+    routes_metrics.router.register(app)
     return app

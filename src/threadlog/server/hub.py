@@ -163,6 +163,8 @@ class StreamHub:
         self._topics: dict[str, _Topic] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed: str | None = None
+        self._watching: set[str] = set()
+        """Threads this hub asked a `Watch` store to watch (one `watch` each)."""
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -184,6 +186,8 @@ class StreamHub:
             except ValueError:
                 pass
         tasks = [t.task for t in self._topics.values() if t.task is not None]
+        for thread_id in list(self._watching):
+            self._unwatch(thread_id)
         for topic in self._topics.values():
             topic.signal()
         for task in tasks:
@@ -324,8 +328,9 @@ class StreamHub:
         if topic is None:
             topic = self._topics[thread_id] = _Topic(thread_id, cursor)
             topic.task = asyncio.create_task(self._pump(thread_id, topic), name=f"pump {thread_id}")
-            if isinstance(self._store, Watch):  # records other processes append: heard too
-                self._store.watch(thread_id)
+            if isinstance(self._store, Watch) and self._closed is None:
+                self._store.watch(thread_id)  # records other processes append: heard too
+                self._watching.add(thread_id)
         topic.clients += 1
         return topic
 
@@ -333,10 +338,14 @@ class StreamHub:
         topic.clients -= 1
         if topic.clients == 0 and self._topics.get(thread_id) is topic:
             del self._topics[thread_id]
-            if isinstance(self._store, Watch):
-                self._store.unwatch(thread_id)
+            self._unwatch(thread_id)
             if topic.task is not None:
                 topic.task.cancel()  # it holds no resource; close() awaits the rest
+
+    def _unwatch(self, thread_id: str) -> None:
+        if thread_id in self._watching and isinstance(self._store, Watch):
+            self._watching.discard(thread_id)
+            self._store.unwatch(thread_id)
 
     def _listener(self, thread_id: str, records: list[Record]) -> None:
         """The store's listener (its commit thread): hand watched threads' records to the loop."""

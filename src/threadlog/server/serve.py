@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import ipaddress
 import signal
 import socket
@@ -30,8 +29,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import uvicorn
 
+from threadlog import _hooks
 from threadlog.errors import UsageError
-from threadlog.runtime.models import Model, ModelRequest, Reply, ScriptedModel
+from threadlog.observe.metrics import install as install_metrics
+from threadlog.runtime.modelspec import model_from_spec
 from threadlog.server.app import ServerSettings, create_app
 from threadlog.server.tokens import Authenticator as TokenAuthenticator
 from threadlog.store.protocol import LocalHome
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
     from fastapi import FastAPI
 
+    from threadlog.runtime.models import Model
     from threadlog.server.app import Hub
     from threadlog.server.auth import Authenticator
     from threadlog.store.protocol import Store
@@ -67,51 +69,6 @@ def is_loopback(host: str) -> bool:
 def make_authenticator(store: Store) -> Authenticator:
     """The store's token authenticator (`threadlog.server.tokens`)."""
     return TokenAuthenticator(store)
-
-
-def _echo_script(request: ModelRequest, step: int) -> Reply:
-    last = next((m for m in reversed(request.messages) if m["role"] == "user"), None)
-    text = str(last.get("content") or "") if last else ""
-    return Reply(f"You said: {text}" if text else "Hello.")
-
-
-def model_from_spec(spec: str, *, delay: float = 0.0) -> Model:
-    """The model ``--model`` names.
-
-    ``scripted`` (a model that answers by repeating the input, ``delay`` seconds between
-    words), ``openai:NAME`` or ``anthropic:NAME`` (the provider's API key from
-    ``OPENAI_API_KEY`` / ``ANTHROPIC_API_KEY``), or ``python:MODULE:ATTR``: a `Model`
-    instance, or a class or zero-argument function that makes one. Raises `UsageError`.
-    """
-    kind, _, rest = spec.partition(":")
-    if kind == "scripted" and not rest:
-        return ScriptedModel(_echo_script, delay=delay)
-    if kind == "openai" and rest:
-        from threadlog.runtime.providers import OpenAIChat
-
-        return OpenAIChat(rest)
-    if kind == "anthropic" and rest:
-        from threadlog.runtime.providers import AnthropicMessages
-
-        return AnthropicMessages(rest)
-    if kind == "python" and rest.count(":") == 1:
-        module_name, attr = rest.split(":")
-        try:
-            found: Any = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise UsageError(f"--model {spec}: {exc}") from None
-        if isinstance(found, Model) and not isinstance(found, type):
-            model: Any = found
-        elif callable(found):
-            model = found()
-        else:
-            raise UsageError(f"--model {spec}: {type(found).__name__} is not a model")
-        if not isinstance(model, Model):
-            raise UsageError(f"--model {spec}: {type(model).__name__} is not a model")
-        return model
-    raise UsageError(
-        f"unknown model {spec!r}: give scripted, openai:NAME, anthropic:NAME or python:MODULE:ATTR"
-    )
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -199,6 +156,8 @@ def serve(
             f"the store has no token, so the service would be open to anyone: it serves "
             f"{host} only with a token (threadlog token add PRINCIPAL), or serve on 127.0.0.1"
         )
+    if _hooks.METRICS is None:  # GET /metrics (threadlog.observe.metrics): on for a server
+        install_metrics()
     sock = bind(host, port)
     with sock:
         bound = sock.getsockname()[1]

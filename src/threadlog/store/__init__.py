@@ -1,7 +1,8 @@
 """Storage backends behind one port. They read and write envelopes and never interpret event data.
 
 `Store` is the port every backend implements; `Snapshots`, `Catalog`, `LocalHome`, `Mailbox`,
-`Credentials`, `Maintenance` and `Transfer` are the optional capabilities (check them with ``isinstance``); `open_store` opens a backend by target.
+`Credentials`, `Maintenance`, `Transfer` and `Watch` are the optional capabilities (check them with ``isinstance``); `open_store` opens a backend by target
+(``postgresql://…``: `threadlog.store.postgres.PostgresStore`, imported only then).
 """
 
 from threadlog.store.embedded import EmbeddedStore, default_home
@@ -21,6 +22,7 @@ from threadlog.store.protocol import (
     Store,
     Transfer,
     VerifyReport,
+    Watch,
 )
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "Store",
     "Transfer",
     "VerifyReport",
+    "Watch",
     "default_home",
     "open_store",
 ]

@@ -45,9 +45,11 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
+from threadlog import _hooks
 from threadlog.errors import StorageError
 from threadlog.model.envelope import Record
 from threadlog.store._perms import journal_header
@@ -182,6 +184,10 @@ class Journal:
             self._poison("append failed", failure)
         self.durable_seq = upto
         self._cond.notify_all()
+        metrics = _hooks.METRICS
+        if metrics is not None:
+            metrics.observe("threadlog_commit_records", len(batch))
+            metrics.set("threadlog_queue_depth", len(self._pending))
 
     def _commit(self, batch: list[tuple[RolloutLog, bytes, Record]]) -> None:
         """Make a batch durable, then copy the lines into the rollouts. No lock held.
@@ -206,7 +212,7 @@ class Journal:
             chunk = b"".join(lines)
             try:
                 fops.write_all(rollout.fd, chunk)
-                fops.fdatasync(rollout.fd)
+                self._fdatasync(rollout.fd)
             except BaseException:
                 # Nothing of the batch was acknowledged. Cut it off the file: after a failed
                 # fdatasync the kernel may call those pages clean without their being on disk
@@ -223,7 +229,7 @@ class Journal:
         assert self._fd is not None
         data = b"".join([line for _, line, _ in batch])
         fops.write_all(self._fd, data)
-        fops.fdatasync(self._fd)
+        self._fdatasync(self._fd)
         self._size += len(data)
         for rollout, lines, records in groups.values():
             chunk = b"".join(lines)
@@ -233,6 +239,16 @@ class Journal:
             self._on_durable(rollout, records, rollout.size)
         if self._size >= self._rotate_bytes:
             self._checkpoint(reopen=True)
+
+    def _fdatasync(self, fd: int) -> None:
+        """``fdatasync``, timed when metrics are on (`threadlog._hooks`)."""
+        metrics = _hooks.METRICS
+        if metrics is None:
+            self._fops.fdatasync(fd)
+            return
+        start = time.perf_counter()
+        self._fops.fdatasync(fd)
+        metrics.observe("threadlog_fsync_seconds", time.perf_counter() - start)
 
     def _open_new(self) -> None:
         """Create a journal file: temp name, lock, rename into place, fsync the directory."""

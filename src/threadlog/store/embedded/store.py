@@ -16,7 +16,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from threadlog import _faults
+from threadlog import _faults, _hooks
 from threadlog._clock import new_id, rfc3339
 from threadlog.errors import StorageError, UsageError
 from threadlog.model.policy import durability_of
@@ -269,9 +269,13 @@ class EmbeddedStore(Queries, Blobs):
             InvalidTransition: the reducer refuses the event in the thread's state (checked
                 before ``check``; `threadlog.store.admission`): nothing is written.
         """
+        metrics = _hooks.METRICS
+        start = time.perf_counter() if metrics is not None else 0.0
         seq, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord, check)
         if seq:
             self._journal.wait(seq)
+        if metrics is not None:
+            metrics.observe("threadlog_append_seconds", time.perf_counter() - start)
         return record
 
     async def aappend(
@@ -290,9 +294,13 @@ class EmbeddedStore(Queries, Blobs):
 
         Concurrent ``aappend`` calls on one thread share one fsync (group commit).
         """
+        metrics = _hooks.METRICS
+        start = time.perf_counter() if metrics is not None else 0.0
         seq, record = self._submit(thread_id, type, data, durable, id, parent, expect_ord, check)
         if seq:
             await self._async.wait(seq)
+        if metrics is not None:
+            metrics.observe("threadlog_append_seconds", time.perf_counter() - start)
         return record
 
     def _submit(

@@ -27,6 +27,15 @@ session), so a paused worker cannot block a takeover for longer than that.
 
 A clean `release` deletes the row (the next writer need not wait out the expiry); so does
 `close` for every lease the store holds.
+
+*A crashed holder's leases are taken at once*, without waiting out their expiry: every store
+that holds leases keeps a session-level advisory lock keyed by its holder id
+(``pg_advisory_lock(ns, hashtext(holder))``) on a connection of its own, taken before its
+first lease. The server drops it when that session ends (the process died, its connection
+broke). A would-be taker that finds a lease held tries that lock: if it gets it, the holder
+is gone, and the lease is taken over (with a new token) on the spot. This is a liveness
+shortcut only: a holder whose connection broke while it lives on is fenced off like any
+other stale holder.
 """
 
 from __future__ import annotations
@@ -35,14 +44,14 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from threadlog.errors import LeaseHeld, ThreadNotFound
+import psycopg
+
+from threadlog.errors import LeaseHeld, StorageError, ThreadNotFound
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from contextlib import AbstractContextManager
     from typing import Any
-
-    import psycopg
 
 __all__ = ["LeaseKeeper"]
 
@@ -57,6 +66,13 @@ ON CONFLICT (thread_id) DO UPDATE
     WHERE leases.expires_at < now() OR leases.holder = EXCLUDED.holder
 RETURNING token
 """
+_STEAL = """
+UPDATE leases SET holder = %(holder)s, token = nextval('lease_tokens'),
+    expires_at = now() + %(ttl)s * interval '1 second'
+WHERE thread_id = %(thread)s AND holder = %(dead)s
+RETURNING token
+"""
+_PRESENCE = 0x74686C  # the advisory-lock namespace of holders' presence locks ("thl")
 
 
 class LeaseKeeper:
@@ -67,6 +83,7 @@ class LeaseKeeper:
         holder: this store's unique holder id (written in the lease rows).
         duration: how long a lease lasts without renewal (seconds).
         renew_interval: how often held leases are renewed (seconds, below ``duration``).
+        presence: a new connection of its own, for the holder's presence lock.
         on_lost: called with ``(thread_id, holder now or None)`` for a lease found taken over.
     """
 
@@ -78,8 +95,11 @@ class LeaseKeeper:
         duration: float,
         renew_interval: float,
         on_lost: Callable[[str, str | None], None],
+        presence: Callable[[], psycopg.Connection[Any]],
     ) -> None:
         self._connection = connection
+        self._connect_presence = presence
+        self._presence: psycopg.Connection[Any] | None = None
         self.holder = holder
         self.duration = duration
         self.renew_interval = renew_interval
@@ -97,6 +117,7 @@ class LeaseKeeper:
     def take(self, thread_id: str) -> int:
         """Take the thread's lease; its fencing token. Raises `LeaseHeld` (another live
         holder), `ThreadNotFound`."""
+        self._ensure_presence()
         with self._connection() as conn:
             row = conn.execute(
                 _TAKE, {"thread": thread_id, "holder": self.holder, "ttl": self.duration}
@@ -112,12 +133,53 @@ class LeaseKeeper:
                     if exists is None:
                         raise ThreadNotFound(thread_id)
                     return self.take(thread_id)  # released between the two statements
-                raise LeaseHeld(thread_id, str(other[0]))
+                holder = str(other[0])
+                row = self._take_from_the_dead(conn, thread_id, holder)
+                if row is None:
+                    raise LeaseHeld(thread_id, holder)
         token = int(row[0])
         with self._lock:
             self._held[thread_id] = token
         self._ensure_renewer()
         return token
+
+    def _take_from_the_dead(
+        self, conn: psycopg.Connection[Any], thread_id: str, holder: str
+    ) -> tuple[Any, ...] | None:
+        """Take the lease over if its holder's presence lock is free (module docstring)."""
+        got = conn.execute(
+            "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (_PRESENCE, holder)
+        ).fetchone()
+        if not got or not got[0]:
+            return None  # alive
+        conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (_PRESENCE, holder))
+        log.info("thread %s: its lease holder %s is gone; taking the lease over", thread_id, holder)
+        return conn.execute(
+            _STEAL,
+            {"thread": thread_id, "holder": self.holder, "ttl": self.duration, "dead": holder},
+        ).fetchone()
+
+    def _ensure_presence(self) -> None:
+        """Hold this store's presence lock on a connection of its own (module docstring)."""
+        with self._lock:
+            conn = self._presence
+            if conn is not None and not conn.closed and not conn.broken:
+                return
+            if conn is not None:
+                conn.close()
+            self._presence = None
+            try:
+                conn = self._connect_presence()
+            except psycopg.Error as exc:
+                raise StorageError(f"cannot hold this store's presence lock: {exc}") from exc
+            try:
+                conn.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (_PRESENCE, self.holder))
+            except BaseException as exc:
+                conn.close()
+                if isinstance(exc, psycopg.Error):
+                    raise StorageError(f"cannot hold this store's presence lock: {exc}") from exc
+                raise
+            self._presence = conn
 
     def release(self, thread_id: str) -> None:
         """Give the lease up (delete its row, if it is still ours)."""
@@ -143,6 +205,9 @@ class LeaseKeeper:
             self._thread = None
         with self._lock:
             held, self._held = self._held, {}
+            presence, self._presence = self._presence, None
+        if presence is not None:
+            presence.close()
         if held:
             with self._connection() as conn:
                 conn.execute(
@@ -155,6 +220,7 @@ class LeaseKeeper:
         held = self.held()
         if not held:
             return
+        self._ensure_presence()  # a presence connection that broke is made again
         with self._connection() as conn:
             rows = conn.execute(
                 "UPDATE leases SET expires_at = now() + %s * interval '1 second' "

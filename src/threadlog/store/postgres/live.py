@@ -107,7 +107,7 @@ class Live:
                 self._on_gap,
             )
         if wait:
-            self._notifier.wait_ready(5.0)
+            self._notifier.wait_ready(10.0)  # set on failure too: never longer than a connect
 
     def _on_notify(self, thread_id: str, first: int, last: int, origin: str) -> None:
         self._wake(thread_id)

@@ -29,7 +29,6 @@ from threadlog.store.postgres.writer import decode_line
 from threadlog.store.protocol import VerifyReport
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from contextlib import AbstractContextManager
 
     import psycopg
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
     from threadlog.store.postgres.projections import Row
     from threadlog.store.postgres.schema import Target
 
-__all__ = ["Logs"]
+__all__ = ["Logs", "chain_error", "new_row"]
 
 
 class Logs:
@@ -187,11 +186,11 @@ class Logs:
         now = wall_ns()
         child = new_id(now)
         head_data = to_data(head)[1]
-        header = _row(child, 1, None, rfc3339(now), head.type, head_data, None, new_id(now))
+        header = new_row(child, 1, None, rfc3339(now), head.type, head_data, None, new_id(now))
         out: list[Row] = [header, *((r, line, None) for r, line in source[1:at])]
         if changes:
             out.append(
-                _row(
+                new_row(
                     child,
                     at + 1,
                     last.id,
@@ -280,7 +279,7 @@ def chain_error(thread_id: str, records: list[Record]) -> IntegrityError | None:
     return None
 
 
-def _row(
+def new_row(
     thread_id: str,
     ord_: int,
     parent: str | None,
@@ -315,7 +314,3 @@ def _row(
         digest,
     )
     return record, line, None
-
-
-new_row: Callable[..., Row] = _row
-"""`_row` for the store's `create_thread`."""

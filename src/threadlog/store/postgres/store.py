@@ -20,11 +20,13 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from threadlog import _hooks
 from threadlog._clock import new_id, random_bits, rfc3339, wall_ns
 from threadlog.errors import StorageError, UsageError
 from threadlog.model import codec
@@ -140,6 +142,7 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers):
             duration=lease_duration,
             renew_interval=renew_interval or lease_duration / 3,
             on_lost=self._on_lost,
+            presence=lambda: psycopg.connect(target.conninfo, **self._kwargs),
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -252,10 +255,16 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers):
         type's class; False returns once queued, committed within ``commit_interval``).
         Raises as `Store.append` says, and `LeaseHeld` (another writer holds the thread),
         `LeaseLost` (this store's lease passed to another: the database refused it)."""
+        metrics = _hooks.METRICS
+        start = time.perf_counter() if metrics is not None else 0.0
         pending, record = self._submit(
             thread_id, type, data, durable, id, parent, expect_ord, check
         )
-        return pending.wait() if pending is not None else record
+        if pending is not None:
+            record = pending.wait()
+        if metrics is not None:
+            metrics.observe("threadlog_append_seconds", time.perf_counter() - start)
+        return record
 
     async def aappend(
         self,
@@ -276,10 +285,16 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers):
         writer = self._writers.get(thread_id)
         if (writer is None or not writer.prepared) and not self._closed and is_uuid(thread_id):
             await asyncio.to_thread(self._prepare, thread_id)
+        metrics = _hooks.METRICS
+        start = time.perf_counter() if metrics is not None else 0.0
         pending, record = self._submit(
             thread_id, type, data, durable, id, parent, expect_ord, check
         )
-        return await pending.wait_async() if pending is not None else record
+        if pending is not None:
+            record = await pending.wait_async()
+        if metrics is not None:
+            metrics.observe("threadlog_append_seconds", time.perf_counter() - start)
+        return record
 
     def _submit(
         self,
