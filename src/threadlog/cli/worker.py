@@ -56,7 +56,7 @@ __all__ = ["worker_cmd"]
     type=click.FloatRange(min=0.5),
     metavar="SECONDS",
     help="PostgreSQL: how long a thread's lease outlives a worker that stops renewing it "
-    "(how soon another takes over a dead worker's threads) [default: the store's, 30]. "
+    "without its database session ending (paused, partitioned) [default: the store's, 30]. "
     "The embedded store's lease ends with its process.",
 )
 @handle_errors

@@ -22,8 +22,9 @@ itself (a task of the runtime); the loop only opens and closes sessions.
 Who drives a thread is decided by the thread's single-writer **lease** alone: opening a
 thread takes it, and a thread another live worker holds is refused (`LeaseHeld`) and skipped.
 A worker that dies (kill -9) loses its leases (embedded: the kernel drops its ``flock``;
-PostgreSQL: its lease row expires, as the database's clock says), and the next step of any
-other worker finds its threads interrupted and resumes them. A worker only paused past its
+PostgreSQL: the server ends its session and with it the holder's presence lock, else its
+lease row expires, as the database's clock says), and the next step of any other worker
+finds its threads interrupted and resumes them. A worker only paused past its
 lease (SIGSTOP) finds its appends refused when it wakes (fencing tokens, on PostgreSQL), and
 its sessions fail-stop. Two workers may thus look at the same thread at once: only one can
 write it, and every log stays a single gap-free chain.
