@@ -120,6 +120,8 @@ _LAZY = {
     "serve": "serve",
     "token": "token",
     "db": "db",
+    "copy": "copy",
+    "worker": "worker",
 }
 
 

@@ -29,7 +29,8 @@ turn, across server restarts too.
 
 *Resume at start.* A server killed mid-turn leaves threads with a turn running and a
 ``session.opened`` (source ``api``) never closed. `ThreadHost.resume_interrupted` resumes each
-of them (`Runtime.resume`) unless another live process holds it.
+of them (`Runtime.resume`) unless another live process holds it (`threadlog.runtime.takeover`,
+shared with ``threadlog worker``).
 """
 
 from __future__ import annotations
@@ -40,13 +41,14 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from threadlog.errors import DuplicateEventConflict, IntegrityError, LeaseHeld, UsageError
+from threadlog.errors import DuplicateEventConflict, LeaseHeld
 from threadlog.model.commands import Approve, Cancel, Deny, Resolve, Submit
 from threadlog.runtime.commands import check_command
 from threadlog.runtime.forking import fork_point
 from threadlog.runtime.mailbox_watch import apply_command
+from threadlog.runtime.takeover import interrupted_threads, take_over
 from threadlog.server.errors import ApiError
-from threadlog.store.protocol import Catalog, Mailbox
+from threadlog.store.protocol import Mailbox
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -238,41 +240,17 @@ class ThreadHost:
     # -- start and stop --------------------------------------------------------------------
 
     async def resume_interrupted(self) -> list[str]:
-        """Resume the threads whose turn was running in a server that died (see the module
-        docstring); the threads resumed."""
+        """Resume the threads whose turn was running in a server (or worker) that died (see
+        the module docstring and `threadlog.runtime.takeover`); the threads resumed."""
         resumed = []
-        for thread_id in await asyncio.to_thread(self._interrupted):
-            try:
-                async with self._locked(thread_id):
-                    await self.runtime.resume(thread_id)
-                    self._used[thread_id] = asyncio.get_running_loop().time()
-            except LeaseHeld:
-                continue  # a live process has it: its own session carries on
-            except (UsageError, IntegrityError) as exc:
-                log.warning("thread %s not resumed: %s", thread_id, exc)
-                continue
+        for thread_id in await asyncio.to_thread(interrupted_threads, self.store):
+            async with self._locked(thread_id):
+                if await take_over(self.runtime, thread_id) is None:
+                    continue  # a live process has it (its own session carries on), or damage
+                self._used[thread_id] = asyncio.get_running_loop().time()
             log.info("resumed thread %s (its server stopped mid-turn)", thread_id)
             resumed.append(thread_id)
         return resumed
-
-    def _interrupted(self) -> list[str]:
-        """Threads with a running turn whose last session was a server's and never closed."""
-        store = self.store
-        if isinstance(store, Catalog):
-            candidates = [row.thread_id for row in store.threads() if row.status == "running"]
-        else:
-            candidates = store.thread_ids()
-        found = []
-        for thread_id in candidates:
-            try:
-                state = store.state(thread_id)
-                if state.active_turn is None or state.session is None:
-                    continue
-                if _opened_by(store, thread_id, state.session) == "api":
-                    found.append(thread_id)
-            except Exception as exc:  # a damaged thread is skipped, never fatal to the start
-                log.warning("thread %s not checked for resumption: %s", thread_id, exc)
-        return found
 
     async def reap(self) -> int:
         """Close the sessions idle for ``idle_after`` seconds; how many."""
@@ -314,13 +292,3 @@ def _check(state: ThreadState, command: Command) -> None:
             404, "NotFound", f"no tool call {command.call_id!r} in thread {state.thread_id}"
         )
     check_command(state, command)
-
-
-def _opened_by(store: Store, thread_id: str, session_id: str) -> str | None:
-    """The source of the ``session.opened`` of ``session_id`` (the last one in the log)."""
-    source = None
-    for record in store.read(thread_id):
-        if record.type == "session.opened" and isinstance(record.data, dict):
-            if record.data.get("session_id") == session_id:
-                source = record.data.get("source")
-    return source if isinstance(source, str) else None

@@ -1,7 +1,7 @@
 """Storage backends behind one port. They read and write envelopes and never interpret event data.
 
 `Store` is the port every backend implements; `Snapshots`, `Catalog`, `LocalHome`, `Mailbox`,
-`Credentials`, `Maintenance` and `Watch` are the optional capabilities (check them with ``isinstance``); `open_store` opens a backend by target
+`Credentials`, `Maintenance`, `Transfer` and `Watch` are the optional capabilities (check them with ``isinstance``); `open_store` opens a backend by target
 (``postgresql://…``: `threadlog.store.postgres.PostgresStore`, imported only then).
 """
 
@@ -20,6 +20,7 @@ from threadlog.store.protocol import (
     Maintenance,
     Snapshots,
     Store,
+    Transfer,
     VerifyReport,
     Watch,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "MemoryStore",
     "Snapshots",
     "Store",
+    "Transfer",
     "VerifyReport",
     "Watch",
     "default_home",

@@ -4,8 +4,8 @@ Used for ephemeral sessions (``Runtime(ephemeral=True)``, ``open_store("memory:/
 the executable reference of the store contract (`threadlog.testing.StoreContract`). Records
 are encoded and hash-chained exactly as on disk; large values go to in-memory artifacts; a
 fork inherits its source's records verbatim, as on disk. It implements the `Store` port and
-the `Snapshots`, `Mailbox` and `Credentials` capabilities (the last two in
-`threadlog.store.memory_mailbox` and `threadlog.store.memory_credentials`).
+the `Snapshots`, `Mailbox`, `Credentials` and `Transfer` capabilities (the last three in
+`threadlog.store.memory_mailbox`, `memory_credentials` and `memory_transfer`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from threadlog.store.artifact_check import first_bad_artifact, worse
 from threadlog.store.memory_blobs import MemoryBlobs
 from threadlog.store.memory_credentials import MemoryCredentials
 from threadlog.store.memory_mailbox import MemoryMailbox
+from threadlog.store.memory_transfer import MemoryTransfer
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.protocol import ErrorListener, Listener, VerifyReport
 from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
@@ -61,7 +62,7 @@ def _copy(record: Record, data_json: bytes) -> Record:
     return record._replace(data=codec.loads(data_json))
 
 
-class MemoryStore(MemoryBlobs, MemoryMailbox, MemoryCredentials):
+class MemoryStore(MemoryBlobs, MemoryMailbox, MemoryCredentials, MemoryTransfer):
     """Threads as lists of records in memory. Thread-safe; use as a context manager.
 
     Args:

@@ -15,6 +15,8 @@ which a consumer checks with ``isinstance(store, Snapshots)`` (they are all
   listeners too (a scale-out backend, where many workers write one database).
 * `Artifacts`: store and fetch blobs by hash (a tool's full output, streamed in with bounded
   memory: 000 §17.2); the records that reference them say so, and `Store.verify` checks them.
+* `Transfer`: adopt a thread's records verbatim, as another store holds them (``threadlog
+  copy`` between backends: same ids, ordinals, hashes and lineage).
 
 Every backend implements the whole `Store`; `threadlog.testing.StoreContract` is the test
 suite that holds one to it (a backend's tests subclass it and say how to make a store).
@@ -25,7 +27,7 @@ mypy holds a backend to.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
@@ -58,6 +60,7 @@ __all__ = [
     "Maintenance",
     "Snapshots",
     "Store",
+    "Transfer",
     "VerifyReport",
     "Watch",
 ]
@@ -530,4 +533,29 @@ class Artifacts(Protocol):
     def check_artifact(self, ref: ArtifactRef) -> str | None:
         """What is wrong with a referenced blob (missing, another size, not matching its
         hash), or None when it is there and sound. Reads the blob in chunks."""
+        ...
+
+
+@runtime_checkable
+class Transfer(Protocol):
+    """Adopting a thread's log verbatim: what ``threadlog copy`` (`threadlog.store.copy`)
+    writes with, so a thread moves between backends with its hashes intact.
+
+    `adopt_thread` keeps a whole thread as another store's `Store.read` returned it, record for
+    record: the same ids, ordinals, parents, timestamps, writing threads (a fork's inherited
+    prefix included) and hashes. **For backend authors:** check the records first with
+    `threadlog.store.transfer.check_import` (it refuses, naming the ordinal, whatever
+    `Store.verify` would); then a thread the store does not hold is written all or nothing and
+    durably (True); one it holds with the same records (`same_log`) is left alone (False: a
+    copy run again is a no-op); one it holds with other content is refused (`ConflictError`),
+    writing nothing. The blobs the records reference are the caller's to copy first. The
+    contract's ``transfer`` topic runs against every store with this capability; the
+    PostgreSQL store's is `threadlog.store.postgres.transfer`.
+    """
+
+    def adopt_thread(self, records: Sequence[Record]) -> bool:
+        """Keep ``records`` (one whole thread, ords 1..n) as they are; whether anything was
+        written (False: the store held exactly these records already). Raises `UsageError`
+        (no records, records of more than one log), `IntegrityError` (records that do not
+        verify), `ConflictError` (the store holds the thread with other content)."""
         ...

@@ -1,8 +1,8 @@
 """The embedded store: JSONL rollouts (the truth), a SQLite index, an artifact store.
 
 `EmbeddedStore` keeps every thread in a directory (``<home>``, see `layout`) and implements
-the `Store` port and the `Snapshots`, `Catalog`, `LocalHome`, `Mailbox`, `Credentials` and
-`Maintenance` capabilities.
+the `Store` port and the `Snapshots`, `Catalog`, `LocalHome`, `Mailbox`, `Credentials`,
+`Maintenance` and `Transfer` capabilities.
 
 Theory of operation
 -------------------
@@ -27,7 +27,8 @@ A store that crashes leaves its journal: the next open replays it into the rollo
 (`recovery`, `deadjournals`) and catches the index up from the files (`indexer`). Reads scan
 the rollout itself, never past what is durable, and check it against what the index saw
 acknowledged (`reader`, `rollout`); a snapshot's anchor lets them start in the middle
-(`snapshots`). A fork copies a prefix of a rollout byte for byte into a new one (`fork`).
+(`snapshots`). A fork copies a prefix of a rollout byte for byte into a new one (`fork`); a
+thread copied from another store is written whole as a new rollout (`transfer`).
 
 Modules
 -------
@@ -42,6 +43,7 @@ Modules
 ``reader``       reads, follow, verify, durable-before-visible, the acknowledged marks
 ``snapshots``    snapshots over index rows, and the anchor check that makes them safe
 ``fork``         byte-for-byte forks, verified while they are written
+``transfer``     threads copied from another store adopted verbatim (`Transfer`)
 ``recovery``     replaying dead journals on open and per thread; unborn threads; repairs
 ``deadjournals`` finding, checking and parsing dead journals; replaying one into a rollout
 ``indexer``      the index backlog, the background committer, catch-up, rebuild, queries

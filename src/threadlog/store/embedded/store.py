@@ -43,12 +43,13 @@ from threadlog.store.embedded.reader import Reader
 from threadlog.store.embedded.recovery import Recovery
 from threadlog.store.embedded.rolloutlog import LogClosed
 from threadlog.store.embedded.snapshots import SnapshotKeeper
+from threadlog.store.embedded.transfer import Importer
 from threadlog.store.embedded.writers import OpenLogs
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.validate import normalize_append
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from types import EllipsisType, TracebackType
 
     from threadlog.model.envelope import Record
@@ -135,6 +136,7 @@ class EmbeddedStore(Queries, Blobs):
         self._forker = Forker(
             layout, fops, journal, self._logs, self._reader, self._indexer.add_fork
         )
+        self._importer = Importer(layout, fops, self._reader, self._indexer.add_fork)
         self._async = AsyncCommits(journal)
         self._mailbox = MailboxDir(self.home, fops, layout.exists)
         self._credentials = CredentialFile(self.home, fops)
@@ -432,6 +434,12 @@ class EmbeddedStore(Queries, Blobs):
         return self._forker.fork(
             thread_id, at, principal=principal, title=title, kind=kind, changes=changes
         )
+
+    def adopt_thread(self, records: Sequence[Record]) -> bool:
+        """Adopt a thread copied from another store verbatim, as a new rollout written all
+        or nothing; False if this store holds exactly these records already (`Importer`)."""
+        self._check_open()
+        return self._importer.adopt_thread(records)
 
     def save_snapshot(
         self, thread_id: str, payload: bytes, *, ord: int, hash: str, version: str

@@ -19,7 +19,9 @@ What the package holds (each module opens with its theory of operation):
 * `notify`: LISTEN/NOTIFY as the wake-up of readers in any process, the table as the truth.
 * `logs`: read, verify, fork, and threads moved in and out verbatim (`import_thread`,
   `thread_lines`); `projections`: records and their catalog rows in one
-  transaction; `catalog`: catalog, snapshots, mailbox, credentials; `blobs`: artifacts.
+  transaction; `catalog`: catalog, snapshots, mailbox, credentials; `blobs`: artifacts;
+  `transfer`: the `Transfer` capability (``adopt_thread``, what ``threadlog copy`` writes
+  with) over `import_thread`.
 
 The log is the ``events`` table: ``PRIMARY KEY (thread_id, ord)``, ``UNIQUE (thread_id, id)``
 (an event id is unique within its thread; a fork's inherited records keep their ids), the
@@ -27,7 +29,8 @@ envelope's columns and the record's canonical line, byte for byte what an embedd
 holds, so hashes verify the same way and a thread copied between backends keeps its hashes.
 
 Public surface (what other code may rely on): `PostgresStore` (the `Store` port plus the
-`Catalog`, `Snapshots`, `Mailbox`, `Credentials` and `Artifacts` capabilities, and
+`Catalog`, `Snapshots`, `Mailbox`, `Credentials`, `Artifacts` and `Transfer` capabilities,
+and
 ``acquire``/``release``/``lost``/``renew_leases``/``watch``/``unwatch``/``commits``/``holder``/
 ``import_thread``/``thread_lines``; options ``lease_duration``, ``renew_interval``,
 ``commit_interval``, ``max_batch``, ``pool_size``, ``create_schema``, ``schema``),

@@ -193,7 +193,8 @@ class Committer:
                     p.fail(error)
                     p.writer.break_(error)
             finally:
-                taken.future.set_result(None)
+                if not taken.future.done():  # never cancelled (waiters shield it): defensive
+                    taken.future.set_result(None)
                 with self._cond:
                     self._done += len(batch)
                     self._cond.notify_all()

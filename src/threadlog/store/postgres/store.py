@@ -46,6 +46,7 @@ from threadlog.store.postgres.live import Live
 from threadlog.store.postgres.logs import Logs, new_row
 from threadlog.store.postgres.projections import insert_records
 from threadlog.store.postgres.schema import check_schema, parse_url
+from threadlog.store.postgres.transfer import Transfers
 from threadlog.store.postgres.writer import Pending, Writer
 from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
 
@@ -63,7 +64,7 @@ __all__ = ["PostgresStore"]
 log = logging.getLogger("threadlog.store")
 
 
-class PostgresStore(Live, Logs, Tables, Blobs):
+class PostgresStore(Live, Logs, Tables, Blobs, Transfers):
     """An event store in a PostgreSQL database. Thread-safe; use as a context manager.
 
     Args:

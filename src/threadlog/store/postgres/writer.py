@@ -101,7 +101,9 @@ class Pending:
     async def wait_async(self) -> Record:
         """`wait` for asyncio."""
         assert self.batch is not None
-        await asyncio.wrap_future(self.batch.future)
+        # shielded: a cancelled waiter must not cancel the batch's shared future (the
+        # commit goes on, the other waiters need its result, and the committer sets it)
+        await asyncio.shield(asyncio.wrap_future(self.batch.future))
         if self.error is not None:
             raise self.error
         return self.record

@@ -10,7 +10,7 @@ A backend's test module subclasses it and says how to make a fresh store::
 
 pytest then runs every test below against it (the ``store`` fixture makes one per test and
 closes it after). The tests use the port only, plus a capability when the store has it
-(`Snapshots`, `Mailbox`, `Credentials`). Listeners of a durable backend are called once
+(`Snapshots`, `Mailbox`, `Credentials`, `Transfer`). Listeners of a durable backend are called once
 records are durable, so the tests ``flush()`` before looking at what a listener saw.
 
 The tests live in one module per topic, each a plain class of test methods that
@@ -30,6 +30,8 @@ The tests live in one module per topic, each a plain class of test methods that
 * ``mailbox``: the optional `Mailbox`: post, pending, done.
 * ``credentials``: the optional `Credentials`: the service's token digests added, listed,
   removed.
+* ``transfer``: the optional `Transfer`: a thread from another store adopted verbatim
+  (``threadlog copy``), idempotent, refusing other content and records that do not verify.
 
 This package imports pytest; ``import threadlog`` and ``import threadlog.testing`` never
 import it (pytest is no runtime dependency).
@@ -59,6 +61,7 @@ from threadlog.testing.contract.legality import LegalityTests
 from threadlog.testing.contract.lifecycle import LifecycleTests
 from threadlog.testing.contract.mailbox import MailboxTests
 from threadlog.testing.contract.refusals import RefusalTests
+from threadlog.testing.contract.transfer import TransferTests
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -82,6 +85,7 @@ class StoreContract(
     LifecycleTests,
     MailboxTests,
     CredentialTests,
+    TransferTests,
 ):
     """The store contract as a pytest test class; override `make_store`."""
 

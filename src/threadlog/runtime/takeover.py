@@ -1,0 +1,119 @@
+"""Finding the work a dead process left, and taking it over: shared by the server and workers.
+
+Theory of operation
+-------------------
+A process that drives threads (``threadlog serve``, ``threadlog worker``) can die mid-turn: its
+threads keep a running turn and a ``session.opened`` that never closed. Another such process
+finds them (`interrupted_threads`) and resumes each (`take_over` → `Runtime.resume`: the
+recovery of `threadlog.runtime.resume`: unfinished tool calls classified, the turn ended
+``interrupted``, a new turn carrying on with the task).
+
+Whether the dead process is really dead is the **lease's** to say, never a guess from the
+log: resuming takes the thread's single-writer lease first (`Store.acquire`), and a live
+holder refuses it (`LeaseHeld`), so its own session carries on. On the embedded store the
+lease is an ``flock`` that the kernel drops when its holder dies; on PostgreSQL it is a row
+with an expiry on the database's clock that its holder renews, and with fencing tokens
+a holder that was only paused past its expiry can no longer write once another has taken
+over. The same code is therefore right on both.
+
+Only threads whose unclosed session was opened by a service (source ``api``: the server and
+workers) are taken over: a thread a user's own program (``sdk``) or the command line was
+driving is left for that program to resume.
+
+`waiting_threads` finds new work: input queued while nobody drove the thread (``threadlog
+send``), and commands waiting in the store's `Mailbox`; `Runtime.open` applies both (a turn
+starts with the oldest queued input).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from threadlog.errors import IntegrityError, LeaseHeld, UsageError
+from threadlog.store.protocol import Catalog, Mailbox
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from threadlog.runtime.runtime import Runtime
+    from threadlog.runtime.session import Session
+    from threadlog.store.protocol import Store
+
+__all__ = ["interrupted_threads", "opened_by", "take_over", "waiting_threads"]
+
+log = logging.getLogger("threadlog.runtime")
+
+SERVICE_SOURCES = ("api",)
+"""The sources of the sessions a service may take over (`threadlog.model.events`)."""
+
+
+def interrupted_threads(
+    store: Store, *, sources: Iterable[str] = SERVICE_SOURCES, skip: Iterable[str] = ()
+) -> list[str]:
+    """Threads with a running turn whose last session was opened by one of ``sources`` and
+    never closed (candidates: whether their process is gone is the lease's to say). A
+    thread that cannot be read is skipped and logged, never fatal."""
+    wanted, skipped = set(sources), set(skip)
+    if isinstance(store, Catalog):
+        candidates = [row.thread_id for row in store.threads() if row.status == "running"]
+    else:
+        candidates = store.thread_ids()
+    found = []
+    for thread_id in candidates:
+        if thread_id in skipped:
+            continue
+        try:
+            state = store.state(thread_id)
+            if state.active_turn is None or state.session is None:
+                continue
+            if opened_by(store, thread_id, state.session) in wanted:
+                found.append(thread_id)
+        except Exception as exc:  # a damaged thread is skipped, never fatal to the caller
+            log.warning("thread %s not checked for resumption: %s", thread_id, exc)
+    return found
+
+
+def waiting_threads(store: Store, *, skip: Iterable[str] = ()) -> list[str]:
+    """Threads with new work and no running turn: input queued while nobody drove them, or
+    commands waiting in the store's mailbox."""
+    skipped = set(skip)
+    found = []
+    for thread_id in store.thread_ids():
+        if thread_id in skipped:
+            continue
+        try:
+            if isinstance(store, Mailbox) and store.pending(thread_id):
+                found.append(thread_id)
+                continue
+            state = store.state(thread_id)
+            if state.active_turn is None and state.pending_inputs:
+                found.append(thread_id)
+        except Exception as exc:
+            log.warning("thread %s not checked for work: %s", thread_id, exc)
+    return found
+
+
+async def take_over(runtime: Runtime, thread_id: str, *, resume: bool = True) -> Session | None:
+    """Open ``thread_id`` in ``runtime`` to drive it: `Runtime.resume` (an interrupted turn)
+    or, without ``resume``, `Runtime.open` (queued work). None when a live process holds
+    the thread (`LeaseHeld`: it carries on itself) or the thread cannot be opened (logged)."""
+    try:
+        if resume:
+            return await runtime.resume(thread_id)
+        return await runtime.open(thread_id)
+    except LeaseHeld:
+        return None
+    except (UsageError, IntegrityError) as exc:
+        log.warning("thread %s not taken over: %s", thread_id, exc)
+        return None
+
+
+def opened_by(store: Store, thread_id: str, session_id: str) -> str | None:
+    """The source of the ``session.opened`` of ``session_id`` (the last one in the log)."""
+    source = None
+    for record in store.read(thread_id):
+        if record.type == "session.opened" and isinstance(record.data, dict):
+            if record.data.get("session_id") == session_id:
+                source = record.data.get("source")
+    return source if isinstance(source, str) else None

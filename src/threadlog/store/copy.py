@@ -1,0 +1,185 @@
+"""Copying threads between stores of any backends, record for record (``threadlog copy``).
+
+Theory of operation
+-------------------
+`copy_thread` moves one thread from ``source`` to ``dest`` so that both hold the same log:
+the same ids, ordinals, parents, timestamps, writing threads and hashes (a fork keeps its
+lineage and its inherited prefix, whose records name the ancestors that wrote them).
+
+1. **Read and verify.** The source's records are read (`Store.read` verifies each one) and
+   checked as a whole (`threadlog.store.transfer.check_import`: hashes recomputed, chain,
+   ordinals, lineage, legality) before anything is written anywhere.
+2. **Blobs first.** Each blob a record references (`threadlog.model.refs.referenced`) is
+   streamed from the source's `Artifacts` into the destination's, in chunks (bounded
+   memory), and must come out under the same hash; so the destination never holds a record
+   whose blob it lacks.
+3. **Adopt.** The destination's `Transfer.adopt_thread` writes the thread all or nothing;
+   a thread it already holds with the same records is left alone (a copy run again is a
+   no-op: ``skipped``), one it holds with other content is refused (`ConflictError`).
+4. **Verify after.** The destination's `Store.verify` must pass and its records must have
+   exactly the source's hashes.
+
+`copy_threads` does this for many threads, carrying on past a thread that fails (its error
+is in the result) and reporting progress to a callback. A live writer may append to a
+source thread meanwhile: the copy holds what was durable when it was read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from threadlog.errors import IntegrityError, ThreadlogError, UsageError
+from threadlog.model.refs import referenced
+from threadlog.store.protocol import Artifacts, Transfer
+from threadlog.store.transfer import check_import
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from threadlog.model.envelope import Record
+    from threadlog.model.refs import ArtifactRef
+    from threadlog.store.protocol import Store
+
+__all__ = ["CopyReport", "ThreadCopy", "copy_thread", "copy_threads"]
+
+CHUNK = 1 << 20
+"""Bytes of a blob read and written at a time."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadCopy:
+    """What became of one thread."""
+
+    thread_id: str
+    status: Literal["copied", "skipped", "failed"]
+    """``skipped``: the destination held exactly these records already."""
+    records: int = 0
+    artifacts: int = 0
+    """Blobs copied (or found there already) for the thread's records."""
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON-ready data (``threadlog copy --json``)."""
+        return {
+            "thread": self.thread_id,
+            "status": self.status,
+            "records": self.records,
+            "artifacts": self.artifacts,
+            "error": self.error,
+        }
+
+
+@dataclass(slots=True)
+class CopyReport:
+    """What a copy of many threads did."""
+
+    threads: list[ThreadCopy] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        """How many threads ended with ``status``."""
+        return sum(1 for t in self.threads if t.status == status)
+
+    @property
+    def ok(self) -> bool:
+        """Whether no thread failed."""
+        return self.count("failed") == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON-ready data (``threadlog copy --json``)."""
+        return {
+            "ok": self.ok,
+            "copied": self.count("copied"),
+            "skipped": self.count("skipped"),
+            "failed": self.count("failed"),
+            "records": sum(t.records for t in self.threads if t.status == "copied"),
+            "threads": [t.to_dict() for t in self.threads],
+        }
+
+
+def copy_thread(source: Store, dest: Store, thread_id: str) -> ThreadCopy:
+    """Copy one thread (see the module docstring); `ThreadCopy` says whether it was copied
+    or already there. Raises `UsageError` (a destination that cannot import, a blob the
+    destination cannot hold), `ThreadNotFound`, `IntegrityError` (the source's log or a blob
+    is damaged, or the copy does not verify), `ConflictError` (the destination holds the
+    thread with other content)."""
+    if not isinstance(dest, Transfer):
+        raise UsageError(f"the destination ({type(dest).__name__}) cannot import threads")
+    records = source.read(thread_id)
+    check_import(records)
+    blobs = _copy_blobs(source, dest, thread_id, records)
+    written = dest.adopt_thread(records)
+    report = dest.verify(thread_id)
+    if not report.ok:
+        raise IntegrityError(
+            thread_id,
+            report.first_bad_ord or 0,
+            f"the copy does not verify: {report.error}",
+        )
+    copied = dest.read(thread_id, limit=len(records))
+    if [r.hash for r in copied] != [r.hash for r in records]:
+        raise IntegrityError(thread_id, 1, "the copy's hashes differ from the source's")
+    return ThreadCopy(thread_id, "copied" if written else "skipped", len(records), blobs)
+
+
+def copy_threads(
+    source: Store,
+    dest: Store,
+    thread_ids: Sequence[str] | None = None,
+    *,
+    progress: Callable[[int, int, ThreadCopy], None] | None = None,
+) -> CopyReport:
+    """Copy ``thread_ids`` (default: every thread of the source) one by one; a thread that
+    fails is reported (``failed``, with its error) and the others are still copied.
+    ``progress(done, total, result)`` is called after each thread."""
+    ids = list(source.thread_ids() if thread_ids is None else thread_ids)
+    report = CopyReport()
+    for i, thread_id in enumerate(ids):
+        try:
+            result = copy_thread(source, dest, thread_id)
+        except ThreadlogError as exc:
+            result = ThreadCopy(thread_id, "failed", error=str(exc))
+        report.threads.append(result)
+        if progress is not None:
+            progress(i + 1, len(ids), result)
+    return report
+
+
+def _copy_blobs(source: Store, dest: Store, thread_id: str, records: list[Record]) -> int:
+    """Stream every blob the records reference into the destination; how many."""
+    refs: dict[str, ArtifactRef] = {}
+    for record in records:
+        for ref in referenced(record.type, record.data):
+            refs.setdefault(ref.sha256, ref)
+    if not refs:
+        return 0
+    if not isinstance(source, Artifacts) or not isinstance(dest, Artifacts):
+        raise UsageError(
+            f"thread {thread_id} references {len(refs)} blob(s), and the "
+            f"{'source' if not isinstance(source, Artifacts) else 'destination'} "
+            "holds no artifacts"
+        )
+    for sha256, ref in refs.items():
+        if dest.check_artifact(ref) is None:
+            continue  # there already, sound
+        problem = source.check_artifact(ref)
+        if problem is not None:
+            raise IntegrityError(thread_id, _ord_of(records, sha256), f"blob {sha256}: {problem}")
+        with (
+            source.open_artifact(sha256) as blob,
+            dest.artifact_writer(media_type=ref.media_type) as writer,
+        ):
+            while chunk := blob.read(CHUNK):
+                writer.write(chunk)
+            got = writer.commit(summary=ref.summary)
+        if got.sha256 != sha256:  # changed while it was read
+            raise IntegrityError(thread_id, _ord_of(records, sha256), f"blob {sha256} changed")
+    return len(refs)
+
+
+def _ord_of(records: list[Record], sha256: str) -> int:
+    """The ordinal of the first record referencing the blob."""
+    for record in records:
+        if any(ref.sha256 == sha256 for ref in referenced(record.type, record.data)):
+            return record.ord
+    return 0

@@ -1,0 +1,140 @@
+"""What every backend's `Transfer.adopt_thread` checks before it keeps a copied thread.
+
+A copied thread arrives as the records another store returned (`Store.read`): decoded, with
+their hashes. `check_import` proves they are one whole, sound log before anything is written,
+by the rules `Store.verify` applies to a log at rest:
+
+* ord 1 is the thread's own ``thread.created`` (its ``prev`` is null) and ords run 1..n;
+* each record's hash is recomputed from its fields and the canonical JSON of its data (so a
+  record is accepted only if re-encoding it gives back the very bytes that were hashed);
+* each ``prev`` is the previous record's hash, except that a fork's ord 2 follows the hash its
+  lineage names (``lineage.copied.prev``) and its inherited prefix ends on ``lineage.hash``
+  (`threadlog.model.lineage`);
+* every record was written by the thread, or (in a fork's inherited prefix) by one of the
+  ancestors its lineage names; event ids are unique;
+* the reducer accepts the whole log (an illegal event is refused with its ordinal).
+
+It returns each record's canonical data JSON (what a backend stores or hashes over) and its
+rollout line (the embedded store's format), computed once. `same_log` and `first_difference`
+tell a re-run of a copy (the same records: nothing to do) from a conflicting thread.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from threadlog.errors import IntegrityError, UsageError
+from threadlog.model import codec
+from threadlog.model.envelope import encode_record
+from threadlog.model.eventdata import from_data
+from threadlog.model.events import ThreadCreated
+from threadlog.model.legality import reduce_log
+from threadlog.model.lineage import copied_prefix
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from threadlog.model.envelope import Record
+
+__all__ = ["Adopted", "check_import", "conflict_message", "first_difference", "same_log"]
+
+
+class Adopted(NamedTuple):
+    """One checked record of a thread being imported."""
+
+    record: Record
+    data_json: bytes
+    """The canonical JSON of its data: what its hash is over."""
+    line: bytes
+    """Its rollout line (with the hash and the newline), as the embedded store writes it."""
+
+
+def check_import(records: Sequence[Record]) -> list[Adopted]:
+    """Check that ``records`` are one whole thread's sound log (module docstring).
+
+    Raises:
+        UsageError: no records, or ord 1 is not a ``thread.created``.
+        IntegrityError: a record that does not verify, naming the thread and its ordinal.
+    """
+    if not records:
+        raise UsageError("nothing to import: a thread has at least its thread.created record")
+    first = records[0]
+    thread_id = first.thread
+    if first.type != "thread.created" or first.ord != 1:
+        raise UsageError(f"thread {thread_id}: the first record to import is not its ord 1")
+    try:
+        created = from_data(first.type, first.data)
+        if not isinstance(created, ThreadCreated):  # pragma: no cover - from_data's contract
+            raise UsageError("not a thread.created")
+        inherited = copied_prefix(created.lineage)
+    except (UsageError, ValueError) as exc:
+        raise IntegrityError(thread_id, 1, f"ord 1 is not a valid thread.created: {exc}") from None
+    adopted: list[Adopted] = []
+    ids: set[str] = set()
+    prev: str | None = None
+    for i, record in enumerate(records):
+        ord_ = i + 1
+        writers = inherited.threads if inherited and 2 <= ord_ <= inherited.until else ()
+        if record.ord != ord_:
+            raise IntegrityError(thread_id, ord_, f"record {ord_} holds ord {record.ord}")
+        if ord_ == 2 and inherited is not None:
+            prev = inherited.prev
+        if record.prev != prev:
+            raise IntegrityError(thread_id, ord_, "the hash chain is broken here")
+        if record.thread != thread_id and record.thread not in writers:
+            raise IntegrityError(thread_id, ord_, f"a record of thread {record.thread}")
+        if record.id in ids:
+            raise IntegrityError(thread_id, ord_, f"a second record with id {record.id}")
+        try:
+            data_json = codec.canonical(record.data)
+        except UsageError as exc:
+            raise IntegrityError(thread_id, ord_, f"data that is not JSON: {exc}") from None
+        line, digest = encode_record(
+            id=record.id,
+            thread=record.thread,
+            ord=record.ord,
+            parent=record.parent,
+            ts=record.ts,
+            type=record.type,
+            data_json=data_json,
+            prev=record.prev,
+            v=record.v,
+        )
+        if digest != record.hash:
+            raise IntegrityError(thread_id, ord_, "the record's hash does not match it")
+        if inherited is not None and ord_ == inherited.until and digest != inherited.last:
+            raise IntegrityError(
+                thread_id, ord_, "the last inherited record is not the one the fork names"
+            )
+        ids.add(record.id)
+        adopted.append(Adopted(record, data_json, line))
+        prev = digest
+    if inherited is not None and len(records) < inherited.until:
+        raise IntegrityError(
+            thread_id, len(records) + 1, "the log ends inside the records its fork inherited"
+        )
+    reduce_log(thread_id, records)  # an illegal event: IntegrityError with its ordinal
+    return adopted
+
+
+def first_difference(held: Sequence[Record], records: Sequence[Record]) -> int | None:
+    """The first ordinal at which two logs of a thread differ (by hash; a missing record
+    differs), or None when they are the same."""
+    for i in range(max(len(held), len(records))):
+        if i >= len(held) or i >= len(records) or held[i].hash != records[i].hash:
+            return i + 1
+    return None
+
+
+def same_log(held: Sequence[Record], records: Sequence[Record]) -> bool:
+    """Whether a store holds exactly ``records`` already (every hash equal)."""
+    return first_difference(held, records) is None
+
+
+def conflict_message(thread_id: str, held: Sequence[Record], records: Sequence[Record]) -> str:
+    """Why an import of ``records`` over the ``held`` log is refused."""
+    at = first_difference(held, records)
+    return (
+        f"thread {thread_id} exists here with other content (its {len(held)} records differ "
+        f"from the {len(records)} to import from ord {at}); nothing was written"
+    )
