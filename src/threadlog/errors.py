@@ -11,7 +11,8 @@ Errors are split by audience (who has to act on them)::
     ├── ConflictError               concurrency: somebody else got there first
     │   ├── OrdinalConflict         append(expect_ord=N) but the log is elsewhere
     │   ├── DuplicateEventConflict  the same event id with different content
-    │   └── LeaseHeld               another process holds the thread's single-writer lease
+    │   ├── LeaseHeld               another process holds the thread's single-writer lease
+    │   └── ThreadExists            create_thread(thread_id=…) with other settings, or deleted
     ├── IntegrityError              the log on disk is damaged: carries thread, ord and offset
     ├── StorageError                an I/O failure; the log that saw it is fail-stopped
     │   └── InsecureHome            a home, folder or file that other users own or may write
@@ -38,6 +39,7 @@ __all__ = [
     "InvalidTransition",
     "LeaseHeld",
     "OrdinalConflict",
+    "ThreadExists",
     "RecordTooLarge",
     "RunError",
     "StorageError",
@@ -121,6 +123,15 @@ class LeaseHeld(ConflictError):
         super().__init__(f"thread {thread_id} is open for writing by {holder}")
         self.thread_id = thread_id
         self.holder = holder
+
+
+class ThreadExists(ConflictError):
+    """``create_thread(thread_id=…)`` names a thread held with other settings, or one that was
+    deleted (a deleted id is never silently reused)."""
+
+    def __init__(self, thread_id: str, why: str) -> None:
+        super().__init__(f"thread {thread_id} {why}")
+        self.thread_id = thread_id
 
 
 class IntegrityError(ThreadlogError):

@@ -13,6 +13,7 @@ which a consumer checks with ``isinstance(store, Snapshots)`` (they are all
   that holds a thread's lease, which alone may append to it.
 * `Artifacts`: store and fetch blobs by hash (a tool's full output, streamed in with bounded
   memory: 000 §17.2); the records that reference them say so, and `Store.verify` checks them.
+* `Retention`: delete a thread for good (what framework adapters and ``threadlog gc`` need).
 
 Every backend implements the whole `Store`; `threadlog.testing.StoreContract` is the test
 suite that holds one to it (a backend's tests subclass it and say how to make a store).
@@ -54,6 +55,7 @@ __all__ = [
     "Mailbox",
     "MailboxMessage",
     "Maintenance",
+    "Retention",
     "Snapshots",
     "Store",
     "VerifyReport",
@@ -139,10 +141,17 @@ class Store(Protocol):
         *,
         title: str | None = None,
         lineage: dict[str, Any] | None = None,
+        thread_id: str | None = None,
         **config: Any,
     ) -> str:
         """A new thread whose durable ord 1 is ``thread.created``; returns its id. Raises
-        `UsageError` (bad principal, a lineage only a fork may declare, look-alike refs)."""
+        `UsageError` (bad principal, a lineage only a fork may declare, look-alike refs).
+
+        ``thread_id`` is a caller-chosen id (a UUIDv7 string, e.g. one an adapter derives
+        from a framework's own thread name: `threadlog.model.ids.named_thread_id`). Creating
+        it again with the same principal, title, lineage and config returns it (idempotent);
+        with other settings, or for an id a `Retention.delete_thread` deleted, raises
+        `ThreadExists`."""
         ...
 
     def append(
@@ -508,4 +517,26 @@ class Artifacts(Protocol):
     def check_artifact(self, ref: ArtifactRef) -> str | None:
         """What is wrong with a referenced blob (missing, another size, not matching its
         hash), or None when it is there and sound. Reads the blob in chunks."""
+        ...
+
+
+@runtime_checkable
+class Retention(Protocol):
+    """Deleting threads for good: what framework adapters (LangGraph's ``delete_thread``, the
+    Agents SDK's sessions) and ``threadlog gc`` need.
+
+    A deleted thread's log is removed (its directory entry made durable), its index rows and
+    snapshot go, and its id is remembered as deleted: `Store.create_thread` never silently
+    hands it out again (`ThreadExists`). Artifacts are shared by hash and stay (a later
+    artifact sweep collects unreferenced blobs). The embedded and in-memory stores implement
+    it; the PostgreSQL store is to implement the same capability.
+    """
+
+    def delete_thread(self, thread_id: str) -> bool:
+        """Delete the thread's log and projections; whether there was one. Raises
+        `UsageError` for a malformed id and `LeaseHeld` while another process writes it."""
+        ...
+
+    def deleted(self, thread_id: str) -> bool:
+        """Whether ``thread_id`` was deleted (its id stays taken)."""
         ...

@@ -336,6 +336,20 @@ class Index:
                     self._db.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
 
     @_translated
+    def drop(self, thread_id: str) -> None:
+        """Forget a deleted thread entirely: its rows, acknowledged mark and snapshot."""
+        with self._lock:
+            for table in (
+                "threads",
+                "turns",
+                "tool_calls",
+                "memories",
+                "acknowledged",
+                "snapshots",
+            ):
+                self._db.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+
+    @_translated
     def clear(self) -> None:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")

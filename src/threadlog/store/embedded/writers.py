@@ -41,6 +41,7 @@ from threadlog.store.embedded.leases import Lease
 from threadlog.store.embedded.reader import lost_acknowledged
 from threadlog.store.embedded.rollout import Scan, scan_file
 from threadlog.store.embedded.rolloutlog import RolloutLog
+from threadlog.store.named import check_thread_id, same_creation
 from threadlog.store.validate import check_new_thread, refuse_lookalikes
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from threadlog.store.embedded.layout import Layout
     from threadlog.store.embedded.reader import Reader
     from threadlog.store.embedded.recovery import Recovery
+    from threadlog.store.embedded.retention import Tombstones
     from threadlog.store.embedded.snapshots import SnapshotKeeper
 
 __all__ = ["OpenLogs", "check_writable_format"]
@@ -127,9 +129,13 @@ class OpenLogs:
         title: str | None,
         lineage: dict[str, Any] | None,
         config: dict[str, Any],
+        thread_id: str | None = None,
+        tombstones: Tombstones | None = None,
     ) -> str:
         """Create a thread: its rollout, opened for writing, holding its ``thread.created``
-        record, durably; its id. Raises `UsageError` for settings no thread may have."""
+        record, durably; its id. Raises `UsageError` for settings no thread may have, and
+        for a caller-chosen ``thread_id`` held with other settings or deleted
+        `ThreadExists` (`threadlog.store.named`)."""
         check_new_thread(principal, lineage, config)
         event = ThreadCreated(
             format=FORMAT_VERSION,
@@ -142,7 +148,13 @@ class OpenLogs:
         data_json = codec.canonical(data)
         refuse_lookalikes(event.type, data, data_json)
         now = wall_ns()
-        thread_id = new_id(now)
+        if thread_id is None:
+            thread_id = new_id(now)
+        else:
+            deleted = tombstones is not None and tombstones.deleted(thread_id)
+            check_thread_id(thread_id, deleted=deleted)
+            if self._layout.exists(thread_id):
+                return same_creation(thread_id, self._created_data(thread_id, data), data)
         path = self._layout.path_of(thread_id)
         directory = os.path.dirname(path)
         fd: int | None = None
@@ -198,6 +210,12 @@ class OpenLogs:
                 raise StorageError(f"cannot create thread {thread_id}: {exc}") from exc
             raise
         return thread_id
+
+    def _created_data(self, thread_id: str, wanted: Any) -> Any:
+        """The ``thread.created`` data of a thread on disk (``wanted`` while its creator is
+        still writing its first record)."""
+        head = self._reader.read(thread_id, 0, limit=1)
+        return head[0].data if head else wanted
 
     def evict_locked(self) -> None:
         """Close the least used half of the open logs (`lock` held)."""

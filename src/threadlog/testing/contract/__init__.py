@@ -30,6 +30,8 @@ The tests live in one module per topic, each a plain class of test methods that
 * ``mailbox``: the optional `Mailbox`: post, pending, done.
 * ``credentials``: the optional `Credentials`: the service's token digests added, listed,
   removed.
+* ``retention``: caller-chosen thread ids (idempotent create); the optional `Retention`:
+  delete a thread for good.
 
 This package imports pytest; ``import threadlog`` and ``import threadlog.testing`` never
 import it (pytest is no runtime dependency).
@@ -59,6 +61,7 @@ from threadlog.testing.contract.legality import LegalityTests
 from threadlog.testing.contract.lifecycle import LifecycleTests
 from threadlog.testing.contract.mailbox import MailboxTests
 from threadlog.testing.contract.refusals import RefusalTests
+from threadlog.testing.contract.retention import RetentionTests
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -82,6 +85,7 @@ class StoreContract(
     LifecycleTests,
     MailboxTests,
     CredentialTests,
+    RetentionTests,
 ):
     """The store contract as a pytest test class; override `make_store`."""
 
