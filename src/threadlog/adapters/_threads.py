@@ -1,0 +1,95 @@
+"""`NamedThreads`: a framework's thread names mapped onto threadlog threads.
+
+A framework names its threads itself (LangGraph's ``thread_id``, an Agents SDK
+``session_id``). The adapter's threadlog thread for name ``n`` is
+``named_thread_id(namespace, "n#g")``, created on first use (idempotent, so two processes
+agree on it) with ``adapter`` and ``name`` in its config. ``g`` is the name's *generation*:
+deleting a thread keeps its id taken for good (`Retention`), so a name used again after a
+delete gets the next generation's thread, found by skipping the deleted ones.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from threadlog.errors import UsageError
+from threadlog.model.ids import named_thread_id
+from threadlog.store.protocol import Retention
+
+if TYPE_CHECKING:
+    from threadlog.store.protocol import Store
+
+__all__ = ["NamedThreads"]
+
+
+class NamedThreads:
+    """Find or create the threadlog thread of a framework's thread name."""
+
+    def __init__(self, store: Store, adapter: str, *, principal: str = "local") -> None:
+        self.store = store
+        self.adapter = adapter
+        self.principal = principal
+        self._ids: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def _current(self, name: str) -> str:
+        retention = self.store if isinstance(self.store, Retention) else None
+        generation = 0
+        while True:
+            thread_id = named_thread_id(self.adapter, f"{name}#{generation}")
+            if retention is None or not retention.deleted(thread_id):
+                return thread_id
+            generation += 1
+
+    def find(self, name: str) -> str | None:
+        """The thread of ``name`` if it exists."""
+        with self._lock:
+            thread_id = self._ids.get(name) or self._current(name)
+            if not self.store.exists(thread_id):
+                return None
+            self._ids[name] = thread_id
+            return thread_id
+
+    def get(self, name: str) -> str:
+        """The thread of ``name``, created if it does not exist."""
+        with self._lock:
+            thread_id = self._ids.get(name)
+            if thread_id is None:
+                thread_id = self._current(name)
+                self.store.create_thread(
+                    self.principal,
+                    thread_id=thread_id,
+                    title=f"{self.adapter} {name}"[:200],
+                    adapter=self.adapter,
+                    name=name,
+                )
+                self._ids[name] = thread_id
+            return thread_id
+
+    def delete(self, name: str) -> bool:
+        """Delete the thread of ``name``; whether there was one. Raises `UsageError` for a
+        store without the `Retention` capability."""
+        if not isinstance(self.store, Retention):
+            raise UsageError("this store cannot delete threads (no Retention capability)")
+        with self._lock:
+            thread_id = self._ids.pop(name, None) or self._current(name)
+            return self.store.delete_thread(thread_id)
+
+    def forget(self, name: str) -> None:
+        """Drop the cached id of ``name`` (another process may have deleted it)."""
+        with self._lock:
+            self._ids.pop(name, None)
+
+    def names(self) -> list[tuple[str, str]]:
+        """``(name, thread id)`` of every thread of this adapter in the store (reads each
+        thread's first record: for listings across threads, not the hot path)."""
+        found: list[tuple[str, str]] = []
+        for thread_id in self.store.thread_ids():
+            head = self.store.read(thread_id, limit=1)
+            config: Any = head[0].data.get("config") if head else None
+            if isinstance(config, dict) and config.get("adapter") == self.adapter:
+                name = config.get("name")
+                if isinstance(name, str):
+                    found.append((name, thread_id))
+        return found
