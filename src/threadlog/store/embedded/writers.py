@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from threadlog._clock import new_id, rfc3339, wall_ns
@@ -39,6 +40,7 @@ from threadlog.model.legality import reduce_log
 from threadlog.store.embedded.layout import MiB
 from threadlog.store.embedded.leases import Lease
 from threadlog.store.embedded.reader import lost_acknowledged
+from threadlog.store.embedded.recovery import UNBORN_AGE
 from threadlog.store.embedded.rollout import Scan, scan_file
 from threadlog.store.embedded.rolloutlog import RolloutLog
 from threadlog.store.named import check_thread_id, same_creation
@@ -148,13 +150,14 @@ class OpenLogs:
         data_json = codec.canonical(data)
         refuse_lookalikes(event.type, data, data_json)
         now = wall_ns()
+        named = thread_id is not None
         if thread_id is None:
             thread_id = new_id(now)
         else:
             deleted = tombstones is not None and tombstones.deleted(thread_id)
             check_thread_id(thread_id, deleted=deleted)
             if self._layout.exists(thread_id):
-                return same_creation(thread_id, self._created_data(thread_id, data), data)
+                return same_creation(thread_id, self._created_data(thread_id), data)
         path = self._layout.path_of(thread_id)
         directory = os.path.dirname(path)
         fd: int | None = None
@@ -162,7 +165,12 @@ class OpenLogs:
         submitted = False
         try:
             self._fops.makedirs(directory)
-            fd = self._fops.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            try:
+                fd = self._fops.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            except FileExistsError:
+                if named:  # another creator of the same name got there first
+                    return same_creation(thread_id, self._created_data(thread_id), data)
+                raise
             # The lease locks the rollout itself. Until then nobody else knows the new id,
             # and a catch-up leaves a young file without a record alone.
             lease = Lease(self._layout.locks, thread_id, path)
@@ -211,11 +219,23 @@ class OpenLogs:
             raise
         return thread_id
 
-    def _created_data(self, thread_id: str, wanted: Any) -> Any:
-        """The ``thread.created`` data of a thread on disk (``wanted`` while its creator is
-        still writing its first record)."""
-        head = self._reader.read(thread_id, 0, limit=1)
-        return head[0].data if head else wanted
+    def _created_data(self, thread_id: str) -> Any:
+        """The ``thread.created`` data of a thread on disk, waiting (up to `UNBORN_AGE`) for
+        its creator, in this process or another, to make its first record durable. Raises
+        `StorageError` when it never does (the creator crashed: an unborn thread)."""
+        deadline = time.monotonic() + UNBORN_AGE
+        while True:
+            try:
+                head = self._reader.read(thread_id, 0, limit=1)
+            except ThreadNotFound:  # the file is there, its first record not yet
+                head = []
+            if head:
+                return head[0].data
+            if time.monotonic() > deadline:
+                raise StorageError(
+                    f"thread {thread_id} is being created and never got its first record"
+                )
+            time.sleep(0.002)
 
     def evict_locked(self) -> None:
         """Close the least used half of the open logs (`lock` held)."""
