@@ -31,6 +31,7 @@ _RESOLVED_STATUS = {"done": "done", "retry": "approved", "abort": "aborted"}
 PROJECTED = frozenset(
     {
         "thread.created",
+        "thread.archived",
         "turn.started",
         "turn.ended",
         "tool_call.proposed",
@@ -87,6 +88,9 @@ def project(record: Record) -> list[RowChange]:
                 },
             )
         ]
+    if type_ == "thread.archived":
+        archived = data.get("archived", True) is True
+        return [RowChange("thread", record.thread, {"status": "archived" if archived else "idle"})]
     if type_ == "turn.started":
         turn_id = data.get("turn_id")
         if not isinstance(turn_id, str):

@@ -41,7 +41,7 @@ from threadlog.store.artifact_check import first_bad_artifact, worse
 from threadlog.store.memory_blobs import MemoryBlobs
 from threadlog.store.memory_credentials import MemoryCredentials
 from threadlog.store.memory_mailbox import MemoryMailbox
-from threadlog.store.named import check_thread_id, same_creation
+from threadlog.store.named import archive, check_thread_id, same_creation
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.protocol import ErrorListener, Listener, VerifyReport
 from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
@@ -288,6 +288,10 @@ class MemoryStore(MemoryBlobs, MemoryMailbox, MemoryCredentials):
     def deleted(self, thread_id: str) -> bool:
         """Whether ``thread_id`` was deleted (`Retention`)."""
         return thread_id in self._deleted
+
+    def archive_thread(self, thread_id: str, archived: bool = True) -> bool:
+        """As `EmbeddedStore.archive_thread` (`Retention`)."""
+        return archive(self, thread_id, archived)
 
     def thread_ids(self) -> list[str]:
         """Every thread, oldest first."""

@@ -1,4 +1,5 @@
-"""Caller-chosen thread ids: the check every backend applies to ``create_thread(thread_id=…)``.
+"""Caller-chosen thread ids (the check every backend applies to ``create_thread(thread_id=…)``),
+and archiving, which every backend does alike (`archive`).
 
 An adapter names its threads (`threadlog.model.ids.named_thread_id`) so that it finds a
 framework's thread again without a lookup table; creating one is idempotent. A backend calls
@@ -8,12 +9,16 @@ framework's thread again without a lookup table; creating one is idempotent. A b
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from threadlog.errors import ThreadExists, UsageError
+from threadlog.errors import InvalidTransition, ThreadExists, UsageError
+from threadlog.model.events import ThreadArchived
 from threadlog.model.ids import is_uuid, uuid7_millis
 
-__all__ = ["check_thread_id", "same_creation"]
+if TYPE_CHECKING:
+    from threadlog.store.protocol import Store
+
+__all__ = ["archive", "check_thread_id", "same_creation"]
 
 _SETTINGS = ("principal", "config", "lineage", "title")
 
@@ -35,3 +40,15 @@ def same_creation(thread_id: str, stored: Any, wanted: dict[str, Any]) -> str:
     if not isinstance(stored, dict) or any(stored.get(key) != wanted.get(key) for key in _SETTINGS):
         raise ThreadExists(thread_id, "exists with other settings (principal, title or config)")
     return thread_id
+
+
+def archive(store: Store, thread_id: str, archived: bool) -> bool:
+    """`Retention.archive_thread` for any backend: append ``thread.archived`` unless the
+    thread is in that state already (the reducer refuses a repeat: no read comes first)."""
+    try:
+        store.append(thread_id, ThreadArchived(archived=archived), durable=True)
+    except InvalidTransition:
+        if store.state(thread_id).archived == archived:
+            return False
+        raise
+    return True

@@ -13,7 +13,8 @@ which a consumer checks with ``isinstance(store, Snapshots)`` (they are all
   that holds a thread's lease, which alone may append to it.
 * `Artifacts`: store and fetch blobs by hash (a tool's full output, streamed in with bounded
   memory: 000 §17.2); the records that reference them say so, and `Store.verify` checks them.
-* `Retention`: delete a thread for good (what framework adapters and ``threadlog gc`` need).
+* `Retention`: archive a thread, or delete it for good (what framework adapters and
+  ``threadlog gc`` need).
 
 Every backend implements the whole `Store`; `threadlog.testing.StoreContract` is the test
 suite that holds one to it (a backend's tests subclass it and say how to make a store).
@@ -310,9 +311,14 @@ class Catalog(Protocol):
     """Projections of every thread: listings and remembered facts."""
 
     def threads(
-        self, *, principal: str | None = None, limit: int | None = None
+        self,
+        *,
+        principal: str | None = None,
+        limit: int | None = None,
+        archived: bool | None = False,
     ) -> list[IndexedThread]:
-        """Threads, most recently active first."""
+        """Threads, most recently active first: those not archived (``thread.archived``) by
+        default, only the archived ones with ``archived=True``, all with None."""
         ...
 
     def thread_info(self, thread_id: str) -> IndexedThread:
@@ -522,7 +528,7 @@ class Artifacts(Protocol):
 
 @runtime_checkable
 class Retention(Protocol):
-    """Deleting threads for good: what framework adapters (LangGraph's ``delete_thread``, the
+    """Archiving threads, and deleting them for good: what framework adapters (LangGraph's ``delete_thread``, the
     Agents SDK's sessions) and ``threadlog gc`` need.
 
     A deleted thread's log is removed (its directory entry made durable), its index rows and
@@ -539,4 +545,10 @@ class Retention(Protocol):
 
     def deleted(self, thread_id: str) -> bool:
         """Whether ``thread_id`` was deleted (its id stays taken)."""
+        ...
+
+    def archive_thread(self, thread_id: str, archived: bool = True) -> bool:
+        """Archive the thread (a durable ``thread.archived`` record; nothing is removed) or,
+        with ``archived=False``, restore it; whether that changed anything. Raises
+        `InvalidTransition` while a turn runs, `ThreadNotFound`, `LeaseHeld`."""
         ...

@@ -114,14 +114,23 @@ class Index:
 
     @_translated
     def threads(
-        self, *, principal: str | None = None, limit: int | None = None
+        self,
+        *,
+        principal: str | None = None,
+        limit: int | None = None,
+        archived: bool | None = False,
     ) -> list[IndexedThread]:
-        """Threads, most recently active first."""
+        """Threads, most recently active first (archived ones: see `Catalog.threads`)."""
         sql = f"SELECT {', '.join(THREAD_COLUMNS)} FROM threads"
+        where: list[str] = []
         args: list[Any] = []
         if principal is not None:
-            sql += " WHERE principal = ?"
+            where.append("principal = ?")
             args.append(principal)
+        if archived is not None:
+            where.append("status = 'archived'" if archived else "status != 'archived'")
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY last_ts DESC, thread_id DESC"
         if limit is not None:
             sql += " LIMIT ?"

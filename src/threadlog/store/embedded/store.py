@@ -45,6 +45,7 @@ from threadlog.store.embedded.retention import Tombstones
 from threadlog.store.embedded.rolloutlog import LogClosed
 from threadlog.store.embedded.snapshots import SnapshotKeeper
 from threadlog.store.embedded.writers import OpenLogs
+from threadlog.store.named import archive
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.validate import normalize_append
 
@@ -260,6 +261,11 @@ class EmbeddedStore(Queries, Blobs):
     def deleted(self, thread_id: str) -> bool:
         """Whether ``thread_id`` was deleted (`Retention`)."""
         return self._tombstones.deleted(thread_id)
+
+    def archive_thread(self, thread_id: str, archived: bool = True) -> bool:
+        """Archive (or restore) the thread: a durable ``thread.archived`` record; it leaves
+        the default listing (`Retention`)."""
+        return archive(self, thread_id, archived)
 
     def append(
         self,

@@ -2,16 +2,18 @@
 
 ``create_thread(thread_id=…)`` is idempotent for the same settings and raises `ThreadExists`
 for others; a deleted thread is gone from reads, listings and `exists`, and its id is never
-handed out again. A store without `Retention` skips the delete tests.
+handed out again; an archived thread leaves the default listing and starts no turn until it
+is restored. A store without `Retention` skips the archive and delete tests.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from threadlog.errors import ThreadExists, ThreadNotFound, UsageError
+from threadlog.errors import InvalidTransition, ThreadExists, ThreadNotFound, UsageError
 from threadlog.model.ids import named_thread_id
 from threadlog.store.protocol import Catalog, Retention, Store
+from threadlog.testing.contract._common import check_chain
 
 __all__ = ["RetentionTests"]
 
@@ -23,7 +25,7 @@ def _retention(store: Store) -> Retention:
 
 
 class RetentionTests:
-    """Named threads, delete."""
+    """Named threads, archive, delete."""
 
     def test_a_named_thread_is_created_once(self, store: Store) -> None:
         name = named_thread_id("contract", "one")
@@ -68,3 +70,27 @@ class RetentionTests:
         with pytest.raises(UsageError):
             retention.delete_thread("../elsewhere")
         assert retention.delete_thread(named_thread_id("contract", "never")) is False
+
+    def test_an_archived_thread_leaves_the_listing_and_starts_no_turn(self, store: Store) -> None:
+        retention = _retention(store)
+        kept, old = store.create_thread("a"), store.create_thread("a")
+        store.append(old, "turn.started", {"turn_id": "t", "input": "go"})
+        with pytest.raises(InvalidTransition, match="running"):
+            retention.archive_thread(old)
+        store.append(old, "turn.ended", {"turn_id": "t", "outcome": "completed"})
+        assert retention.archive_thread(old) is True
+        assert retention.archive_thread(old) is False  # already archived: nothing written
+        assert [r.type for r in store.read(old)][-1] == "thread.archived"
+        assert store.state(old).archived
+        with pytest.raises(InvalidTransition, match="archived"):
+            store.append(old, "turn.started", {"turn_id": "t2", "input": "again"})
+        store.append(old, "custom.contract.note", {"n": 1})  # the log stays writable
+        if isinstance(store, Catalog):
+            store.flush()
+            assert [t.thread_id for t in store.threads()] == [kept]
+            assert [t.thread_id for t in store.threads(archived=True)] == [old]
+            assert {t.thread_id for t in store.threads(archived=None)} == {kept, old}
+        assert retention.archive_thread(old, archived=False) is True
+        assert not store.state(old).archived
+        store.append(old, "turn.started", {"turn_id": "t2", "input": "again"})
+        check_chain(store.read(old))
