@@ -112,6 +112,8 @@ _LAZY = {
     "memory": "memory",
     "serve": "serve",
     "token": "token",
+    "archive": "retention",
+    "gc": "retention",
 }
 
 
