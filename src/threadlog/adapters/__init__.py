@@ -2,6 +2,7 @@
 
 * `threadlog.adapters.langgraph`: a LangGraph checkpointer (``threadlog[langgraph]``).
 * `threadlog.adapters.openai_agents`: an OpenAI Agents SDK session (``threadlog[openai-agents]``).
+* `threadlog.adapters.adk`: a Google ADK session service (``threadlog[adk]``).
 
 Each adapter imports its framework, so none is imported by ``import threadlog`` or by this
 package: import the adapter module itself. Every adapter keeps one threadlog thread per
