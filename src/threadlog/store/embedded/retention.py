@@ -15,9 +15,9 @@ otherwise), then, in this order:
 A crash between 1 and 2 leaves a rollout beside its tombstone: the next `delete_thread` of it
 finishes the job (`deleted` already says it is gone for callers that check). Records of the
 thread still in this store's live journal are retired at its next checkpoint; a crash before
-that leaves them in a dead journal naming a rollout that is gone, which the next open lists
-under `Maintenance.problems` (the records are not brought back). Artifacts are shared by hash
-and stay.
+that leaves them in a dead journal, whose recovery skips a tombstoned thread
+(`threadlog.store.embedded.recovery`): the records are not brought back. Artifacts are shared
+by hash and stay.
 """
 
 from __future__ import annotations
