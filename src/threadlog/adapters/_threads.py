@@ -13,9 +13,9 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from threadlog.errors import UsageError
+from threadlog.errors import ThreadNotFound, UsageError
 from threadlog.model.ids import named_thread_id
-from threadlog.store.protocol import Retention
+from threadlog.store.protocol import Catalog, Retention
 
 if TYPE_CHECKING:
     from threadlog.store.protocol import Store
@@ -82,11 +82,22 @@ class NamedThreads:
             self._ids.pop(name, None)
 
     def names(self) -> list[tuple[str, str]]:
-        """``(name, thread id)`` of every thread of this adapter in the store (reads each
-        thread's first record: for listings across threads, not the hot path)."""
+        """``(name, thread id)`` of every thread of this adapter in the store: for listings
+        across threads, not the hot path. With a `Catalog`, the candidates are the index rows
+        whose title is this adapter's; else every thread. Each candidate's first record says
+        its exact name."""
+        if isinstance(self.store, Catalog):
+            prefix = f"{self.adapter} "
+            rows = self.store.threads(archived=None)
+            candidates = [r.thread_id for r in rows if (r.title or "").startswith(prefix)]
+        else:
+            candidates = self.store.thread_ids()
         found: list[tuple[str, str]] = []
-        for thread_id in self.store.thread_ids():
-            head = self.store.read(thread_id, limit=1)
+        for thread_id in candidates:
+            try:
+                head = self.store.read(thread_id, limit=1)
+            except ThreadNotFound:  # deleted meanwhile
+                continue
             config: Any = head[0].data.get("config") if head else None
             if isinstance(config, dict) and config.get("adapter") == self.adapter:
                 name = config.get("name")

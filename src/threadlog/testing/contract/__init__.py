@@ -10,7 +10,7 @@ A backend's test module subclasses it and says how to make a fresh store::
 
 pytest then runs every test below against it (the ``store`` fixture makes one per test and
 closes it after). The tests use the port only, plus a capability when the store has it
-(`Snapshots`, `Mailbox`, `Credentials`). Listeners of a durable backend are called once
+(`Snapshots`, `Mailbox`, `Credentials`, `Retention`). Listeners of a durable backend are called once
 records are durable, so the tests ``flush()`` before looking at what a listener saw.
 
 The tests live in one module per topic, each a plain class of test methods that
