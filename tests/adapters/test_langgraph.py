@@ -55,3 +55,24 @@ def test_a_graph_resumes_from_the_log_and_stores_only_changed_channels(tmp_path:
         assert saver.get_tuple(config) is None
         _graph(saver).invoke({"log": [], "big": "", "count": 0}, config)  # the name again
         assert saver.get_tuple(config) is not None
+
+
+def test_an_async_graph_uses_the_async_methods() -> None:
+    import asyncio
+
+    with open_store("memory://") as store:
+        saver = ThreadlogSaver(store)
+        graph = _graph(saver)
+        config = {"configurable": {"thread_id": "async"}}
+
+        async def twice() -> dict[str, object]:
+            await graph.ainvoke({"log": [], "big": "", "count": 0}, config)
+            await graph.ainvoke({"log": ["more"]}, config)
+            state = await graph.aget_state(config)
+            return dict(state.values)
+
+        values = asyncio.run(twice())
+        assert values["log"] == ["step 0", "more", "step 1"] and values["count"] == 2
+        history = list(saver.list(config))
+        assert len(history) >= 4
+        assert history[0].checkpoint["id"] > history[-1].checkpoint["id"]  # newest first
