@@ -3,7 +3,8 @@
 A framework names its threads itself (LangGraph's ``thread_id``, an Agents SDK
 ``session_id``). The adapter's threadlog thread for name ``n`` is
 ``named_thread_id(namespace, "n#g")``, created on first use (idempotent, so two processes
-agree on it) with ``adapter`` and ``name`` in its config. ``g`` is the name's *generation*:
+agree on it) with ``adapter`` and ``name`` in its ``metadata`` setting (and whatever else the
+adapter lists by: ADK's app and user), which `Catalog.threads(metadata=…)` lists by. ``g`` is the name's *generation*:
 deleting a thread keeps its id taken for good (`Retention`), so a name used again after a
 delete gets the next generation's thread, found by skipping the deleted ones.
 """
@@ -51,8 +52,9 @@ class NamedThreads:
             self._ids[name] = thread_id
             return thread_id
 
-    def get(self, name: str) -> str:
-        """The thread of ``name``, created if it does not exist."""
+    def get(self, name: str, metadata: dict[str, Any] | None = None) -> str:
+        """The thread of ``name``, created if it does not exist (with ``metadata`` beside the
+        adapter and the name, to list it by)."""
         with self._lock:
             thread_id = self._ids.get(name)
             if thread_id is None:
@@ -61,8 +63,7 @@ class NamedThreads:
                     self.principal,
                     thread_id=thread_id,
                     title=f"{self.adapter} {name}"[:200],
-                    adapter=self.adapter,
-                    name=name,
+                    metadata={**(metadata or {}), "adapter": self.adapter, "name": name},
                 )
                 self._ids[name] = thread_id
             return thread_id
@@ -81,15 +82,14 @@ class NamedThreads:
         with self._lock:
             self._ids.pop(name, None)
 
-    def names(self) -> list[tuple[str, str]]:
-        """``(name, thread id)`` of every thread of this adapter in the store: for listings
-        across threads, not the hot path. With a `Catalog`, the candidates are the index rows
-        whose title is this adapter's; else every thread. Each candidate's first record says
-        its exact name."""
+    def names(self, **where: Any) -> list[tuple[str, str]]:
+        """``(name, thread id)`` of every thread of this adapter whose metadata has the
+        values ``where`` gives: from the index (`Catalog.threads(metadata=…)`) when the store
+        has one, else by reading every thread's first record. Not the hot path."""
+        wanted = {**where, "adapter": self.adapter}
         if isinstance(self.store, Catalog):
-            prefix = f"{self.adapter} "
-            rows = self.store.threads(archived=None)
-            candidates = [r.thread_id for r in rows if (r.title or "").startswith(prefix)]
+            rows = self.store.threads(archived=None, metadata=wanted)
+            candidates = [row.thread_id for row in rows]
         else:
             candidates = self.store.thread_ids()
         found: list[tuple[str, str]] = []
@@ -99,8 +99,11 @@ class NamedThreads:
             except ThreadNotFound:  # deleted meanwhile
                 continue
             config: Any = head[0].data.get("config") if head else None
-            if isinstance(config, dict) and config.get("adapter") == self.adapter:
-                name = config.get("name")
+            metadata = config.get("metadata") if isinstance(config, dict) else None
+            if not isinstance(metadata, dict):
+                continue
+            if all(metadata.get(k) == v for k, v in wanted.items()):
+                name = metadata.get("name")
                 if isinstance(name, str):
                     found.append((name, thread_id))
         return found

@@ -31,8 +31,11 @@ derived from the ADK event's id, then the event itself. A crash in between leave
 without its event; the caller's retry of the same event writes the same ids again, which the
 store de-duplicates, then the event: nothing is applied twice.
 
-*Limits.* `list_sessions` reads the first record of every thread in the store (there is no
-index of adapter metadata yet); ``StaleSessionError`` is not raised: the last writer wins.
+*Listing.* A session thread's ``metadata`` setting holds its app and user, so
+`list_sessions` asks the index for them (`Catalog.threads(metadata=…)`), then reads each
+session's thread.
+
+*Limits.* ``StaleSessionError`` is not raised: the last writer wins.
 """
 
 from __future__ import annotations
@@ -195,7 +198,7 @@ class ThreadlogSessionService(BaseSessionService):
             app, user, own = _split(state or {})
             self._put_scope(["app", app_name], app, None)
             self._put_scope(["user", app_name, user_id], user, None)
-            thread_id = self._sessions.get(name)
+            thread_id = self._sessions.get(name, {"app": app_name, "user": user_id})
             created = time.time()
             self.store.append(thread_id, SESSION, {"state": _json_safe(own), "created": created})
             fold = self._fold(thread_id)
@@ -244,10 +247,9 @@ class ThreadlogSessionService(BaseSessionService):
 
     def _list(self, app_name: str, user_id: str | None) -> ListSessionsResponse:
         found: list[Session] = []
-        for name, thread_id in self._sessions.names():
+        where = {"app": app_name} if user_id is None else {"app": app_name, "user": user_id}
+        for name, thread_id in self._sessions.names(**where):
             app, user, session_id = orjson.loads(name)
-            if app != app_name or (user_id is not None and user != user_id):
-                continue
             fold = self._fold(thread_id)
             if fold is not None:
                 found.append(self._session_of(app, user, session_id, fold, []))

@@ -316,9 +316,12 @@ class Catalog(Protocol):
         principal: str | None = None,
         limit: int | None = None,
         archived: bool | None = False,
+        metadata: dict[str, Any] | None = None,
     ) -> list[IndexedThread]:
         """Threads, most recently active first: those not archived (``thread.archived``) by
-        default, only the archived ones with ``archived=True``, all with None."""
+        default, only the archived ones with ``archived=True``, all with None. ``metadata``
+        keeps the threads whose ``metadata`` setting (``create_thread(metadata={...})``, a
+        dict fixed at creation) has every one of these keys with an equal value."""
         ...
 
     def thread_info(self, thread_id: str) -> IndexedThread:

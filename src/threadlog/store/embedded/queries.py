@@ -167,10 +167,13 @@ class Queries:
         principal: str | None = None,
         limit: int | None = None,
         archived: bool | None = False,
+        metadata: dict[str, Any] | None = None,
     ) -> list[IndexedThread]:
         """Threads from the index, most recently active first: not archived by default
         (`Catalog.threads`)."""
-        return self._indexer.threads(principal=principal, limit=limit, archived=archived)
+        return self._indexer.threads(
+            principal=principal, limit=limit, archived=archived, metadata=metadata
+        )
 
     def thread_info(self, thread_id: str) -> IndexedThread:
         """One thread's row from the index; raises `ThreadNotFound`."""

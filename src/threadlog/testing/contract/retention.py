@@ -94,3 +94,19 @@ class RetentionTests:
         assert not store.state(old).archived
         store.append(old, "turn.started", {"turn_id": "t2", "input": "again"})
         check_chain(store.read(old))
+
+    def test_threads_are_listed_by_metadata(self, store: Store) -> None:
+        if not isinstance(store, Catalog):
+            pytest.skip("this store has no catalog (an optional capability)")
+        one = store.create_thread("a", metadata={"app": "x", "user": "u1", "n": 1})
+        two = store.create_thread("a", metadata={"app": "x", "user": "u2"})
+        store.create_thread("a", metadata={"app": "y"})
+        store.create_thread("a")
+        store.flush()
+        assert {t.thread_id for t in store.threads(metadata={"app": "x"})} == {one, two}
+        assert [t.thread_id for t in store.threads(metadata={"app": "x", "user": "u1"})] == [one]
+        assert [t.thread_id for t in store.threads(metadata={"n": 1})] == [one]
+        assert store.threads(metadata={"n": "1"}) == []  # values compare as JSON
+        assert len(store.threads()) == 4
+        with pytest.raises(UsageError, match="metadata"):
+            store.create_thread("a", metadata=["not", "a", "dict"])
