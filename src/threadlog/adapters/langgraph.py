@@ -33,8 +33,9 @@ reading only the records after the last one it saw (another process may append t
 reading a thread costs O(n) once per process, then O(new records).
 
 *Limits.* The projection keeps every decoded blob of a thread it has read in memory (no
-eviction); ``delete_for_runs``, ``copy_thread`` and ``prune`` are not implemented (the
-conformance suite skips them). Deleting needs a store with `Retention`.
+eviction); ``delete_for_runs`` and ``prune`` are not implemented (the conformance suite
+skips them); ``copy_thread`` re-appends the source's records, not atomically. Deleting needs
+a store with `Retention`.
 """
 
 from __future__ import annotations
@@ -318,6 +319,18 @@ class ThreadlogSaver(BaseCheckpointSaver[str]):
             self._threads.pop(thread_id, None)
             self._names.delete(thread_id)
 
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of one thread to another (appended after what
+        the target holds; nothing happens for a source that does not exist). Not atomic: a
+        crash midway leaves a prefix of the source's records in the target."""
+        with self._lock:
+            source = self._names.find(source_thread_id)
+            if source is None:
+                return
+            for record in self.store.read(source):
+                if record.type in (CHECKPOINT, WRITES):
+                    self._append(target_thread_id, record.type, self.store.resolve(record.data))
+
     def get_next_version(self, current: str | None, channel: None) -> str:
         """``"<counter, 32 digits>.<random>"``, increasing (as LangGraph's own savers)."""
         if current is None:
@@ -372,3 +385,7 @@ class ThreadlogSaver(BaseCheckpointSaver[str]):
     async def adelete_thread(self, thread_id: str) -> None:
         """`delete_thread` off the event loop."""
         await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """`copy_thread` off the event loop."""
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
