@@ -32,10 +32,14 @@ checkpoint is rebuilt by looking up each channel's current version from its
 reading only the records after the last one it saw (another process may append too), so
 reading a thread costs O(n) once per process, then O(new records).
 
+* ``custom.langgraph.removed``: ``{ns, ids}``, checkpoints ``delete_for_runs`` or ``prune``
+  removed (with their writes). The log is append-only: what they removed stays in it, for
+  audit, and is gone from every read; `delete_thread` (the store's `Retention`) is the delete
+  that removes the data itself.
+
 *Limits.* The projection keeps every decoded blob of a thread it has read in memory (no
-eviction); ``delete_for_runs`` and ``prune`` are not implemented (the conformance suite
-skips them); ``copy_thread`` re-appends the source's records, not atomically. Deleting needs
-a store with `Retention`.
+eviction; a removed checkpoint's values stay too, being stored by version); ``copy_thread``
+re-appends the source's records, not atomically. Deleting needs a store with `Retention`.
 """
 
 from __future__ import annotations
@@ -74,6 +78,8 @@ __all__ = ["ThreadlogSaver"]
 
 CHECKPOINT = "custom.langgraph.checkpoint"
 WRITES = "custom.langgraph.writes"
+REMOVED = "custom.langgraph.removed"
+OURS = (CHECKPOINT, WRITES, REMOVED)
 
 Typed = tuple[str, bytes]
 
@@ -116,6 +122,11 @@ class _Thread:
                     _dec([type_, b64]),
                     data["task_path"],
                 )
+        elif record.type == REMOVED:
+            held = self.checkpoints.get(data["ns"], {})
+            for checkpoint_id in data["ids"]:
+                held.pop(checkpoint_id, None)
+                self.writes.pop((data["ns"], checkpoint_id), None)
         self.ord = record.ord
 
 
@@ -159,7 +170,7 @@ class ThreadlogSaver(BaseCheckpointSaver[str]):
                 self._threads.pop(name, None)
                 return None
             for record in records:
-                if record.type in (CHECKPOINT, WRITES):
+                if record.type in OURS:
                     folded.apply(record, self.store.resolve(record.data))
                 else:
                     folded.ord = record.ord
@@ -328,8 +339,44 @@ class ThreadlogSaver(BaseCheckpointSaver[str]):
             if source is None:
                 return
             for record in self.store.read(source):
-                if record.type in (CHECKPOINT, WRITES):
+                if record.type in OURS:
                     self._append(target_thread_id, record.type, self.store.resolve(record.data))
+
+    def _remove(self, name: str, ns: str, ids: Sequence[str]) -> None:
+        if ids:
+            self._append(name, REMOVED, {"ns": ns, "ids": sorted(ids)})
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Remove, in every thread, the checkpoints (and their writes) whose metadata names
+        one of ``run_ids``: a ``custom.langgraph.removed`` record per namespace."""
+        wanted = set(run_ids)
+        if not wanted:
+            return
+        with self._lock:
+            for name, _ in self._names.names():
+                folded = self._fold(name)
+                for ns, checkpoints in dict(folded.checkpoints if folded else {}).items():
+                    ids = [
+                        checkpoint_id
+                        for checkpoint_id, (_, meta, _) in checkpoints.items()
+                        if self.serde.loads_typed(meta).get("run_id") in wanted
+                    ]
+                    self._remove(name, ns, ids)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: remove all but each namespace's latest checkpoint (a removal
+        record; the channel values it needs stay, being stored by version); ``delete``: delete
+        the threads."""
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}")
+        with self._lock:
+            for name in thread_ids:
+                if strategy == "delete":
+                    self.delete_thread(name)
+                    continue
+                folded = self._fold(name)
+                for ns, checkpoints in dict(folded.checkpoints if folded else {}).items():
+                    self._remove(name, ns, sorted(checkpoints)[:-1])
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """``"<counter, 32 digits>.<random>"``, increasing (as LangGraph's own savers)."""
@@ -389,3 +436,11 @@ class ThreadlogSaver(BaseCheckpointSaver[str]):
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """`copy_thread` off the event loop."""
         await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """`delete_for_runs` off the event loop."""
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """`prune` off the event loop."""
+        await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
