@@ -39,9 +39,9 @@ def test_archive_then_gc_the_archived(home: str) -> None:
     code, out, err = run("gc", "--older-than", "0s", "--archived", "--dry-run", "--home", home)
     assert (code, out) == (0, f"would delete {old}\n1 thread would delete\n"), err
     code, out, err = run("gc", "--older-than", "30d", "--archived", "--home", home, "--json")
-    assert json.loads(out) == {"deleted": [], "dry_run": False}  # not old enough
+    assert json.loads(out) == {"deleted": [], "dry_run": False, "in_use": []}  # not old enough
     code, out, err = run("gc", "--older-than", "0s", "--archived", "--home", home, "--json")
-    assert (code, json.loads(out)) == (0, {"deleted": [old], "dry_run": False}), err
+    assert (code, json.loads(out)) == (0, {"deleted": [old], "dry_run": False, "in_use": []}), err
     with open_store(home) as store:
         assert store.thread_ids() == [kept]
         assert not os.path.exists(store.path_of(old))
@@ -55,3 +55,35 @@ def test_gc_without_archived_takes_every_old_thread_and_archive_undo(home: str) 
     assert code == 2 and "older-than" in err
     code, out, err = run("gc", "--older-than", "0s", "--home", home)
     assert (code, out) == (0, f"deleted {one}\n1 thread deleted\n"), err
+
+
+def test_gc_skips_a_thread_another_process_writes(home: str) -> None:
+    import subprocess
+    import sys
+
+    with open_store(home) as store:
+        busy = store.create_thread("a")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from threadlog import open_store\n"
+            "s = open_store(sys.argv[1]); s.acquire(sys.argv[2]); print('held', flush=True)\n"
+            "sys.stdin.read()",
+            home,
+            busy,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        code, out, err = run("gc", "--older-than", "0s", "--home", home, "--json")
+        assert (code, json.loads(out)) == (0, {"deleted": [], "dry_run": False, "in_use": [busy]})
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        if holder.stdout is not None:
+            holder.stdout.close()

@@ -18,7 +18,7 @@ import orjson
 
 from threadlog.cli import cli, handle_errors, store_options
 from threadlog.cli._store import open_disk_store
-from threadlog.errors import UsageError
+from threadlog.errors import LeaseHeld, UsageError
 from threadlog.store.protocol import Retention
 
 __all__ = ["archive", "gc", "parse_age"]
@@ -73,7 +73,8 @@ def gc(home: str | None, as_json: bool, older_than: str, archived: bool, dry_run
 
     With ``--archived`` only archived threads are collected; a running thread never is. A
     deleted thread's log and index rows are removed and its id is never reused; artifacts
-    (shared by hash) stay. ``--json`` prints ``{"deleted": [ids], "dry_run": bool}``.
+    (shared by hash) stay; a thread another process has open for writing is skipped.
+    ``--json`` prints ``{"deleted": [ids], "dry_run": bool, "in_use": [ids]}``.
 
     \b
     Examples:
@@ -93,12 +94,23 @@ def gc(home: str | None, as_json: bool, older_than: str, archived: bool, dry_run
             and row.last_ts is not None
             and datetime.fromisoformat(row.last_ts.replace("Z", "+00:00")) < cutoff
         ]
+        in_use: list[str] = []
         if not dry_run:
-            doomed = [t for t in doomed if store.delete_thread(t)]
+            deleted = []
+            for thread_id in doomed:
+                try:
+                    if store.delete_thread(thread_id):
+                        deleted.append(thread_id)
+                except LeaseHeld:  # another process has it open for writing: left alone
+                    in_use.append(thread_id)
+            doomed = deleted
     if as_json:
-        sys.stdout.write(orjson.dumps({"deleted": doomed, "dry_run": dry_run}).decode() + "\n")
+        out = {"deleted": doomed, "dry_run": dry_run, "in_use": in_use}
+        sys.stdout.write(orjson.dumps(out).decode() + "\n")
         return
     verb = "would delete" if dry_run else "deleted"
     for thread_id in doomed:
         click.echo(f"{verb} {thread_id}")
+    for thread_id in in_use:
+        click.echo(f"skipped {thread_id} (open for writing by another process)")
     click.echo(f"{len(doomed)} thread{'s' if len(doomed) != 1 else ''} {verb}")
