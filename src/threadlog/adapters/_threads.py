@@ -7,6 +7,8 @@ agree on it) with ``adapter`` and ``name`` in its ``metadata`` setting (and what
 adapter lists by: ADK's app and user), which `Catalog.threads(metadata=…)` lists by. ``g`` is the name's *generation*:
 deleting a thread keeps its id taken for good (`Retention`), so a name used again after a
 delete gets the next generation's thread, found by skipping the deleted ones.
+
+`records_after` is how the adapters' folds catch up with a thread cheaply.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from threadlog.model.ids import named_thread_id
 from threadlog.store.protocol import Catalog, Retention
 
 if TYPE_CHECKING:
+    from threadlog.model.envelope import Record
     from threadlog.store.protocol import Store
 
-__all__ = ["NamedThreads"]
+__all__ = ["NamedThreads", "records_after"]
 
 
 class NamedThreads:
@@ -107,3 +110,15 @@ class NamedThreads:
                 if isinstance(name, str):
                     found.append((name, thread_id))
         return found
+
+
+def records_after(store: Store, thread_id: str, after: int) -> list[Record]:
+    """The thread's records with ``ord > after``: what a fold at ``after`` still lacks.
+
+    An embedded store's `Store.read` verifies the log from its start (unless a snapshot
+    covers ``after``), so folds ask the index first (`Catalog.thread_info`, one query) and
+    read nothing when no record came since; the adapters apply their own appends directly.
+    Raises `ThreadNotFound`."""
+    if isinstance(store, Catalog) and store.thread_info(thread_id).last_ord <= after:
+        return []
+    return store.read(thread_id, after)

@@ -23,8 +23,9 @@ current invocation only: never persisted). Each persisted scope is a threadlog t
 
 A session's state is folded from its thread: the initial state, then every event's
 ``state_delta`` (session keys only); `get_session` merges in the app and user state, with
-their prefixes, as ADK's own services do. Folds are cached per thread and catch up by reading
-only the records after the last one seen.
+their prefixes, as ADK's own services do. Folds are cached per thread; the service applies
+its own appends to them directly and reads a thread only for records another writer appended
+(`records_after`).
 
 *Crash order.* `append_event` writes the app and user deltas first, each with an event id
 derived from the ADK event's id, then the event itself. A crash in between leaves a delta
@@ -59,7 +60,7 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session
 from google.adk.sessions.state import State
 
-from threadlog.adapters._threads import NamedThreads
+from threadlog.adapters._threads import NamedThreads, records_after
 from threadlog.errors import ThreadNotFound
 from threadlog.model.ids import derived_id
 
@@ -127,26 +128,37 @@ class ThreadlogSessionService(BaseSessionService):
         with self._lock:
             fold = self._folds.setdefault(thread_id, _Fold())
             try:
-                records = self.store.read(thread_id, fold.ord)
+                records = records_after(self.store, thread_id, fold.ord)
             except ThreadNotFound:
                 self._folds.pop(thread_id, None)
                 return None
             for record in records:
                 if record.type in (SESSION, EVENT, STATE):
-                    data = self.store.resolve(record.data)
-                    if record.type == SESSION:
-                        fold.state.update(data["state"])
-                        fold.created = data["created"]
-                    elif record.type == STATE:
-                        fold.state.update(data["delta"])
-                    else:
-                        event = Event.model_validate(data["event"])
-                        fold.events.append(event)
-                        fold.event_ids.add(event.id)
-                        if event.actions and event.actions.state_delta:
-                            fold.state.update(_split(event.actions.state_delta)[2])
+                    self._apply(fold, record.type, self.store.resolve(record.data))
                 fold.ord = record.ord
             return fold
+
+    @staticmethod
+    def _apply(fold: _Fold, type_: str, data: Any) -> None:
+        if type_ == SESSION:
+            fold.state.update(data["state"])
+            fold.created = data["created"]
+        elif type_ == STATE:
+            fold.state.update(data["delta"])
+        else:
+            event = Event.model_validate(data["event"])
+            fold.events.append(event)
+            fold.event_ids.add(event.id)
+            if event.actions and event.actions.state_delta:
+                fold.state.update(_split(event.actions.state_delta)[2])
+
+    def _write(self, thread_id: str, type_: str, data: Any, id_: str | None = None) -> None:
+        """Append, and apply to the thread's fold directly when nothing came between."""
+        record = self.store.append(thread_id, type_, data, id=id_)
+        fold = self._folds.get(thread_id)
+        if fold is not None and record.ord == fold.ord + 1:
+            self._apply(fold, type_, data)
+            fold.ord = record.ord
 
     def _scope_state(self, name: list[str]) -> dict[str, Any]:
         thread_id = self._scopes.find(orjson.dumps(name).decode())
@@ -158,7 +170,7 @@ class ThreadlogSessionService(BaseSessionService):
             return
         thread_id = self._scopes.get(orjson.dumps(name).decode())
         id_ = derived_id("adk.state", thread_id, event_id) if event_id else None
-        self.store.append(thread_id, STATE, {"delta": _json_safe(delta)}, id=id_)
+        self._write(thread_id, STATE, {"delta": _json_safe(delta)}, id_)
 
     @staticmethod
     def _session_name(app_name: str, user_id: str, session_id: str) -> str:
@@ -200,7 +212,7 @@ class ThreadlogSessionService(BaseSessionService):
             self._put_scope(["user", app_name, user_id], user, None)
             thread_id = self._sessions.get(name, {"app": app_name, "user": user_id})
             created = time.time()
-            self.store.append(thread_id, SESSION, {"state": _json_safe(own), "created": created})
+            self._write(thread_id, SESSION, {"state": _json_safe(own), "created": created})
             fold = self._fold(thread_id)
             assert fold is not None
             return self._session_of(app_name, user_id, session_id, fold, [])
@@ -293,8 +305,7 @@ class ThreadlogSessionService(BaseSessionService):
             self._put_scope(["app", session.app_name], app, event.id)
             self._put_scope(["user", session.app_name, session.user_id], user, event.id)
             dumped = orjson.loads(event.model_dump_json(exclude_none=True))
-            self.store.append(thread_id, EVENT, {"event": dumped})
-            self._fold(thread_id)
+            self._write(thread_id, EVENT, {"event": dumped})
 
     async def append_event(self, session: Session, event: Event) -> Event:
         """Store the event (``temp:`` keys trimmed) and its state deltas by scope; update

@@ -10,15 +10,19 @@ Install with ``pip install 'threadlog[langgraph]'``::
 Theory of operation
 -------------------
 One threadlog thread per LangGraph ``thread_id`` (`NamedThreads`); every namespace
-(``checkpoint_ns``) of it lives in that thread. Two record types:
+(``checkpoint_ns``) of it lives in that thread. Three record types:
 
 * ``custom.langgraph.checkpoint``: ``{ns, id, parent, checkpoint, metadata, blobs}``. The
   checkpoint is stored *without* its ``channel_values``; ``blobs`` holds only the channels
   whose versions changed in this step (``new_versions``), each ``[channel, version, type,
-  base64]``. So a step costs what it changed, never the full state (LangGraph's own SQLite
-  saver rewrites every channel of a step; PERFORMANCE.md).
+  base64]``. So a step costs what it changed, never the full state (the project's performance
+  notes measure LangGraph's SQLite saver writing full-state checkpoints).
 * ``custom.langgraph.writes``: ``{ns, checkpoint_id, task_id, task_path, writes}``, the pending
   writes of one task, each ``[idx, channel, type, base64]``.
+* ``custom.langgraph.removed``: ``{ns, ids}``, checkpoints ``delete_for_runs`` or ``prune``
+  removed (with their writes). The log is append-only: what they removed stays in it, for
+  audit, and is gone from every read; `delete_thread` (the store's `Retention`) is the delete
+  that removes the data itself.
 
 Values go through LangGraph's serializer (``self.serde.dumps_typed``: a type tag and bytes),
 base64-encoded in the record, so the record stays canonical JSON and hash-chained; a value
@@ -28,14 +32,10 @@ store's artifacts by the store itself and loaded back by `Store.resolve`.
 *Reading.* A per-thread projection (`_Thread`) is folded from the log: checkpoints by
 namespace and id, blobs keyed by ``(ns, channel, version)``, writes by checkpoint. A full
 checkpoint is rebuilt by looking up each channel's current version from its
-``channel_versions``: O(channels), not a walk over the log. The projection catches up by
-reading only the records after the last one it saw (another process may append too), so
-reading a thread costs O(n) once per process, then O(new records).
-
-* ``custom.langgraph.removed``: ``{ns, ids}``, checkpoints ``delete_for_runs`` or ``prune``
-  removed (with their writes). The log is append-only: what they removed stays in it, for
-  audit, and is gone from every read; `delete_thread` (the store's `Retention`) is the delete
-  that removes the data itself.
+``channel_versions``: O(channels), not a walk over the log. The saver applies its own appends
+to the projection directly; it reads the log only for records another writer appended, found
+by asking the index for the thread's last ordinal (`records_after`). So a thread is read once
+per process, then only when someone else wrote to it.
 
 *Limits.* The projection keeps every decoded blob of a thread it has read in memory (no
 eviction; a removed checkpoint's values stay too, being stored by version); ``copy_thread``
@@ -62,7 +62,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 
-from threadlog.adapters._threads import NamedThreads
+from threadlog.adapters._threads import NamedThreads, records_after
 from threadlog.errors import ThreadNotFound
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ class ThreadlogSaver(BaseCheckpointSaver[str]):
         with self._lock:
             folded = self._threads.setdefault(name, _Thread())
             try:
-                records = self.store.read(thread_id, folded.ord)
+                records = records_after(self.store, thread_id, folded.ord)
             except ThreadNotFound:  # deleted by another process
                 self._names.forget(name)
                 self._threads.pop(name, None)
@@ -321,8 +321,12 @@ class ThreadlogSaver(BaseCheckpointSaver[str]):
     def _append(self, name: str, type_: str, data: dict[str, Any]) -> None:
         with self._lock:
             thread_id = self._names.get(name)
-            self.store.append(thread_id, type_, data)
-            self._fold(name)  # reads just the new record (and any another process wrote)
+            folded = self._threads.get(name)
+            record = self.store.append(thread_id, type_, data)
+            if folded is not None and record.ord == folded.ord + 1:
+                folded.apply(record, data)  # nothing came between: no read
+            else:
+                self._fold(name)  # catch up with what another writer appended too
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of the thread (the store's `Retention`)."""

@@ -21,10 +21,13 @@ The log is append-only, so the session's three mutations are records:
   session's (still in the log, for audit).
 
 *Reading only the tail.* The session keeps, in memory, the *positions* of its live items
-(``(ord, index)`` pairs, never the items), folded from the log once and then from the records
-after the last one it saw. ``get_items(limit=N)`` looks up the positions of the last N live
-items and reads just the records from the first of them on (`Store.read` with ``after`` and
-``limit``): the cost of a bounded read follows N, not the length of the session.
+(``(ord, index)`` pairs) and the items of its latest `TAIL_RECORDS` items records, folded
+from the log once and then from the records after the last one it saw (read only when the
+index says another writer appended: `records_after`). ``get_items(limit=N)`` looks up the
+positions of the last N live items and takes them from memory, or reads just the records
+from the first of them on (`Store.read` with ``after`` and ``limit``). On the in-memory
+store that read is a slice; the embedded store's `read` verifies the log from its start
+unless a snapshot covers ``after``, so there the memory is what keeps a bounded read cheap.
 
 *Concurrency.* Every mutation appends with ``expect_ord`` (the next ordinal this session
 knows of); when another session object or process got there first (`OrdinalConflict`), it
@@ -42,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
-from threadlog.adapters._threads import NamedThreads
+from threadlog.adapters._threads import NamedThreads, records_after
 from threadlog.errors import OrdinalConflict, ThreadNotFound
 
 if TYPE_CHECKING:
@@ -55,6 +58,8 @@ __all__ = ["ThreadlogSession"]
 ITEMS = "custom.agents.items"
 POPPED = "custom.agents.popped"
 CLEARED = "custom.agents.cleared"
+TAIL_RECORDS = 256
+"""Items records kept in memory (the latest): what ``get_items(limit)`` usually asks for."""
 
 
 @dataclass
@@ -103,6 +108,7 @@ class ThreadlogSession:
         self.store = store
         self._names = NamedThreads(store, "agents", principal=principal)
         self._positions = _Positions()
+        self._tail: dict[int, list[Any]] = {}
         self._lock = threading.Lock()
 
     # -- folding -----------------------------------------------------------------------
@@ -112,25 +118,37 @@ class ThreadlogSession:
         thread_id = self._names.find(self.session_id)
         if thread_id is None:
             self._positions = _Positions()
+            self._tail.clear()
             return None
         try:
-            records = self.store.read(thread_id, self._positions.ord)
+            records = records_after(self.store, thread_id, self._positions.ord)
         except ThreadNotFound:
             self._names.forget(self.session_id)
             self._positions = _Positions()
+            self._tail.clear()
             return None
         for record in records:
             data = self.store.resolve(record.data) if record.type == ITEMS else record.data
             self._positions.apply(record.type, record.ord, data)
+            if record.type == ITEMS:
+                self._remember(record.ord, data["items"])
         return thread_id
+
+    def _remember(self, ord_: int, items: list[Any]) -> None:
+        """Keep the items of record ``ord_`` among the latest `TAIL_RECORDS` held."""
+        self._tail[ord_] = items
+        while len(self._tail) > TAIL_RECORDS:
+            del self._tail[min(self._tail)]
 
     def _items_at(self, thread_id: str, positions: list[tuple[int, int]]) -> list[Any]:
         """The items at ``positions`` (in order), reading only the records that hold them."""
         if not positions:
             return []
-        first, last = positions[0][0], positions[-1][0]
-        records = self.store.read(thread_id, first - 1, limit=last - first + 1)
-        held = {r.ord: self.store.resolve(r.data)["items"] for r in records if r.type == ITEMS}
+        held = self._tail
+        if any(ord_ not in held for ord_, _ in positions):
+            first, last = positions[0][0], positions[-1][0]
+            records = self.store.read(thread_id, first - 1, limit=last - first + 1)
+            held = {r.ord: self.store.resolve(r.data)["items"] for r in records if r.type == ITEMS}
         return [held[ord_][index] for ord_, index in positions]
 
     def _append(self, type_: str, data: dict[str, Any]) -> int:
@@ -145,6 +163,8 @@ class ThreadlogSession:
                 self._catch_up()
                 raise
             self._positions.apply(type_, record.ord, data)
+            if type_ == ITEMS:
+                self._remember(record.ord, data["items"])
             return record.ord
 
     # -- the Session protocol ----------------------------------------------------------
