@@ -12,7 +12,8 @@ Errors are split by audience (who has to act on them)::
     │   ├── OrdinalConflict         append(expect_ord=N) but the log is elsewhere
     │   ├── DuplicateEventConflict  the same event id with different content
     │   ├── LeaseHeld               another process holds the thread's single-writer lease
-    │   └── LeaseLost               this writer's lease passed to another (fencing token stale)
+    │   ├── LeaseLost               this writer's lease passed to another (fencing token stale)
+    │   └── ThreadExists            create_thread(thread_id=…) with other settings, or deleted
     ├── IntegrityError              the log on disk is damaged: carries thread, ord and offset
     ├── StorageError                an I/O failure; the log that saw it is fail-stopped
     │   └── InsecureHome            a home, folder or file that other users own or may write
@@ -40,6 +41,7 @@ __all__ = [
     "LeaseHeld",
     "LeaseLost",
     "OrdinalConflict",
+    "ThreadExists",
     "RecordTooLarge",
     "RunError",
     "StorageError",
@@ -143,6 +145,15 @@ class LeaseLost(ConflictError):
         self.thread_id = thread_id
         self.token = token
         self.holder = holder
+
+
+class ThreadExists(ConflictError):
+    """``create_thread(thread_id=…)`` names a thread held with other settings, or one that was
+    deleted (a deleted id is never silently reused)."""
+
+    def __init__(self, thread_id: str, why: str) -> None:
+        super().__init__(f"thread {thread_id} {why}")
+        self.thread_id = thread_id
 
 
 class IntegrityError(ThreadlogError):

@@ -46,6 +46,8 @@ RESUME_ONLY: dict[str, str] = {
 """Types only a resume after a crash writes: the crashing child resumes a dead run."""
 
 UNPRODUCIBLE: dict[str, str] = {
+    "thread.archived": "written by Lifecycle.archive_thread between sessions, never by a running "
+    "session; archiving is one durable append (tests/store contract, retention)",
     "tool_call.cancelled": "written only when a turn is cancelled or closed mid-turn, which the "
     "crash workload never does; a crash right after it is covered by tests/runtime/"
     "test_cancellation.py::test_a_crash_in_the_middle_of_an_abort_finishes_the_abort",

@@ -36,6 +36,7 @@ from threadlog.model.events import (
     SessionClosed,
     SessionOpened,
     StepStarted,
+    ThreadArchived,
     ThreadCreated,
     ThreadResumed,
     ToolCallApproved,
@@ -111,6 +112,7 @@ SAMPLES: dict[str, Any] = {
     "branch.summarized": BranchSummarized(from_entry="e3", summary="s"),
     "leaf.moved": LeafMoved(to="e2"),
     "label.set": LabelSet(entry="e1", label="checkpoint"),
+    "thread.archived": ThreadArchived(archived=False),
     "memory.written": MemoryWritten(
         memory_id="m1",
         fact="f",

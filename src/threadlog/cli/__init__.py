@@ -122,6 +122,8 @@ _LAZY = {
     "db": "db",
     "copy": "copy",
     "worker": "worker",
+    "archive": "retention",
+    "gc": "retention",
 }
 
 

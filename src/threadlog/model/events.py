@@ -43,6 +43,7 @@ __all__ = [
     "SessionSource",
     "SideEffect",
     "StepStarted",
+    "ThreadArchived",
     "ThreadCreated",
     "ThreadResumed",
     "ToolCallApproved",
@@ -432,6 +433,16 @@ class SessionClosed(EventBase):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadArchived(EventBase):
+    """The thread is archived (``archived``: true) or taken back out of the archive (false):
+    left out of the default listing, eligible for ``threadlog gc --archived``, and closed to
+    new turns while archived. Nothing is removed."""
+
+    type: Literal["thread.archived"] = "thread.archived"
+    archived: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Custom:
     """An application's own event: ``custom.<name>`` with any plain JSON data."""
 
@@ -471,6 +482,7 @@ Event = (
     | ThreadResumed
     | SessionOpened
     | SessionClosed
+    | ThreadArchived
     | Custom
 )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-__all__ = ["derived_id", "is_uuid", "uuid7", "uuid7_from_bits", "uuid7_millis"]
+__all__ = ["derived_id", "is_uuid", "named_thread_id", "uuid7", "uuid7_from_bits", "uuid7_millis"]
 
 _UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
@@ -52,6 +52,16 @@ def uuid7_millis(uuid: str) -> int:
 def is_uuid(value: object) -> bool:
     """True for a lower-case, hyphenated UUID string (the only form threadlog writes)."""
     return isinstance(value, str) and _UUID_RE.fullmatch(value) is not None
+
+
+def named_thread_id(namespace: str, name: str) -> str:
+    """A deterministic thread id for a name in a namespace (``named_thread_id("langgraph",
+    "user-42")``): a UUIDv7 with a zero timestamp and 74 bits of SHA-256 of the name, so that
+    an adapter finds a framework's thread again without a lookup table. Such threads sort
+    before every generated one (the embedded store files them under 1970/01)."""
+    raw = [p.encode("utf-8", "surrogatepass") for p in ("thread", namespace, name)]
+    encoded = b"".join(len(b).to_bytes(4, "big") + b for b in raw)
+    return uuid7(0, hashlib.sha256(encoded).digest()[:10])
 
 
 def derived_id(namespace: str, *parts: str) -> str:

@@ -31,6 +31,7 @@ _RESOLVED_STATUS = {"done": "done", "retry": "approved", "abort": "aborted"}
 PROJECTED = frozenset(
     {
         "thread.created",
+        "thread.archived",
         "turn.started",
         "turn.ended",
         "tool_call.proposed",
@@ -46,7 +47,8 @@ nothing for the others."""
 
 @dataclass(frozen=True, slots=True)
 class RowChange:
-    """An upsert: ``table`` row ``key`` gets ``fields`` (thread, turn, tool_call or memory)."""
+    """An upsert: ``table`` row ``key`` gets ``fields`` (thread, turn, tool_call, memory, or
+    meta: the thread's ``metadata`` setting, one row per key)."""
 
     table: str
     key: str
@@ -75,7 +77,11 @@ def project(record: Record) -> list[RowChange]:
     type_ = record.type
     if type_ == "thread.created":
         lineage = data.get("lineage") if isinstance(data.get("lineage"), dict) else None
+        config = data.get("config")
+        metadata = config.get("metadata") if isinstance(config, dict) else None
+        extra = [RowChange("meta", record.thread, metadata)] if isinstance(metadata, dict) else []
         return [
+            *extra,
             RowChange(
                 "thread",
                 record.thread,
@@ -85,8 +91,11 @@ def project(record: Record) -> list[RowChange]:
                     "title": _text(data.get("title")),
                     "forked_from": lineage.get("thread") if lineage else None,
                 },
-            )
+            ),
         ]
+    if type_ == "thread.archived":
+        archived = data.get("archived", True) is True
+        return [RowChange("thread", record.thread, {"status": "archived" if archived else "idle"})]
     if type_ == "turn.started":
         turn_id = data.get("turn_id")
         if not isinstance(turn_id, str):

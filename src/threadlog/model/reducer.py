@@ -56,6 +56,7 @@ from threadlog.model.events import (
     SessionClosed,
     SessionOpened,
     StepStarted,
+    ThreadArchived,
     ThreadCreated,
     ThreadResumed,
     ToolCallApproved,
@@ -210,6 +211,8 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
             # model, thinking and tools follow the branch (`threadlog.model.settings`)
             settings.apply_change(state, record, changes)
         case TurnStarted(turn_id=turn_id, input=text, input_id=input_id):
+            if state.archived:
+                raise _illegal(f"turn {turn_id!r} cannot start: the thread is archived")
             if state.active_turn is not None:
                 raise _illegal(
                     f"turn {turn_id!r} cannot start: turn {state.active_turn!r} is running"
@@ -409,7 +412,14 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
                 if state.session != session_id:
                     raise _illegal(f"session.closed: session {session_id!r} is not open")
                 state.session = None
-        case ArtifactStored() | Custom():
+        case ThreadArchived(archived=archived) if record.thread == state.thread_id:
+            # (an archive inherited by a fork is its source's, not the fork's)
+            if archived and state.active_turn is not None:
+                raise _illegal(f"cannot archive: turn {state.active_turn!r} is running")
+            if archived == state.archived:
+                raise _illegal(f"the thread is {'already' if archived else 'not'} archived")
+            state.archived = archived
+        case ArtifactStored() | ThreadArchived() | Custom():
             pass
         case _:
             assert_never(event)

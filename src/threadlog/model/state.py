@@ -128,6 +128,8 @@ class ThreadState:
     operations: dict[str, OperationState] = field(default_factory=dict)
     compactions: list[dict[str, Any]] = field(default_factory=list)
     resumes: int = 0
+    archived: bool = False
+    """Whether the thread is archived (``thread.archived``): no new turn starts then."""
     usage: dict[str, Any] = field(default_factory=dict)
     """Tokens (and cost) of every model response in the log (`threadlog.model.budget`):
     ``input_tokens``, ``output_tokens``, ``cost`` when known, and any other counter a

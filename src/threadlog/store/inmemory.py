@@ -4,8 +4,8 @@ Used for ephemeral sessions (``Runtime(ephemeral=True)``, ``open_store("memory:/
 the executable reference of the store contract (`threadlog.testing.StoreContract`). Records
 are encoded and hash-chained exactly as on disk; large values go to in-memory artifacts; a
 fork inherits its source's records verbatim, as on disk. It implements the `Store` port and
-the `Snapshots`, `Mailbox`, `Credentials` and `Transfer` capabilities (the last three in
-`threadlog.store.memory_mailbox`, `memory_credentials` and `memory_transfer`).
+the `Snapshots`, `Mailbox`, `Credentials`, `Transfer` and `Retention` capabilities (the
+middle three in `threadlog.store.memory_mailbox`, `memory_credentials` and `memory_transfer`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from threadlog.store.memory_blobs import MemoryBlobs
 from threadlog.store.memory_credentials import MemoryCredentials
 from threadlog.store.memory_mailbox import MemoryMailbox
 from threadlog.store.memory_transfer import MemoryTransfer
+from threadlog.store.named import archive, check_thread_id, same_creation
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.protocol import ErrorListener, Listener, VerifyReport
 from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
@@ -80,6 +81,7 @@ class MemoryStore(MemoryBlobs, MemoryMailbox, MemoryCredentials, MemoryTransfer)
         self._artifacts: dict[str, bytes] = {}
         self._snapshots: dict[str, tuple[int, str, str, bytes]] = {}
         self._admissions: dict[str, Admission] = {}
+        self._deleted: set[str] = set()
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._closed = False
@@ -110,6 +112,7 @@ class MemoryStore(MemoryBlobs, MemoryMailbox, MemoryCredentials, MemoryTransfer)
         *,
         title: str | None = None,
         lineage: dict[str, Any] | None = None,
+        thread_id: str | None = None,
         **config: Any,
     ) -> str:
         """As `EmbeddedStore.create_thread`."""
@@ -121,8 +124,14 @@ class MemoryStore(MemoryBlobs, MemoryMailbox, MemoryCredentials, MemoryTransfer)
         data = to_data(event)[1]
         refuse_lookalikes(event.type, data, codec.canonical(data))
         now = wall_ns()
-        thread_id = new_id(now)
         with self._lock:
+            if thread_id is None:
+                thread_id = new_id(now)
+            else:
+                check_thread_id(thread_id, deleted=thread_id in self._deleted)
+                held = self._threads.get(thread_id)
+                if held is not None:
+                    return same_creation(thread_id, held[0][0].data if held else data, data)
             self._threads[thread_id] = []
             self._ids[thread_id] = {}
         self._add(thread_id, event.type, data, None, None, None, None)
@@ -262,6 +271,28 @@ class MemoryStore(MemoryBlobs, MemoryMailbox, MemoryCredentials, MemoryTransfer)
     def exists(self, thread_id: str) -> bool:
         """Whether the store holds the thread."""
         return is_uuid(thread_id) and thread_id in self._threads
+
+    def delete_thread(self, thread_id: str) -> bool:
+        """As `EmbeddedStore.delete_thread` (`Retention`)."""
+        self._check_open()
+        if not is_uuid(thread_id):
+            raise UsageError(f"not a thread id: {thread_id!r:.80}")
+        with self._lock:
+            if self._threads.pop(thread_id, None) is None:
+                return False
+            self._ids.pop(thread_id, None)
+            self._admissions.pop(thread_id, None)
+            self._snapshots.pop(thread_id, None)
+            self._deleted.add(thread_id)
+        return True
+
+    def deleted(self, thread_id: str) -> bool:
+        """Whether ``thread_id`` was deleted (`Retention`)."""
+        return thread_id in self._deleted
+
+    def archive_thread(self, thread_id: str, archived: bool = True) -> bool:
+        """As `EmbeddedStore.archive_thread` (`Retention`)."""
+        return archive(self, thread_id, archived)
 
     def thread_ids(self) -> list[str]:
         """Every thread, oldest first."""

@@ -17,6 +17,8 @@ which a consumer checks with ``isinstance(store, Snapshots)`` (they are all
   memory: 000 §17.2); the records that reference them say so, and `Store.verify` checks them.
 * `Transfer`: adopt a thread's records verbatim, as another store holds them (``threadlog
   copy`` between backends: same ids, ordinals, hashes and lineage).
+* `Retention`: archive a thread, or delete it for good (what framework adapters and
+  ``threadlog gc`` need).
 
 Every backend implements the whole `Store`; `threadlog.testing.StoreContract` is the test
 suite that holds one to it (a backend's tests subclass it and say how to make a store).
@@ -58,6 +60,7 @@ __all__ = [
     "Mailbox",
     "MailboxMessage",
     "Maintenance",
+    "Retention",
     "Snapshots",
     "Store",
     "Transfer",
@@ -145,10 +148,17 @@ class Store(Protocol):
         *,
         title: str | None = None,
         lineage: dict[str, Any] | None = None,
+        thread_id: str | None = None,
         **config: Any,
     ) -> str:
         """A new thread whose durable ord 1 is ``thread.created``; returns its id. Raises
-        `UsageError` (bad principal, a lineage only a fork may declare, look-alike refs)."""
+        `UsageError` (bad principal, a lineage only a fork may declare, look-alike refs).
+
+        ``thread_id`` is a caller-chosen id (a UUIDv7 string, e.g. one an adapter derives
+        from a framework's own thread name: `threadlog.model.ids.named_thread_id`). Creating
+        it again with the same principal, title, lineage and config returns it (idempotent);
+        with other settings, or for an id a `Retention.delete_thread` deleted, raises
+        `ThreadExists`."""
         ...
 
     def append(
@@ -307,9 +317,17 @@ class Catalog(Protocol):
     """Projections of every thread: listings and remembered facts."""
 
     def threads(
-        self, *, principal: str | None = None, limit: int | None = None
+        self,
+        *,
+        principal: str | None = None,
+        limit: int | None = None,
+        archived: bool | None = False,
+        metadata: dict[str, Any] | None = None,
     ) -> list[IndexedThread]:
-        """Threads, most recently active first."""
+        """Threads, most recently active first: those not archived (``thread.archived``) by
+        default, only the archived ones with ``archived=True``, all with None. ``metadata``
+        keeps the threads whose ``metadata`` setting (``create_thread(metadata={...})``, a
+        dict fixed at creation) has every one of these keys with an equal value."""
         ...
 
     def thread_info(self, thread_id: str) -> IndexedThread:
@@ -558,4 +576,32 @@ class Transfer(Protocol):
         written (False: the store held exactly these records already). Raises `UsageError`
         (no records, records of more than one log), `IntegrityError` (records that do not
         verify), `ConflictError` (the store holds the thread with other content)."""
+        ...
+
+
+@runtime_checkable
+class Retention(Protocol):
+    """Archiving threads, and deleting them for good: what framework adapters (LangGraph's ``delete_thread``, the
+    Agents SDK's sessions) and ``threadlog gc`` need.
+
+    A deleted thread's log is removed (its directory entry made durable), its index rows and
+    snapshot go, and its id is remembered as deleted: `Store.create_thread` never silently
+    hands it out again (`ThreadExists`). Artifacts are shared by hash and stay (a later
+    artifact sweep collects unreferenced blobs). The embedded and in-memory stores implement
+    it; the PostgreSQL store is to implement the same capability.
+    """
+
+    def delete_thread(self, thread_id: str) -> bool:
+        """Delete the thread's log and projections; whether there was one. Raises
+        `UsageError` for a malformed id and `LeaseHeld` while another process writes it."""
+        ...
+
+    def deleted(self, thread_id: str) -> bool:
+        """Whether ``thread_id`` was deleted (its id stays taken)."""
+        ...
+
+    def archive_thread(self, thread_id: str, archived: bool = True) -> bool:
+        """Archive the thread (a durable ``thread.archived`` record; nothing is removed) or,
+        with ``archived=False``, restore it; whether that changed anything. Raises
+        `InvalidTransition` while a turn runs, `ThreadNotFound`, `LeaseHeld`."""
         ...

@@ -42,6 +42,11 @@ def check_new_thread(principal: object, lineage: object, config: dict[str, Any])
         check_new_lineage(lineage)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    metadata = config.get("metadata")
+    if metadata is not None and not (
+        isinstance(metadata, dict) and all(isinstance(k, str) for k in metadata)
+    ):
+        raise UsageError("metadata must be a dict with string keys (listed by Catalog.threads)")
     cwd = config.get("cwd")
     if cwd is not None:
         if not isinstance(cwd, str | os.PathLike):

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from threadlog.errors import StorageError
+from threadlog.model import codec
 from threadlog.model.projection import project
 from threadlog.store.embedded.schema import (
     THREAD_COLUMNS,
@@ -114,14 +115,30 @@ class Index:
 
     @_translated
     def threads(
-        self, *, principal: str | None = None, limit: int | None = None
+        self,
+        *,
+        principal: str | None = None,
+        limit: int | None = None,
+        archived: bool | None = False,
+        metadata: dict[str, Any] | None = None,
     ) -> list[IndexedThread]:
-        """Threads, most recently active first."""
+        """Threads, most recently active first (archived ones, metadata: see
+        `Catalog.threads`)."""
         sql = f"SELECT {', '.join(THREAD_COLUMNS)} FROM threads"
+        where: list[str] = []
         args: list[Any] = []
         if principal is not None:
-            sql += " WHERE principal = ?"
+            where.append("principal = ?")
             args.append(principal)
+        if archived is not None:
+            where.append("status = 'archived'" if archived else "status != 'archived'")
+        for key, value in (metadata or {}).items():
+            where.append(
+                "thread_id IN (SELECT thread_id FROM thread_meta WHERE key = ? AND value = ?)"
+            )
+            args.extend((key, codec.canonical(value).decode()))
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY last_ts DESC, thread_id DESC"
         if limit is not None:
             sql += " LIMIT ?"
@@ -332,14 +349,29 @@ class Index:
     def forget(self, thread_ids: Iterable[str]) -> None:
         with self._lock:
             for thread_id in thread_ids:
-                for table in ("threads", "turns", "tool_calls", "memories"):
+                for table in ("threads", "turns", "tool_calls", "memories", "thread_meta"):
                     self._db.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+
+    @_translated
+    def drop(self, thread_id: str) -> None:
+        """Forget a deleted thread entirely: its rows, acknowledged mark and snapshot."""
+        with self._lock:
+            for table in (
+                "threads",
+                "turns",
+                "tool_calls",
+                "memories",
+                "acknowledged",
+                "snapshots",
+                "thread_meta",
+            ):
+                self._db.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
 
     @_translated
     def clear(self) -> None:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
-            for table in ("threads", "turns", "tool_calls", "memories"):
+            for table in ("threads", "turns", "tool_calls", "memories", "thread_meta"):
                 self._db.execute(f"DELETE FROM {table}")
             self._db.execute("COMMIT")
 
@@ -375,6 +407,13 @@ class Index:
                     self._upsert(
                         "turns", ("thread_id", "turn_id"), (thread_id, change.key), change.fields
                     )
+                elif change.table == "meta":
+                    for key, value in change.fields.items():
+                        db.execute(
+                            "INSERT OR REPLACE INTO thread_meta (thread_id, key, value) "
+                            "VALUES (?, ?, ?)",
+                            (thread_id, str(key), codec.canonical(value).decode()),
+                        )
                 elif change.table == "memory":
                     self._upsert(
                         "memories",

@@ -163,11 +163,18 @@ class Indexer:
     # -- queries: the backlog first, so that they see every acknowledged record ---------------
 
     def threads(
-        self, *, principal: str | None = None, limit: int | None = None
+        self,
+        *,
+        principal: str | None = None,
+        limit: int | None = None,
+        archived: bool | None = False,
+        metadata: dict[str, Any] | None = None,
     ) -> list[IndexedThread]:
-        """Threads from the index, most recently active first."""
+        """Threads from the index, most recently active first (see `Catalog.threads`)."""
         self.drain()
-        return self.index.threads(principal=principal, limit=limit)
+        return self.index.threads(
+            principal=principal, limit=limit, archived=archived, metadata=metadata
+        )
 
     def thread_info(self, thread_id: str) -> IndexedThread:
         """One thread's row; raises `ThreadNotFound`."""

@@ -162,10 +162,18 @@ class Queries:
         return self._indexer.catch_up()
 
     def threads(
-        self, *, principal: str | None = None, limit: int | None = None
+        self,
+        *,
+        principal: str | None = None,
+        limit: int | None = None,
+        archived: bool | None = False,
+        metadata: dict[str, Any] | None = None,
     ) -> list[IndexedThread]:
-        """Threads from the index, most recently active first."""
-        return self._indexer.threads(principal=principal, limit=limit)
+        """Threads from the index, most recently active first: not archived by default
+        (`Catalog.threads`)."""
+        return self._indexer.threads(
+            principal=principal, limit=limit, archived=archived, metadata=metadata
+        )
 
     def thread_info(self, thread_id: str) -> IndexedThread:
         """One thread's row from the index; raises `ThreadNotFound`."""

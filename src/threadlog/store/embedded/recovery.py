@@ -15,6 +15,9 @@ before its first record was durable: no thread at all. The index's catch-up find
 `Recovery.remove_unborn` removes the empty file, or moves one holding bytes to
 ``quarantine/``; never while its creator may still be writing it.
 
+*Deleted threads.* Records of a thread deleted for good (a tombstone in ``deleted/``, its
+rollout gone) that a dead journal still holds are not replayed, and do not keep the journal.
+
 *Repairs.* What was repaired in a thread (a journal replayed here, a torn tail cut or
 completed by the writers) is noted per thread for the runtime to record (`take_repairs`).
 """
@@ -156,6 +159,8 @@ class Recovery:
                 for thread_id, entries in journal.entries.items():
                     threads.setdefault(thread_id, []).extend(entries)
             for thread_id, entries in threads.items():
+                if self._deleted(thread_id):
+                    continue  # deleted for good (`retention`): its records stay gone
                 problem = self._unrecoverable(thread_id)
                 if problem is not None:
                     log.error("recovery: %s", problem)
@@ -198,7 +203,10 @@ class Recovery:
                 if (
                     held.isdisjoint(journal.entries)
                     and skipped.isdisjoint(journal.entries)
-                    and all(self._has_records(t, e) for t, e in journal.entries.items())
+                    and all(
+                        self._deleted(t) or self._has_records(t, e)
+                        for t, e in journal.entries.items()
+                    )
                 ):
                     journal.try_delete(self._fops)
         except OSError as exc:
@@ -212,6 +220,15 @@ class Recovery:
             for journal in dead:
                 journal.release()
         return repaired
+
+    def _deleted(self, thread_id: str) -> bool:
+        """Whether the thread was deleted (a tombstone, its rollout gone:
+        `threadlog.store.embedded.retention`)."""
+        return (
+            is_uuid(thread_id)
+            and os.path.exists(os.path.join(self._layout.home, "deleted", thread_id))
+            and not os.path.isfile(self._layout.path_of(thread_id))
+        )
 
     def _unrecoverable(self, thread_id: str) -> str | None:
         """Why a thread named in a dead journal cannot take its records back, if it cannot."""

@@ -40,8 +40,9 @@ __all__ = [
     "translate",
 ]
 
-SCHEMA_VERSION = 3
-"""3: ``memories.project`` (a project fact's project)."""
+SCHEMA_VERSION = 4
+"""3: ``memories.project`` (a project fact's project); 4: ``thread_meta`` (a thread's
+``metadata`` setting, for ``Catalog.threads(metadata=…)``)."""
 
 IndexPosition = tuple[int, int, "str | None"]
 """``(bytes, last_ord, last_hash)``: how far the index has applied a thread's rollout."""
@@ -71,6 +72,13 @@ def translate(path: str, exc: sqlite3.Error, timeout: float, doing: str = "") ->
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS thread_meta (
+    thread_id TEXT NOT NULL,
+    key       TEXT NOT NULL,
+    value     TEXT NOT NULL,
+    PRIMARY KEY (thread_id, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS thread_meta_by_value ON thread_meta (key, value);
 CREATE TABLE IF NOT EXISTS threads (
     thread_id   TEXT PRIMARY KEY,
     path        TEXT NOT NULL,
@@ -220,7 +228,7 @@ def connect(path: str, timeout: float) -> sqlite3.Connection:
         row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         if row is not None and row[0] != str(SCHEMA_VERSION):
             # Projections of another schema: drop the rows; catch-up rebuilds them.
-            for table in ("threads", "turns", "tool_calls", "memories", "snapshots"):
+            for table in ("threads", "turns", "tool_calls", "memories", "snapshots", "thread_meta"):
                 db.execute(f"DELETE FROM {table}")
         db.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)",

@@ -41,10 +41,12 @@ from threadlog.store.embedded.mailbox import MailboxDir
 from threadlog.store.embedded.queries import Queries
 from threadlog.store.embedded.reader import Reader
 from threadlog.store.embedded.recovery import Recovery
+from threadlog.store.embedded.retention import Tombstones
 from threadlog.store.embedded.rolloutlog import LogClosed
 from threadlog.store.embedded.snapshots import SnapshotKeeper
 from threadlog.store.embedded.transfer import Importer
 from threadlog.store.embedded.writers import OpenLogs
+from threadlog.store.named import archive
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.validate import normalize_append
 
@@ -140,6 +142,7 @@ class EmbeddedStore(Queries, Blobs):
         self._async = AsyncCommits(journal)
         self._mailbox = MailboxDir(self.home, fops, layout.exists)
         self._credentials = CredentialFile(self.home, fops)
+        self._tombstones = Tombstones(layout, fops)
         try:
             self._recovery.recover()
             self.artifacts.sweep_temp_files()
@@ -231,11 +234,40 @@ class EmbeddedStore(Queries, Blobs):
         *,
         title: str | None = None,
         lineage: dict[str, Any] | None = None,
+        thread_id: str | None = None,
         **config: Any,
     ) -> str:
-        """Create a thread (its ``thread.created`` record is durable on return); its id."""
+        """Create a thread (its ``thread.created`` record is durable on return); its id. A
+        caller-chosen ``thread_id`` is idempotent (see `Store.create_thread`)."""
         self._check_open()
-        return self._writers.create(principal, title=title, lineage=lineage, config=config)
+        return self._writers.create(
+            principal,
+            title=title,
+            lineage=lineage,
+            config=config,
+            thread_id=thread_id,
+            tombstones=self._tombstones,
+        )
+
+    def delete_thread(self, thread_id: str) -> bool:
+        """Delete the thread for good (`Retention`; `threadlog.store.embedded.retention`):
+        its rollout unlinked, its index rows dropped, its id never reused."""
+        self._check_open()
+        if not self._layout.exists(thread_id):
+            self._layout.path_of(thread_id)  # UsageError for a malformed id
+            return False
+        self.flush()
+        self._writers.release(thread_id)
+        return self._tombstones.delete(thread_id, self.index)
+
+    def deleted(self, thread_id: str) -> bool:
+        """Whether ``thread_id`` was deleted (`Retention`)."""
+        return self._tombstones.deleted(thread_id)
+
+    def archive_thread(self, thread_id: str, archived: bool = True) -> bool:
+        """Archive (or restore) the thread: a durable ``thread.archived`` record; it leaves
+        the default listing (`Retention`)."""
+        return archive(self, thread_id, archived)
 
     def append(
         self,

@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from threadlog._clock import new_id, rfc3339, wall_ns
@@ -39,8 +40,10 @@ from threadlog.model.legality import reduce_log
 from threadlog.store.embedded.layout import MiB
 from threadlog.store.embedded.leases import Lease
 from threadlog.store.embedded.reader import lost_acknowledged
+from threadlog.store.embedded.recovery import UNBORN_AGE
 from threadlog.store.embedded.rollout import Scan, scan_file
 from threadlog.store.embedded.rolloutlog import RolloutLog
+from threadlog.store.named import check_thread_id, same_creation
 from threadlog.store.validate import check_new_thread, refuse_lookalikes
 
 if TYPE_CHECKING:
@@ -52,6 +55,7 @@ if TYPE_CHECKING:
     from threadlog.store.embedded.layout import Layout
     from threadlog.store.embedded.reader import Reader
     from threadlog.store.embedded.recovery import Recovery
+    from threadlog.store.embedded.retention import Tombstones
     from threadlog.store.embedded.snapshots import SnapshotKeeper
 
 __all__ = ["OpenLogs", "check_writable_format"]
@@ -127,9 +131,13 @@ class OpenLogs:
         title: str | None,
         lineage: dict[str, Any] | None,
         config: dict[str, Any],
+        thread_id: str | None = None,
+        tombstones: Tombstones | None = None,
     ) -> str:
         """Create a thread: its rollout, opened for writing, holding its ``thread.created``
-        record, durably; its id. Raises `UsageError` for settings no thread may have."""
+        record, durably; its id. Raises `UsageError` for settings no thread may have, and
+        for a caller-chosen ``thread_id`` held with other settings or deleted
+        `ThreadExists` (`threadlog.store.named`)."""
         check_new_thread(principal, lineage, config)
         event = ThreadCreated(
             format=FORMAT_VERSION,
@@ -142,7 +150,14 @@ class OpenLogs:
         data_json = codec.canonical(data)
         refuse_lookalikes(event.type, data, data_json)
         now = wall_ns()
-        thread_id = new_id(now)
+        named = thread_id is not None
+        if thread_id is None:
+            thread_id = new_id(now)
+        else:
+            deleted = tombstones is not None and tombstones.deleted(thread_id)
+            check_thread_id(thread_id, deleted=deleted)
+            if self._layout.exists(thread_id):
+                return same_creation(thread_id, self._created_data(thread_id), data)
         path = self._layout.path_of(thread_id)
         directory = os.path.dirname(path)
         fd: int | None = None
@@ -150,7 +165,12 @@ class OpenLogs:
         submitted = False
         try:
             self._fops.makedirs(directory)
-            fd = self._fops.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            try:
+                fd = self._fops.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            except FileExistsError:
+                if named:  # another creator of the same name got there first
+                    return same_creation(thread_id, self._created_data(thread_id), data)
+                raise
             # The lease locks the rollout itself. Until then nobody else knows the new id,
             # and a catch-up leaves a young file without a record alone.
             lease = Lease(self._layout.locks, thread_id, path)
@@ -198,6 +218,24 @@ class OpenLogs:
                 raise StorageError(f"cannot create thread {thread_id}: {exc}") from exc
             raise
         return thread_id
+
+    def _created_data(self, thread_id: str) -> Any:
+        """The ``thread.created`` data of a thread on disk, waiting (up to `UNBORN_AGE`) for
+        its creator, in this process or another, to make its first record durable. Raises
+        `StorageError` when it never does (the creator crashed: an unborn thread)."""
+        deadline = time.monotonic() + UNBORN_AGE
+        while True:
+            try:
+                head = self._reader.read(thread_id, 0, limit=1)
+            except ThreadNotFound:  # the file is there, its first record not yet
+                head = []
+            if head:
+                return head[0].data
+            if time.monotonic() > deadline:
+                raise StorageError(
+                    f"thread {thread_id} is being created and never got its first record"
+                )
+            time.sleep(0.002)
 
     def evict_locked(self) -> None:
         """Close the least used half of the open logs (`lock` held)."""

@@ -10,7 +10,8 @@ A backend's test module subclasses it and says how to make a fresh store::
 
 pytest then runs every test below against it (the ``store`` fixture makes one per test and
 closes it after). The tests use the port only, plus a capability when the store has it
-(`Snapshots`, `Mailbox`, `Credentials`, `Transfer`). Listeners of a durable backend are called once
+(`Snapshots`, `Mailbox`, `Credentials`, `Transfer`, `Retention`). Listeners of a durable backend
+are called once
 records are durable, so the tests ``flush()`` before looking at what a listener saw.
 
 The tests live in one module per topic, each a plain class of test methods that
@@ -32,6 +33,8 @@ The tests live in one module per topic, each a plain class of test methods that
   removed.
 * ``transfer``: the optional `Transfer`: a thread from another store adopted verbatim
   (``threadlog copy``), idempotent, refusing other content and records that do not verify.
+* ``retention``: caller-chosen thread ids (idempotent create); the optional `Retention`:
+  delete a thread for good.
 
 This package imports pytest; ``import threadlog`` and ``import threadlog.testing`` never
 import it (pytest is no runtime dependency).
@@ -61,6 +64,7 @@ from threadlog.testing.contract.legality import LegalityTests
 from threadlog.testing.contract.lifecycle import LifecycleTests
 from threadlog.testing.contract.mailbox import MailboxTests
 from threadlog.testing.contract.refusals import RefusalTests
+from threadlog.testing.contract.retention import RetentionTests
 from threadlog.testing.contract.transfer import TransferTests
 
 if TYPE_CHECKING:
@@ -86,6 +90,7 @@ class StoreContract(
     MailboxTests,
     CredentialTests,
     TransferTests,
+    RetentionTests,
 ):
     """The store contract as a pytest test class; override `make_store`."""
 

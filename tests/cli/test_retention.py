@@ -1,0 +1,89 @@
+"""``threadlog archive`` and ``threadlog gc --older-than AGE [--archived] [--dry-run]``."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from threadlog import open_store
+from threadlog.cli import cli
+from threadlog.cli.retention import parse_age
+from threadlog.errors import UsageError
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_ages() -> None:
+    assert parse_age("30d").days == 30
+    assert parse_age("12h").total_seconds() == 12 * 3600
+    assert parse_age("2w").days == 14
+    for bad in ("30", "d", "1y", "-1d"):
+        with pytest.raises(UsageError, match="older-than"):
+            parse_age(bad)
+
+
+def test_archive_then_gc_the_archived(home: str) -> None:
+    with open_store(home) as store:
+        kept, old = store.create_thread("a"), store.create_thread("a")
+    code, out, err = run("archive", old, "--home", home)
+    assert (code, out) == (0, f"{old} archived\n"), err
+    assert run("archive", old, "--home", home)[1] == f"{old} was already archived\n"
+    code, out, _ = run("ls", "--home", home, "--json")
+    assert old not in out and kept in out
+    code, out, err = run("gc", "--older-than", "0s", "--archived", "--dry-run", "--home", home)
+    assert (code, out) == (0, f"would delete {old}\n1 thread would delete\n"), err
+    code, out, err = run("gc", "--older-than", "30d", "--archived", "--home", home, "--json")
+    assert json.loads(out) == {"deleted": [], "dry_run": False, "in_use": []}  # not old enough
+    code, out, err = run("gc", "--older-than", "0s", "--archived", "--home", home, "--json")
+    assert (code, json.loads(out)) == (0, {"deleted": [old], "dry_run": False, "in_use": []}), err
+    with open_store(home) as store:
+        assert store.thread_ids() == [kept]
+        assert not os.path.exists(store.path_of(old))
+
+
+def test_gc_without_archived_takes_every_old_thread_and_archive_undo(home: str) -> None:
+    with open_store(home) as store:
+        one = store.create_thread("a")
+    assert run("archive", one, "--undo", "--home", home)[1] == f"{one} was already restored\n"
+    code, out, err = run("gc", "--older-than", "bad", "--home", home)
+    assert code == 2 and "older-than" in err
+    code, out, err = run("gc", "--older-than", "0s", "--home", home)
+    assert (code, out) == (0, f"deleted {one}\n1 thread deleted\n"), err
+
+
+def test_gc_skips_a_thread_another_process_writes(home: str) -> None:
+    import subprocess
+    import sys
+
+    with open_store(home) as store:
+        busy = store.create_thread("a")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from threadlog import open_store\n"
+            "s = open_store(sys.argv[1]); s.acquire(sys.argv[2]); print('held', flush=True)\n"
+            "sys.stdin.read()",
+            home,
+            busy,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        code, out, err = run("gc", "--older-than", "0s", "--home", home, "--json")
+        assert (code, json.loads(out)) == (0, {"deleted": [], "dry_run": False, "in_use": [busy]})
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        if holder.stdout is not None:
+            holder.stdout.close()
