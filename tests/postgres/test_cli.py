@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from tests.postgres.server import Schemas
 from threadlog.cli import cli
-from threadlog.store.postgres import PostgresStore
+from threadlog.store.postgres import SCHEMA_VERSION, PostgresStore
 
 
 def test_ls_events_verify_and_db_upgrade(pg_schemas: Schemas) -> None:
@@ -15,7 +15,7 @@ def test_ls_events_verify_and_db_upgrade(pg_schemas: Schemas) -> None:
     runner = CliRunner()
     result = runner.invoke(cli, ["db", "upgrade", "--store", url, "--json"])
     assert result.exit_code == 0, result.output
-    assert orjson.loads(result.output) == {"from": 0, "to": 1}
+    assert orjson.loads(result.output) == {"from": 0, "to": SCHEMA_VERSION}
     with PostgresStore(url) as store:
         thread = store.create_thread("alice", title="cli")
         store.append(thread, "turn.started", {"turn_id": "t1", "input": "hi"})

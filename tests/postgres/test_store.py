@@ -20,6 +20,7 @@ from threadlog.store.postgres import (
     SchemaTooOld,
     upgrade_database,
 )
+from threadlog.store.postgres.schema import MIGRATIONS
 from threadlog.store.protocol import Artifacts, Catalog, Credentials, Mailbox, Snapshots, Watch
 from threadlog.testing.contract import check_chain
 
@@ -58,9 +59,8 @@ def test_migrations_are_idempotent_and_a_newer_schema_is_refused(pg_schemas: Sch
     assert upgrade_database(url) == (SCHEMA_VERSION, SCHEMA_VERSION)
     with PostgresStore(url) as store:
         store.create_thread("a")
-    assert _sql(pg_schemas.server, f"SELECT version FROM {schema}.threadlog_schema_version") == [
-        (SCHEMA_VERSION,)
-    ]
+    versions = f"SELECT version FROM {schema}.threadlog_schema_version ORDER BY version"
+    assert _sql(pg_schemas.server, versions) == [(v,) for v, _ in MIGRATIONS]
     _sql(pg_schemas.server, f"INSERT INTO {schema}.threadlog_schema_version VALUES (999)")
     with pytest.raises(SchemaTooNew, match="newer than this threadlog"):
         PostgresStore(url)
@@ -83,7 +83,8 @@ def test_an_older_schema_is_refused_with_what_to_do(pg_schemas: Schemas) -> None
 
 
 def test_concurrent_upgrades_apply_each_migration_once(pg_schemas: Schemas) -> None:
-    url = pg_schemas.new()
+    schema = pg_schemas.name()
+    url = with_schema(pg_schemas.server, schema)
     results: list[tuple[int, int]] = []
     threads = [
         threading.Thread(target=lambda: results.append(upgrade_database(url))) for _ in range(4)
@@ -92,7 +93,33 @@ def test_concurrent_upgrades_apply_each_migration_once(pg_schemas: Schemas) -> N
         t.start()
     for t in threads:
         t.join()
-    assert sorted(results) == [(0, 1)] + [(1, 1)] * 3
+    # each ends at the current version, one of them started from nothing, and each
+    # migration was applied once (a later caller may have found some applied already)
+    assert [after for _, after in results] == [SCHEMA_VERSION] * 4
+    assert sorted(before for before, _ in results)[0] == 0
+    assert [before for before, _ in results].count(0) == 1
+    versions = f"SELECT version FROM {schema}.threadlog_schema_version ORDER BY version"
+    assert _sql(pg_schemas.server, versions) == [(v,) for v, _ in MIGRATIONS]
+
+
+def test_a_version_1_database_is_upgraded_with_its_threads(pg_schemas: Schemas) -> None:
+    """The first real migration: a database of schema 1 (as threadlog 0.x left it) is refused
+    until `threadlog db upgrade`, which keeps its threads and adds what version 2 brings."""
+    schema = pg_schemas.name()
+    url = with_schema(pg_schemas.server, schema)
+    version_1 = dict(MIGRATIONS)[1]
+    with psycopg.connect(pg_schemas.server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"SET search_path TO {schema}")
+        conn.execute(version_1)  # type: ignore[call-overload]
+        conn.execute(f"INSERT INTO {schema}.threadlog_schema_version VALUES (1)")
+    with pytest.raises(SchemaTooOld, match="threadlog db upgrade"):
+        PostgresStore(url, create_schema=False)
+    assert upgrade_database(url) == (1, SCHEMA_VERSION)
+    with PostgresStore(url, create_schema=False) as store:
+        thread = store.create_thread("a", metadata={"app": "x"})
+        assert [t.thread_id for t in store.threads(metadata={"app": "x"})] == [thread]
+        assert store.delete_thread(thread) and store.deleted(thread)
 
 
 # -- group commit -----------------------------------------------------------------------------

@@ -587,8 +587,8 @@ class Retention(Protocol):
     A deleted thread's log is removed (its directory entry made durable), its index rows and
     snapshot go, and its id is remembered as deleted: `Store.create_thread` never silently
     hands it out again (`ThreadExists`). Artifacts are shared by hash and stay (a later
-    artifact sweep collects unreferenced blobs). The embedded and in-memory stores implement
-    it; the PostgreSQL store is to implement the same capability.
+    artifact sweep collects unreferenced blobs). The embedded, in-memory and PostgreSQL stores
+    implement it (`threadlog.store.postgres.retention`).
     """
 
     def delete_thread(self, thread_id: str) -> bool:

@@ -25,6 +25,7 @@ import psycopg
 
 from threadlog._clock import new_id_after
 from threadlog.errors import ThreadNotFound, UsageError
+from threadlog.model import codec
 from threadlog.model.commands import command_from_data
 from threadlog.model.ids import is_uuid
 from threadlog.model.memory import MemoryFact
@@ -63,14 +64,31 @@ class Tables:
     # -- Catalog ---------------------------------------------------------------------------
 
     def threads(
-        self, *, principal: str | None = None, limit: int | None = None
+        self,
+        *,
+        principal: str | None = None,
+        limit: int | None = None,
+        archived: bool | None = False,
+        metadata: dict[str, Any] | None = None,
     ) -> list[IndexedThread]:
-        """Threads, most recently active first."""
+        """Threads, most recently active first: not archived by default (``archived=True``:
+        only those, None: all); ``metadata``: those whose ``metadata`` setting has each of
+        these keys with that value (`Catalog.threads`)."""
         sql = f"SELECT {_COLUMNS} FROM threads"
+        where: list[str] = []
         args: list[Any] = []
         if principal is not None:
-            sql += " WHERE principal = %s"
+            where.append("principal = %s")
             args.append(principal)
+        if archived is not None:
+            where.append("status = 'archived'" if archived else "status <> 'archived'")
+        for key, value in (metadata or {}).items():
+            where.append(
+                "thread_id IN (SELECT thread_id FROM thread_meta WHERE key = %s AND value = %s)"
+            )
+            args.extend((str(key), codec.canonical(value).decode()))
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY last_ts DESC NULLS LAST, thread_id DESC LIMIT %s"
         args.append(limit)
         with self._conn() as conn:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from threadlog.model import codec
 from threadlog.model.projection import project
 
 if TYPE_CHECKING:
@@ -142,6 +143,9 @@ def apply_projections(
                 if change.table == "thread":
                     ops.extend(_thread_ops(thread_id, change.fields, guard))
                     continue
+                if change.table == "meta":
+                    ops.extend(_meta_ops(thread_id, change.fields, guard))
+                    continue
                 if change.table == "turn" and "started_ord" in change.fields:
                     new_turns += 1
                 if change.table == "tool_call" and change.fields.get("status") == "proposed":
@@ -193,6 +197,22 @@ def apply_projections(
         f"AS u(p, id, tok) WHERE {current}",
         (channel, *notifies),
     )
+
+
+def _meta_ops(
+    thread_id: str, metadata: dict[str, Any], guard: tuple[Any, ...]
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """The thread's ``metadata`` setting as ``thread_meta`` rows (values as canonical JSON,
+    so that ``1`` and ``"1"`` differ, as in the embedded index)."""
+    sql = (
+        "INSERT INTO thread_meta (thread_id, key, value) SELECT %s, %s, %s"
+        f"{f' WHERE {_FENCE}' if guard else ''} "
+        "ON CONFLICT (thread_id, key) DO UPDATE SET value = EXCLUDED.value"
+    )
+    return [
+        (sql, (thread_id, str(key), codec.canonical(value).decode(), *guard))
+        for key, value in metadata.items()
+    ]
 
 
 def _thread_ops(

@@ -162,7 +162,23 @@ CREATE TABLE artifact_chunks (
 );
 """
 
-MIGRATIONS: list[tuple[int, str]] = [(1, _V1)]
+_V2 = """
+CREATE TABLE thread_meta (
+    thread_id text NOT NULL,
+    key       text NOT NULL,
+    value     text NOT NULL,
+    PRIMARY KEY (thread_id, key)
+);
+CREATE INDEX thread_meta_by_value ON thread_meta (key, value);
+CREATE TABLE deleted_threads (
+    thread_id  text PRIMARY KEY,
+    deleted_at timestamptz NOT NULL DEFAULT now()
+);
+"""
+"""Version 2: listing by metadata (a thread's ``metadata`` setting, one row per key, values as
+canonical JSON) and the ids of deleted threads (never handed out again)."""
+
+MIGRATIONS: list[tuple[int, str]] = [(1, _V1), (2, _V2)]
 """``(version, SQL)`` in order; a new version appends one entry, never edits an old one."""
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -37,6 +37,7 @@ from threadlog.model.ids import is_uuid
 from threadlog.model.legality import reduce_log, replay_log
 from threadlog.model.policy import durability_of
 from threadlog.model.refs import resolve as resolve_refs
+from threadlog.store.named import check_thread_id, same_creation
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.postgres.blobs import Blobs
 from threadlog.store.postgres.catalog import Tables
@@ -45,9 +46,10 @@ from threadlog.store.postgres.leases import LeaseKeeper
 from threadlog.store.postgres.live import Live
 from threadlog.store.postgres.logs import Logs, new_row
 from threadlog.store.postgres.projections import insert_records
+from threadlog.store.postgres.retention import Retentions
 from threadlog.store.postgres.schema import check_schema, parse_url
 from threadlog.store.postgres.transfer import Transfers
-from threadlog.store.postgres.writer import Pending, Writer
+from threadlog.store.postgres.writer import Pending, Writer, decode_line
 from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
 
 if TYPE_CHECKING:
@@ -64,7 +66,7 @@ __all__ = ["PostgresStore"]
 log = logging.getLogger("threadlog.store")
 
 
-class PostgresStore(Live, Logs, Tables, Blobs, Transfers):
+class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
     """An event store in a PostgreSQL database. Thread-safe; use as a context manager.
 
     Args:
@@ -218,9 +220,16 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers):
         *,
         title: str | None = None,
         lineage: dict[str, Any] | None = None,
+        thread_id: str | None = None,
         **config: Any,
     ) -> str:
-        """A new thread whose ord 1 (``thread.created``) is committed on return; its id."""
+        """A new thread whose ord 1 (``thread.created``) is committed on return; its id.
+
+        ``thread_id``: a caller-chosen UUIDv7 (`threadlog.store.named`): the thread is
+        created once; asked again with the same settings it is returned as it is, with other
+        settings (or when it was deleted) `ThreadExists`. The ``threads`` row decides a race
+        between two creators (``ON CONFLICT DO NOTHING``, which waits for the other's
+        transaction): the loser compares settings with the winner's ``thread.created``."""
         self._check_open()
         check_new_thread(principal, lineage, config)
         event = ThreadCreated(
@@ -229,10 +238,24 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers):
         data = to_data(event)[1]
         refuse_lookalikes(event.type, data, codec.canonical(data))
         now = wall_ns()
-        thread_id = new_id(now)
+        named = thread_id is not None
+        if thread_id is None:
+            thread_id = new_id(now)
+        else:
+            check_thread_id(thread_id, deleted=self.deleted(thread_id))
         row = new_row(thread_id, 1, None, rfc3339(now), event.type, data, None, new_id(now))
         with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
-            cur.execute("INSERT INTO threads (thread_id) VALUES (%s)", (thread_id,))
+            cur.execute(
+                "INSERT INTO threads (thread_id) VALUES (%s) ON CONFLICT DO NOTHING", (thread_id,)
+            )
+            if cur.rowcount == 0:
+                if not named:
+                    raise StorageError(f"a new thread id {thread_id} is taken already")
+                held = conn.execute(
+                    "SELECT line FROM events WHERE thread_id = %s AND ord = 1", (thread_id,)
+                ).fetchone()
+                stored = decode_line(thread_id, 1, held[0]).data if held else None
+                return same_creation(thread_id, stored, data)
             insert_records(
                 cur, {thread_id: [row]}, channel=self._target.channel, origin=self._origin
             )
