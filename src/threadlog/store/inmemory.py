@@ -45,7 +45,10 @@ from threadlog.store.memory_transfer import MemoryTransfer
 from threadlog.store.named import archive, check_thread_id, same_creation
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.protocol import ErrorListener, Listener, VerifyReport
-from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
+from threadlog.store.validate import (
+    normalize_append,
+    thread_created_data,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -117,12 +120,7 @@ class MemoryStore(MemoryBlobs, MemoryMailbox, MemoryCredentials, MemoryTransfer)
     ) -> str:
         """As `EmbeddedStore.create_thread`."""
         self._check_open()
-        check_new_thread(principal, lineage, config)
-        event = ThreadCreated(
-            format=FORMAT_VERSION, principal=principal, config=config, lineage=lineage, title=title
-        )
-        data = to_data(event)[1]
-        refuse_lookalikes(event.type, data, codec.canonical(data))
+        data = thread_created_data(principal, title, lineage, config)
         now = wall_ns()
         with self._lock:
             if thread_id is None:
@@ -134,7 +132,7 @@ class MemoryStore(MemoryBlobs, MemoryMailbox, MemoryCredentials, MemoryTransfer)
                     return same_creation(thread_id, held[0][0].data if held else data, data)
             self._threads[thread_id] = []
             self._ids[thread_id] = {}
-        self._add(thread_id, event.type, data, None, None, None, None)
+        self._add(thread_id, "thread.created", data, None, None, None, None)
         return thread_id
 
     def append(

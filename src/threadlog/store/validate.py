@@ -6,8 +6,10 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from threadlog.errors import InvalidData, InvalidEventType, UsageError
-from threadlog.model.envelope import valid_type_name
+from threadlog.model.codec import canonical
+from threadlog.model.envelope import FORMAT_VERSION, valid_type_name
 from threadlog.model.eventdata import from_data, to_data
+from threadlog.model.events import ThreadCreated
 from threadlog.model.ids import is_uuid
 from threadlog.model.lineage import check_new_lineage
 from threadlog.model.refs import escape_encoded
@@ -114,3 +116,22 @@ def normalize_append(
     if parent is not ... and parent is not None and not isinstance(parent, str):
         raise UsageError("parent must be an event id, None, or omitted")
     return type_name, data
+
+
+def thread_created_data(
+    principal: object, title: str | None, lineage: object, config: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``thread.created`` data of a new thread, every argument checked
+    (`check_new_thread`, the look-alike references of `refuse_lookalikes`): what each
+    backend's `create_thread` writes as ord 1. Raises `UsageError`; nothing is written."""
+    check_new_thread(principal, lineage, config)
+    event = ThreadCreated(
+        format=FORMAT_VERSION,
+        principal=principal,  # type: ignore[arg-type]  # checked just above
+        config=config,
+        lineage=lineage,  # type: ignore[arg-type]
+        title=title,
+    )
+    data: dict[str, Any] = to_data(event)[1]
+    refuse_lookalikes(event.type, data, canonical(data))
+    return data

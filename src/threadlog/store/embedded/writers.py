@@ -34,8 +34,6 @@ from threadlog._clock import new_id, rfc3339, wall_ns
 from threadlog.errors import IntegrityError, StorageError, ThreadNotFound, UsageError
 from threadlog.model import codec
 from threadlog.model.envelope import FORMAT_VERSION, BadRecord, Record, parse_line
-from threadlog.model.eventdata import to_data
-from threadlog.model.events import ThreadCreated
 from threadlog.model.legality import reduce_log
 from threadlog.store.embedded.layout import MiB
 from threadlog.store.embedded.leases import Lease
@@ -44,7 +42,7 @@ from threadlog.store.embedded.recovery import UNBORN_AGE
 from threadlog.store.embedded.rollout import Scan, scan_file
 from threadlog.store.embedded.rolloutlog import RolloutLog
 from threadlog.store.named import check_thread_id, same_creation
-from threadlog.store.validate import check_new_thread, refuse_lookalikes
+from threadlog.store.validate import thread_created_data
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -138,17 +136,8 @@ class OpenLogs:
         record, durably; its id. Raises `UsageError` for settings no thread may have, and
         for a caller-chosen ``thread_id`` held with other settings or deleted
         `ThreadExists` (`threadlog.store.named`)."""
-        check_new_thread(principal, lineage, config)
-        event = ThreadCreated(
-            format=FORMAT_VERSION,
-            principal=principal,
-            config=config,
-            lineage=lineage,
-            title=title,
-        )
-        _, data = to_data(event)
+        data = thread_created_data(principal, title, lineage, config)
         data_json = codec.canonical(data)
-        refuse_lookalikes(event.type, data, data_json)
         now = wall_ns()
         named = thread_id is not None
         if thread_id is None:
@@ -191,7 +180,7 @@ class OpenLogs:
             lease.publish(0)
             _, seq = rollout.submit(
                 id=new_id(now),
-                type=event.type,
+                type="thread.created",
                 data=data,
                 data_json=data_json,
                 parent=None,

@@ -30,9 +30,6 @@ from threadlog import _hooks
 from threadlog._clock import new_id, random_bits, rfc3339, wall_ns
 from threadlog.errors import StorageError, UsageError
 from threadlog.model import codec
-from threadlog.model.envelope import FORMAT_VERSION
-from threadlog.model.eventdata import to_data
-from threadlog.model.events import Event, ThreadCreated
 from threadlog.model.ids import is_uuid
 from threadlog.model.legality import reduce_log, replay_log
 from threadlog.model.policy import durability_of
@@ -50,7 +47,10 @@ from threadlog.store.postgres.retention import Retentions
 from threadlog.store.postgres.schema import check_schema, parse_url
 from threadlog.store.postgres.transfer import Transfers
 from threadlog.store.postgres.writer import Pending, Writer, decode_line
-from threadlog.store.validate import check_new_thread, normalize_append, refuse_lookalikes
+from threadlog.store.validate import (
+    normalize_append,
+    thread_created_data,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
     from threadlog.errors import LeaseLost
     from threadlog.model.envelope import Record
+    from threadlog.model.events import Event
     from threadlog.model.refs import ArtifactRef
     from threadlog.model.state import ThreadState
 
@@ -231,19 +232,14 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
         between two creators (``ON CONFLICT DO NOTHING``, which waits for the other's
         transaction): the loser compares settings with the winner's ``thread.created``."""
         self._check_open()
-        check_new_thread(principal, lineage, config)
-        event = ThreadCreated(
-            format=FORMAT_VERSION, principal=principal, config=config, lineage=lineage, title=title
-        )
-        data = to_data(event)[1]
-        refuse_lookalikes(event.type, data, codec.canonical(data))
+        data = thread_created_data(principal, title, lineage, config)
         now = wall_ns()
         named = thread_id is not None
         if thread_id is None:
             thread_id = new_id(now)
         else:
             check_thread_id(thread_id, deleted=self.deleted(thread_id))
-        row = new_row(thread_id, 1, None, rfc3339(now), event.type, data, None, new_id(now))
+        row = new_row(thread_id, 1, None, rfc3339(now), "thread.created", data, None, new_id(now))
         with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute(
                 "INSERT INTO threads (thread_id) VALUES (%s) ON CONFLICT DO NOTHING", (thread_id,)
