@@ -11,7 +11,7 @@ import pytest
 
 from tests.postgres.server import Schemas, with_schema
 from threadlog import open_store
-from threadlog.errors import LeaseHeld, LeaseLost, StorageError
+from threadlog.errors import LeaseHeld, LeaseLost, StorageError, ThreadExists, ThreadNotFound
 from threadlog.model.envelope import Record
 from threadlog.store.postgres import (
     SCHEMA_VERSION,
@@ -400,3 +400,24 @@ def test_metrics_see_appends_and_commits(pg_schemas: Schemas) -> None:
         assert sink.count("threadlog_commit_records") >= 1
     finally:
         observe_metrics.uninstall()
+
+
+# -- retention ----------------------------------------------------------------------------
+
+
+def test_a_thread_another_store_writes_is_not_deleted_under_it(pg_schemas: Schemas) -> None:
+    url = pg_schemas.new()
+    with PostgresStore(url) as a, PostgresStore(url) as b:
+        thread = a.create_thread("a")
+        a.append(thread, "custom.n", {"i": 1}, durable=True)  # a holds the lease now
+        with pytest.raises(LeaseHeld):
+            b.delete_thread(thread)
+        assert b.exists(thread) and not b.deleted(thread)
+        a.release(thread)
+        assert b.delete_thread(thread) is True
+        assert not a.exists(thread) and a.deleted(thread)
+        assert a.threads(archived=None) == []
+        with pytest.raises(ThreadNotFound):
+            a.append(thread, "custom.n", {"i": 2}, durable=True)
+        with pytest.raises(ThreadExists, match="deleted"):
+            a.create_thread("a", thread_id=thread)

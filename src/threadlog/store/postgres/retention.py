@@ -25,6 +25,7 @@ from threadlog.model.ids import is_uuid
 from threadlog.store.named import archive
 
 if TYPE_CHECKING:
+    import threading
     from contextlib import AbstractContextManager
 
     import psycopg
@@ -52,6 +53,7 @@ class Retentions:
 
     if TYPE_CHECKING:
         _writers: dict[str, Writer]
+        _writers_lock: threading.Lock
         _leases: LeaseKeeper
 
         def _check_open(self) -> None: ...
@@ -96,7 +98,8 @@ class Retentions:
                 "INSERT INTO deleted_threads (thread_id) VALUES (%s) ON CONFLICT DO NOTHING",
                 (thread_id,),
             )
-        self._writers.pop(thread_id, None)
+        with self._writers_lock:
+            self._writers.pop(thread_id, None)
         self._leases.forget(thread_id)
         return True
 
