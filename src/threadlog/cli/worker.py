@@ -81,9 +81,9 @@ def worker_cmd(
     Example:
       threadlog worker --store postgresql://db.example/threadlog --model openai:gpt-4o-mini
     """
+    from threadlog.runtime.modelspec import model_from_spec
     from threadlog.runtime.runtime import Runtime
     from threadlog.runtime.worker import Worker
-    from threadlog.server.serve import model_from_spec
     from threadlog.store.open import open_store, parse_target
 
     model = model_from_spec(model_spec)

@@ -24,7 +24,14 @@ from typing import Any, cast
 from threadlog.errors import UsageError
 from threadlog.model.events import MemoryWritten
 
-__all__ = ["MemoryFact", "memory_message", "memory_written", "project_of", "select_memories"]
+__all__ = [
+    "MemoryFact",
+    "memory_message",
+    "memory_written",
+    "project_of",
+    "select_memories",
+    "shared_facts",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +73,34 @@ def _owned(fact: MemoryFact, thread_id: str, principal: str, project: str | None
             return fact.thread_id == thread_id
         return project is not None and fact.project == project
     return False
+
+
+def shared_facts(
+    rows: list[dict[str, Any]], principal: str, project: str | None
+) -> list[MemoryFact]:
+    """`Catalog.shared_memories` from a catalog's live memory rows (their columns by name):
+    the facts other threads of ``principal`` may be offered, its ``principal`` facts and,
+    given ``project``, its ``project`` facts of that project; never another principal's."""
+    return [
+        MemoryFact(
+            r["memory_id"],
+            r["thread_id"],
+            r["fact"],
+            r["scope"],
+            r["written_at"],
+            r["expires_at"],
+            r["key"],
+            r["source_event"],
+            r["principal"],
+            r["project"],
+        )
+        for r in rows
+        if r["principal"] == principal
+        and (
+            r["scope"] == "principal"
+            or (r["scope"] == "project" and project is not None and r["project"] == project)
+        )
+    ]
 
 
 def select_memories(

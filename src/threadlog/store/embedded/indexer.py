@@ -25,7 +25,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from threadlog.errors import StorageError, ThreadNotFound
-from threadlog.model.memory import MemoryFact
+from threadlog.model.memory import MemoryFact, shared_facts
 from threadlog.store.embedded.reader import lost_acknowledged
 from threadlog.store.embedded.rollout import Scan, scan, scan_file
 from threadlog.store.embedded.schema import DamagedIndex
@@ -195,27 +195,7 @@ class Indexer:
         """Live facts other threads of ``principal`` may be offered: its ``principal`` facts
         and, given ``project``, its ``project`` facts of that project; never another
         principal's (`threadlog.model.memory`)."""
-        rows = self.memories(principal=principal)
-        return [
-            MemoryFact(
-                r["memory_id"],
-                r["thread_id"],
-                r["fact"],
-                r["scope"],
-                r["written_at"],
-                r["expires_at"],
-                r["key"],
-                r["source_event"],
-                r["principal"],
-                r["project"],
-            )
-            for r in rows
-            if r["principal"] == principal
-            and (
-                r["scope"] == "principal"
-                or (r["scope"] == "project" and project is not None and r["project"] == project)
-            )
-        ]
+        return shared_facts(self.memories(principal=principal), principal, project)
 
     def turns(self, thread_id: str) -> list[dict[str, Any]]:
         """The thread's turns from the index, in order."""

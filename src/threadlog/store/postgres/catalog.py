@@ -28,7 +28,7 @@ from threadlog.errors import ThreadNotFound, UsageError
 from threadlog.model import codec
 from threadlog.model.commands import command_from_data
 from threadlog.model.ids import is_uuid
-from threadlog.model.memory import MemoryFact
+from threadlog.model.memory import MemoryFact, shared_facts
 from threadlog.store._credentials import check_credential
 from threadlog.store.embedded.schema import THREAD_COLUMNS, IndexedThread
 from threadlog.store.protocol import Credential, MailboxMessage
@@ -143,26 +143,7 @@ class Tables:
 
     def shared_memories(self, principal: str, project: str | None = None) -> list[MemoryFact]:
         """Live facts other threads of ``principal`` may be offered (`Catalog`)."""
-        return [
-            MemoryFact(
-                r["memory_id"],
-                r["thread_id"],
-                r["fact"],
-                r["scope"],
-                r["written_at"],
-                r["expires_at"],
-                r["key"],
-                r["source_event"],
-                r["principal"],
-                r["project"],
-            )
-            for r in self.memories(principal=principal)
-            if r["principal"] == principal
-            and (
-                r["scope"] == "principal"
-                or (r["scope"] == "project" and project is not None and r["project"] == project)
-            )
-        ]
+        return shared_facts(self.memories(principal=principal), principal, project)
 
     def _dicts(self, sql: str, args: Any) -> list[dict[str, Any]]:
         with self._conn() as conn:
