@@ -230,7 +230,9 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
         created once; asked again with the same settings it is returned as it is, with other
         settings (or when it was deleted) `ThreadExists`. The ``threads`` row decides a race
         between two creators (``ON CONFLICT DO NOTHING``, which waits for the other's
-        transaction): the loser compares settings with the winner's ``thread.created``."""
+        transaction): the loser compares settings with the winner's ``thread.created``. The
+        deleted check is made in the same transaction, after that insert, so that a delete
+        committing meanwhile cannot let its id be handed out again."""
         self._check_open()
         data = thread_created_data(principal, title, lineage, config)
         now = wall_ns()
@@ -238,7 +240,7 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
         if thread_id is None:
             thread_id = new_id(now)
         else:
-            check_thread_id(thread_id, deleted=self.deleted(thread_id))
+            check_thread_id(thread_id, deleted=False)  # its form; deleted: in the transaction
         row = new_row(thread_id, 1, None, rfc3339(now), "thread.created", data, None, new_id(now))
         with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute(
@@ -252,6 +254,13 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
                 ).fetchone()
                 stored = decode_line(thread_id, 1, held[0]).data if held else None
                 return same_creation(thread_id, stored, data)
+            if named:
+                # after the insert, which waits for a delete of the same id in flight: a
+                # deleted id is refused (ThreadExists, the transaction rolled back), never reused
+                gone = conn.execute(
+                    "SELECT 1 FROM deleted_threads WHERE thread_id = %s", (thread_id,)
+                ).fetchone()
+                check_thread_id(thread_id, deleted=gone is not None)
             insert_records(
                 cur, {thread_id: [row]}, channel=self._target.channel, origin=self._origin
             )
