@@ -31,13 +31,12 @@ Pure: no I/O (this is `threadlog.model`).
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, get_args
 
 from threadlog.errors import UsageError
 from threadlog.model.events import Resolution  # noqa: TC001 (read by get_type_hints at run time)
+from threadlog.model.typecheck import describe, field_table
 
 __all__ = [
     "Approve",
@@ -125,44 +124,6 @@ _KINDS: dict[str, type[Any]] = {
     cls.__dataclass_fields__["kind"].default: cls for cls in get_args(Command)
 }
 
-_SPECS: dict[type[Any], dict[str, tuple[Any, bool]]] = {}
-
-
-def _spec(cls: type[Any]) -> dict[str, tuple[Any, bool]]:
-    """Field name → (type hint, required) of a command class, ``kind`` left out."""
-    spec = _SPECS.get(cls)
-    if spec is None:
-        hints = typing.get_type_hints(cls)
-        spec = {
-            f.name: (hints[f.name], f.default is dataclasses.MISSING)
-            for f in dataclasses.fields(cls)
-            if f.name != "kind"
-        }
-        _SPECS[cls] = spec
-    return spec
-
-
-def _fits(value: Any, hint: Any) -> bool:
-    origin = get_origin(hint)
-    if origin is Literal:
-        return value in get_args(hint)
-    if origin in (types.UnionType, typing.Union):
-        return any(_fits(value, h) for h in get_args(hint))
-    if hint is type(None):
-        return value is None
-    return isinstance(value, hint)
-
-
-def _describe(hint: Any) -> str:
-    origin = get_origin(hint)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in get_args(hint))
-    if origin in (types.UnionType, typing.Union):
-        return " or ".join(_describe(h) for h in get_args(hint))
-    if hint is type(None):
-        return "null"
-    return "a string" if hint is str else getattr(hint, "__name__", str(hint))
-
 
 def command_from_data(data: object) -> Command:
     """Parse a command's JSON object (see the module docstring).
@@ -179,18 +140,19 @@ def command_from_data(data: object) -> Command:
         raise UsageError(
             f"unknown command kind {kind!r:.80}: expected one of {', '.join(sorted(_KINDS))}"
         )
-    spec = _spec(cls)
+    table = field_table(cls, skip="kind")
+    names = {f.name for f in table}
     for key in data:
-        if key != "kind" and key not in spec:
+        if key != "kind" and key not in names:
             raise UsageError(f"{kind}: unknown field {key!r:.80}")
     values: dict[str, Any] = {}
-    for name, (hint, required) in spec.items():
+    for name, required, fits, hint in table:
         if name not in data:
             if required:
                 raise UsageError(f"{kind}: missing field {name!r}")
             continue
-        if not _fits(data[name], hint):
-            raise UsageError(f"{kind}: field {name!r} must be {_describe(hint)}")
+        if not fits(data[name]):
+            raise UsageError(f"{kind}: field {name!r} must be {describe(hint, text='a string')}")
         values[name] = data[name]
     command: Command = cls(**values)
     return command

@@ -9,13 +9,11 @@ non-numeric field). `to_data` is its inverse for what the runtime produces.
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
-from typing import Any, Literal, get_args, get_origin
+from typing import Any
 
 from threadlog.errors import InvalidData, InvalidEventType
 from threadlog.model.events import CATALOGUE, Custom, Event
-from threadlog.model.refs import is_artifact_ref
+from threadlog.model.typecheck import FieldCheck, describe, field_table
 
 __all__ = ["from_data", "to_data"]
 
@@ -68,73 +66,27 @@ def from_data(type_name: str, data: Any) -> Event:
         )
     if not isinstance(data, dict):
         raise InvalidData(f"{type_name}: data must be an object, not {type(data).__name__}")
-    spec = _spec(cls)
-    for key in data:
-        if key not in spec:
-            raise InvalidData(f"{type_name}: unknown field {key!r}")
-    for name, (hint, required) in spec.items():
+    table = field_table(cls, skip="type", refs=True)
+    names = _names(cls, table)
+    if not names.issuperset(data):
+        unknown = next(key for key in data if key not in names)
+        raise InvalidData(f"{type_name}: unknown field {unknown!r}")
+    for name, required, fits, hint in table:
         if name not in data:
             if required:
                 raise InvalidData(f"{type_name}: missing field {name!r}")
             continue
-        if not _fits(data[name], hint):
-            raise InvalidData(f"{type_name}: field {name!r} must be {_describe(hint)}")
+        if not fits(data[name]):
+            raise InvalidData(f"{type_name}: field {name!r} must be {describe(hint)}")
     event: Event = cls(**data)
     return event
 
 
-_SPECS: dict[type[Any], dict[str, tuple[Any, bool]]] = {}
+_NAMES: dict[type[Any], frozenset[str]] = {}
 
 
-def _spec(cls: type[Any]) -> dict[str, tuple[Any, bool]]:
-    spec = _SPECS.get(cls)
-    if spec is None:
-        hints = typing.get_type_hints(cls)
-        spec = {
-            f.name: (
-                hints[f.name],
-                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-            )
-            for f in dataclasses.fields(cls)
-            if f.name != "type"
-        }
-        _SPECS[cls] = spec
-    return spec
-
-
-def _fits(value: Any, hint: Any) -> bool:
-    if hint is Any:
-        return True
-    origin = get_origin(hint)
-    if origin is Literal:
-        return value in get_args(hint)
-    if hint is not int and hint is not bool and is_artifact_ref(value):
-        return True  # a large value moved to the artifact store
-    if origin in (types.UnionType, typing.Union):
-        return any(_fits(value, h) for h in get_args(hint))
-    if hint is type(None):
-        return value is None
-    if origin is dict or hint is dict:
-        return isinstance(value, dict)
-    if origin is list or hint is list:
-        return isinstance(value, list)
-    if hint is int:
-        return type(value) is int
-    if hint is bool:
-        return type(value) is bool
-    if hint is str:
-        return isinstance(value, str)
-    return isinstance(value, hint)
-
-
-def _describe(hint: Any) -> str:
-    origin = get_origin(hint)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in get_args(hint))
-    if origin in (types.UnionType, typing.Union):
-        return " or ".join(_describe(h) for h in get_args(hint))
-    if hint is type(None):
-        return "null"
-    if origin is not None:
-        return getattr(origin, "__name__", str(hint))
-    return getattr(hint, "__name__", str(hint))
+def _names(cls: type[Any], table: tuple[FieldCheck, ...]) -> frozenset[str]:
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = frozenset(f.name for f in table)
+    return names
