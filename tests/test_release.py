@@ -37,7 +37,11 @@ class Release:
     scratch: Path
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "THREADLOG_HOME")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "THREADLOG_HOME", "THREADLOG_STORE")
+        }
         env["PATH"] = f"{self.bin}{os.pathsep}{env.get('PATH', '')}"
         env["COLUMNS"] = "200"
         return env
