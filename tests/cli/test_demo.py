@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pytest
 
 from threadlog.store.open import open_store
@@ -79,10 +80,14 @@ def demo(tmp_path: Path, *args: str, typed: bytes | None = None, columns: int = 
     return Run(proc.stdout, home, tmp)
 
 
-def assert_declined(run: Run) -> None:
+def assert_declined_log(run: Run) -> None:
     types = run.types()
     assert "tool_call.denied" in types
     assert types.count("tool_call.finished") == 2  # the two reads; the append never ran
+
+
+def assert_declined(run: Run) -> None:
+    assert_declined_log(run)
     assert not WRITE.search(run.out), run.out
     assert "README.md was not changed: the write was declined." in run.out
     assert "I left README.md unchanged" in run.out
@@ -153,3 +158,10 @@ def test_suggested_commands_are_never_wrapped(tmp_path: Path, columns: int) -> N
     for command in commands:
         assert thread in command and command.endswith(f"--home '{home}'"), run.out
         assert len(command) > columns  # long, and still whole on its line
+
+
+def test_json_never_prompts_and_reports_the_decision(tmp_path: Path) -> None:
+    run = demo(tmp_path, "--json", typed=b"y\n")  # a terminal, but --json does not ask
+    doc = orjson.loads(run.out)
+    assert doc["write"] == "declined" and doc["verified"] is True
+    assert_declined_log(run)
