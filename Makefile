@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test check lint typecheck pytest bench crash-loop clean
+.PHONY: demo test check lint typecheck pytest release-check dist bench crash-loop clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,13 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest -q
 
+# the wheel, installed into a fresh venv, running the README's quickstarts (tests/test_release.py)
+release-check: $(STAMP)
+	$(BIN)/pytest -q tests/test_release.py
+
+dist: $(STAMP)
+	$(BIN)/python -m pip wheel . --no-deps --wheel-dir dist
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_log.py
 
@@ -39,4 +46,4 @@ crash-loop: $(STAMP)
 	$(BIN)/python scripts/crash_loop.py --trials 1000
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist

@@ -1,3 +1,6 @@
+"""``python -m threadlog``: the ``threadlog`` command."""
+
 from threadlog.cli import main
 
-main()
+if __name__ == "__main__":
+    main()

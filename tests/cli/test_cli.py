@@ -167,6 +167,7 @@ def test_verify_ok_and_rebuild(home: str, demo_thread: str) -> None:
 
 
 def test_ctrl_c_closes_the_demo_cleanly(home: str) -> None:
+    import os
     import signal
     import subprocess
     import sys
@@ -177,10 +178,19 @@ def test_ctrl_c_closes_the_demo_cleanly(home: str) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    time.sleep(2.0)
+    # interrupt mid-turn, not during start-up (a fixed sleep raced a slow interpreter start)
+    assert proc.stdout is not None
+    seen = b""
+    while b"step.started" not in seen:
+        line = proc.stdout.readline()
+        assert line, "the demo ended before its first model call"
+        seen += line
+    time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=20)
+    out = seen + out
     assert proc.returncode == 130, err.decode()
     assert b"closed cleanly" in out and b"Traceback" not in err
     with open_store(home) as store:

@@ -1,9 +1,25 @@
-"""``threadlog demo``: a scripted agent session run by the runtime, end to end."""
+"""``threadlog demo``: a scripted agent session run by the runtime, end to end.
+
+What it promises a first-time user, and the tests hold it to (tests/cli/test_demo.py):
+
+* **The write is theirs to allow.** The non-idempotent append is asked on a terminal with
+  "no" as the default; an empty answer or end of input at the prompt is "no", so is having no
+  terminal to ask on (or ``--json``), unless ``--yes`` was given.
+* **It never contradicts itself.** The scripted model reads the tool result it is given, like
+  a real one: after a denial it says the file was left unchanged, and the closing lines say
+  the write was declined; only the commands that hold either way are suggested.
+* **It leaves nothing behind but the log.** Its workspace is a temporary directory, removed at
+  the end (its path is printed with the word "removed").
+* **Its commands can be copied.** They are printed without soft-wrapping, whole on one line
+  each however narrow the terminal.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import shlex
+import shutil
 import sys
 import tempfile
 import threading
@@ -44,7 +60,8 @@ def _workspace() -> Path:
 
 
 def _script(request: ModelRequest, step: int) -> Reply:
-    """The scripted model: read two files, ask to append a section, then report."""
+    """The scripted model: read two files, ask to append a section, then report what the
+    append's result (the last message: a denial, an error or the tool's output) says."""
     steered = any(m["role"] == "user" and m["content"] == STEERING for m in request.messages)
     if step == 0:
         return Reply(
@@ -61,6 +78,13 @@ def _script(request: ModelRequest, step: int) -> Reply:
             f"I will add a Retry policy section to README.md{note}.",
             [ToolCallSpec("append_file", {"path": "README.md", "text": SECTION})],
         )
+    outcome = str(request.messages[-1].get("content") or "") if request.messages else ""
+    if outcome.startswith("denied"):
+        return Reply(
+            "Understood: I left README.md unchanged, so the retry policy is not documented."
+        )
+    if outcome.startswith("error"):
+        return Reply(f"The append failed ({outcome}); README.md may be unchanged.")
     return Reply(
         "Done: README.md now documents the retry policy"
         + (", including the 30 s cap." if steered else ".")
@@ -112,8 +136,10 @@ def _tools(pause: float) -> list[Tool]:
     ]
 
 
-async def _run(home: str, yes: bool, pause: float, console: Console) -> tuple[str, bool]:
-    workspace = _workspace()
+async def _run(
+    home: str, yes: bool, ask: bool, pause: float, console: Console, workspace: Path
+) -> tuple[str, bool, str]:
+    """Run the session; (thread id, verified, how the write was decided: approved/declined)."""
     model = ScriptedModel(_script, delay=pause)
     async with Runtime(home, model=model, tools=_tools(pause), source="cli") as runtime:
         session = await runtime.create(
@@ -123,15 +149,18 @@ async def _run(home: str, yes: bool, pause: float, console: Console) -> tuple[st
             cwd=str(workspace),
             instructions="You are a careful documentation agent.",
         )
-        console.print(f"[bold]threadlog demo[/bold]  store [cyan]{home}[/cyan]")
-        console.print(f"thread [bold]{session.thread_id}[/bold]   workspace {workspace}\n")
+        console.print(f"[bold]threadlog demo[/bold]  store [cyan]{home}[/cyan]", soft_wrap=True)
+        console.print(
+            f"thread [bold]{session.thread_id}[/bold]   workspace {workspace}\n", soft_wrap=True
+        )
         status: Status | None = None
         streaming = False
         steered = False
-        interactive = sys.stdin.isatty() and not yes
+        interactive = ask and not yes and sys.stdin.isatty()
+        decision = "not asked"
 
         async def watch() -> None:
-            nonlocal status, steered, streaming
+            nonlocal status, steered, streaming, decision
             async for item in session.subscribe(progress=True):
                 if isinstance(item, Progress):
                     if item.kind == "thinking":
@@ -146,7 +175,7 @@ async def _run(home: str, yes: bool, pause: float, console: Console) -> tuple[st
                             streaming = True
                         console.print(item.data["text"], end="", markup=False)
                     elif item.kind == "approval_needed":
-                        await _approve(session, item.data, interactive, console)
+                        decision = await _approve(session, item.data, yes, interactive, console)
                     continue
                 if streaming:
                     console.print()
@@ -165,38 +194,52 @@ async def _run(home: str, yes: bool, pause: float, console: Console) -> tuple[st
         report = runtime.store.verify(session.thread_id)
         ok = bool(report.ok)
         text = (workspace / "README.md").read_text()
-        console.print(
-            f"\nREADME.md now ends with:[dim]{text[text.index('## Retry') :].rstrip()}[/dim]"
-            if "## Retry" in text
-            else "\nREADME.md was not changed"
-        )
-        return session.thread_id, ok
+        if "## Retry" in text:
+            console.print(
+                f"\nREADME.md now ends with:[dim]{text[text.index('## Retry') :].rstrip()}[/dim]"
+            )
+        elif decision == "declined":
+            console.print("\nREADME.md was not changed: the write was declined.")
+        else:
+            console.print("\nREADME.md was not changed.")
+        return session.thread_id, ok, decision
 
 
 async def _approve(
-    session: Session, data: dict[str, Any], interactive: bool, console: Console
-) -> None:
+    session: Session, data: dict[str, Any], yes: bool, interactive: bool, console: Console
+) -> str:
+    """Decide the non-idempotent call: --yes approves, a terminal is asked (default no),
+    anything else declines. Returns "approved" or "declined"."""
     call_id, tool = data["call_id"], data["tool"]
-    if interactive:
-        console.print(
-            f"\n  [yellow]approval needed[/yellow]: {tool} {orjson.dumps(data['args']).decode()[:80]}"
-        )
-        ok = await _ask("  run it?")
-        if not ok:
-            await session.deny(call_id, by="demo-user", reason="declined at the prompt")
-            return
-        await session.approve(call_id, by="demo-user")
-    else:
-        console.print(
-            "  [yellow]approval needed[/yellow]: approving (--yes, or no terminal to ask on)"
-        )
+    if yes:
+        console.print("  [yellow]approval needed[/yellow]: approved (--yes)")
         await session.approve(call_id, by="demo-user (--yes)")
+        return "approved"
+    if not interactive:
+        console.print(
+            "  [yellow]approval needed[/yellow]: declined (no terminal to ask on; --yes approves)",
+            soft_wrap=True,
+        )
+        await session.deny(call_id, by="demo", reason="no terminal to ask on, and no --yes")
+        return "declined"
+    console.print(
+        f"\n  [yellow]approval needed[/yellow]: {tool} {orjson.dumps(data['args']).decode()[:80]}"
+    )
+    answer = await _ask("  run it?")
+    if answer is None:
+        console.print("\n  no answer (end of input): declined")
+    if not answer:
+        await session.deny(call_id, by="demo-user", reason="declined at the prompt")
+        return "declined"
+    await session.approve(call_id, by="demo-user")
+    return "approved"
 
 
-async def _ask(question: str) -> bool:
-    """click.confirm on a daemon thread: Ctrl-C at the prompt must not wait for the input."""
+async def _ask(question: str) -> bool | None:
+    """click.confirm on a daemon thread (Ctrl-C at the prompt must not wait for the input),
+    "no" by default; None at the end of input."""
     loop = asyncio.get_running_loop()
-    answer: asyncio.Future[bool] = loop.create_future()
+    answer: asyncio.Future[bool | None] = loop.create_future()
 
     def settle(result: bool | None, exc: BaseException | None) -> None:
         if answer.done():
@@ -204,12 +247,14 @@ async def _ask(question: str) -> bool:
         if exc is not None:
             answer.set_exception(exc)
         else:
-            answer.set_result(bool(result))
+            answer.set_result(result)
 
     def ask() -> None:
         try:
-            result = click.confirm(question, default=True)
-        except BaseException as exc:  # EOF or abort at the prompt
+            result = click.confirm(question, default=False)
+        except click.Abort:  # end of input at the prompt (click's answer to EOF)
+            loop.call_soon_threadsafe(settle, None, None)
+        except BaseException as exc:
             loop.call_soon_threadsafe(settle, None, exc)
         else:
             loop.call_soon_threadsafe(settle, result, None)
@@ -220,7 +265,13 @@ async def _ask(question: str) -> bool:
 
 @cli.command()
 @store_options
-@click.option("--yes", "-y", is_flag=True, help="Approve the non-idempotent write without asking.")
+@click.option(
+    "--yes",
+    "-y",
+    is_flag=True,
+    help="Approve the non-idempotent write without asking (without it: asked on a "
+    "terminal, default no; declined when there is no terminal or with --json).",
+)
 @click.option(
     "--pause",
     default=0.05,
@@ -235,7 +286,8 @@ def demo(home: str | None, as_json: bool, yes: bool, pause: float) -> None:
     A user asks the agent to document a retry policy. The scripted model reads two files,
     steering arrives while a tool runs (queued, then consumed at the next safe point), and the
     model proposes a non-idempotent append that waits for approval (asked on a terminal,
-    automatic with --yes). Every fact is in the log before it is shown.
+    "no" by default; declined without one; approved with --yes). Every fact is in the log
+    before it is shown. The demo's workspace is a temporary directory, removed at the end.
 
     \b
     Example:
@@ -243,21 +295,28 @@ def demo(home: str | None, as_json: bool, yes: bool, pause: float) -> None:
     """
     home = home or default_home()
     console = Console(highlight=False, stderr=as_json)
+    workspace = _workspace()
     try:
-        thread, ok = asyncio.run(_run(home, yes or as_json, pause, console))
+        thread, ok, decision = asyncio.run(_run(home, yes, not as_json, pause, console, workspace))
     except KeyboardInterrupt:
         # asyncio.run cancelled the session; the close protocol has run (turn aborted, or
         # left waiting for its approval), the log is flushed and the lease released.
         console.print("\n[yellow]interrupted[/yellow]: the session was closed cleanly")
         sys.exit(130)
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+        console.print(f"workspace {workspace} removed", soft_wrap=True, markup=False)
     if as_json:
         sys.stdout.write(
-            orjson.dumps({"thread": thread, "verified": ok, "home": home}).decode() + "\n"
+            orjson.dumps(
+                {"thread": thread, "verified": ok, "home": home, "write": decision}
+            ).decode()
+            + "\n"
         )
     else:
         state = "[green]verified[/green]" if ok else "[red]FAILED verification[/red]"
         console.print(f"\nlog {state}. Inspect, fork and resume it:")
-        flag = "" if home == default_home() else f" --home {home}"
+        flag = "" if home == default_home() else f" --home {shlex.quote(home)}"
         with open_store(home) as store:  # fork after the first turn: a whole turn inherited
             ends = [r.ord for r in store.read(thread) if r.type == "turn.ended"]
         at = ends[0] if ends else 1
@@ -268,6 +327,7 @@ def demo(home: str | None, as_json: bool, yes: bool, pause: float) -> None:
             f"threadlog fork {thread} --at {at}{flag}",
             f"threadlog resume {thread}{flag}",
         ):
-            console.print(f"  {command}")
+            # whole on one line, so it can be copied (no soft-wrapping at the width)
+            console.print(f"  {command}", soft_wrap=True, markup=False, highlight=False)
     if not ok:
         sys.exit(EXIT_FAILED)

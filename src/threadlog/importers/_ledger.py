@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from threadlog.store._fileops import durable_fsync
 from threadlog.store.protocol import LocalHome
 
 if TYPE_CHECKING:
@@ -158,10 +159,10 @@ class Ledger:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
             f.flush()
-            os.fsync(f.fileno())
+            durable_fsync(f.fileno())
         os.replace(tmp, self.path)
         dir_fd = os.open(directory, os.O_RDONLY)
         try:
-            os.fsync(dir_fd)
+            durable_fsync(dir_fd)
         finally:
             os.close(dir_fd)

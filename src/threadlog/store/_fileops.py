@@ -3,6 +3,24 @@
 Tests swap in a subclass that fails the N-th operation with EIO or ENOSPC, cuts a write short,
 or exits the process at a chosen point (SQLite's VFS approach). Production code uses the
 default instance, which is a thin layer over `os`.
+
+*Durable sync, per platform.* Every fsync threadlog makes (here, and the few call sites outside
+the seam: the file tools, the import ledger) goes through `durable_fsync` or
+`durable_fdatasync`, chosen once by `choose_durable_sync` from ``sys.platform``:
+
+* Linux and other POSIX systems: ``os.fsync``, and ``os.fdatasync`` for appends (RELIABILITY
+  A2), or ``os.fsync`` where ``fdatasync`` does not exist.
+* macOS: ``fcntl(fd, F_FULLFSYNC)`` for both. There ``fsync`` only hands the data to the drive,
+  which may keep it in its volatile cache across a power loss (fsync(2) on macOS says so), and
+  ``os.fdatasync`` does not exist. A filesystem that does not support ``F_FULLFSYNC`` (some
+  network and FUSE ones answer ENOTSUP or EINVAL) gets ``fsync``, as SQLite does; any other
+  error is raised (fail stop, RELIABILITY A4).
+
+*Windows is refused here, at import.* The embedded store serialises writers with
+``fcntl.flock`` leases and relies on POSIX rename and directory-fsync semantics; importing this
+module (which every store imports first, the PostgreSQL one included, through
+`threadlog.store`) raises `ImportError` naming the reason when ``fcntl`` is missing.
+``import threadlog`` and the pure `threadlog.model` still work anywhere.
 """
 
 from __future__ import annotations
@@ -11,17 +29,77 @@ import contextlib
 import errno
 import os
 import secrets
+import sys
 import time
+from collections.abc import Callable
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    raise ImportError(
+        f"threadlog's stores need POSIX file locks (fcntl.flock) and POSIX durable-write "
+        f"semantics, which this platform ({sys.platform}) does not provide: threadlog supports "
+        "Linux and macOS (on Windows, run it under WSL). `import threadlog` and the pure "
+        "threadlog.model work anywhere."
+    ) from None
 
 __all__ = [
     "DEFAULT_FILEOPS",
+    "F_FULLFSYNC",
     "FileOps",
+    "choose_durable_sync",
+    "durable_fdatasync",
+    "durable_fsync",
+    "full_fsync",
     "move_to_quarantine",
     "remove_orphan_temp",
     "remove_orphan_temps",
 ]
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+
+F_FULLFSYNC: int = getattr(fcntl, "F_FULLFSYNC", 51)
+"""macOS's ``fcntl`` command that flushes the drive's cache too (51 in <sys/fcntl.h>)."""
+
+_NO_FULLFSYNC = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOTTY})
+
+SyncFn = Callable[[int], None]
+
+
+def full_fsync(fd: int) -> None:
+    """``fcntl(fd, F_FULLFSYNC)``: data and metadata on stable storage, through the drive's
+    cache (macOS). A filesystem that does not support it gets ``fsync`` (SQLite's fallback);
+    an I/O error is raised, never retried."""
+    try:
+        fcntl.fcntl(fd, F_FULLFSYNC)
+    except OSError as exc:
+        if exc.errno not in _NO_FULLFSYNC:
+            raise
+        os.fsync(fd)
+
+
+def choose_durable_sync(platform: str | None = None) -> tuple[SyncFn, SyncFn]:
+    """The ``(fsync, fdatasync)`` pair that makes a write durable on ``platform`` (default:
+    ``sys.platform``, read now): ``F_FULLFSYNC`` on macOS, ``os.fsync`` / ``os.fdatasync``
+    elsewhere (``os.fsync`` twice where ``os.fdatasync`` is missing)."""
+    platform = sys.platform if platform is None else platform
+    if platform == "darwin":
+        return full_fsync, full_fsync
+    datasync: SyncFn | None = getattr(os, "fdatasync", None)
+    return os.fsync, datasync if datasync is not None else os.fsync
+
+
+_SYNC, _DATASYNC = choose_durable_sync()
+
+
+def durable_fsync(fd: int) -> None:
+    """Make ``fd``'s data and metadata durable, the platform's way (`choose_durable_sync`)."""
+    _SYNC(fd)
+
+
+def durable_fdatasync(fd: int) -> None:
+    """Make ``fd``'s data durable (enough for an append), the platform's way."""
+    _DATASYNC(fd)
 
 
 class FileOps:
@@ -43,10 +121,10 @@ class FileOps:
             view = view[n:]
 
     def fsync(self, fd: int) -> None:
-        os.fsync(fd)
+        durable_fsync(fd)
 
     def fdatasync(self, fd: int) -> None:
-        os.fdatasync(fd)
+        durable_fdatasync(fd)
 
     def ftruncate(self, fd: int, length: int) -> None:
         os.ftruncate(fd, length)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from threadlog.errors import UsageError
+from threadlog.store._fileops import durable_fsync
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -103,7 +104,7 @@ class _Target:
             except FileExistsError:
                 pass  # made meanwhile (by us in an earlier walk, or anyone): open it as found
             else:
-                os.fsync(self.dir_fd)
+                durable_fsync(self.dir_fd)
             try:
                 fd = os.open(name, _DIR_OPEN, dir_fd=self.dir_fd)
             except OSError as exc:

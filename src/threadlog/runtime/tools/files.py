@@ -41,7 +41,7 @@ from threadlog.runtime.tools._confine import (
 )
 from threadlog.runtime.tools._fileintent import append_intent, reconcile_file, write_intent
 from threadlog.runtime.tools._tool import PATH_ARG, Tool
-from threadlog.store._fileops import DEFAULT_FILEOPS
+from threadlog.store._fileops import DEFAULT_FILEOPS, durable_fsync
 
 if TYPE_CHECKING:
     from threadlog.runtime.tools._confine import ToolContext, _Target
@@ -142,7 +142,7 @@ async def _write_file(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         try:
             try:
                 DEFAULT_FILEOPS.write_all(fd, data)
-                os.fsync(fd)
+                durable_fsync(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -150,7 +150,7 @@ async def _write_file(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
-        os.fsync(dir_fd)
+        durable_fsync(dir_fd)
 
     await asyncio.to_thread(_at, ctx, path, write, create=True)
     return {"path": shown, "bytes": len(data)}
@@ -182,11 +182,11 @@ async def _append_file(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
                 raise ToolError(f"{shown} is not a regular file")
             _refuse_hard_links(st, shown)
             DEFAULT_FILEOPS.write_all(fd, data)
-            os.fsync(fd)
+            durable_fsync(fd)
         finally:
             os.close(fd)
         if created:
-            os.fsync(target.dir_fd)  # the new file's entry
+            durable_fsync(target.dir_fd)  # the new file's entry
 
     await asyncio.to_thread(_at, ctx, path, append, create=True)
     return {"path": shown, "appended": len(data)}
