@@ -15,6 +15,7 @@ import orjson
 from rich.console import Console
 
 from threadlog.cli import EXIT_FAILED, cli, handle_errors, store_options
+from threadlog.model.stepcontext import StepContexts
 from threadlog.runtime.models import ModelRequest, Reply, ScriptedModel, ToolCallSpec
 from threadlog.runtime.runtime import Runtime
 from threadlog.runtime.session import Progress, Session
@@ -67,7 +68,7 @@ def _script(request: ModelRequest, step: int) -> Reply:
     )
 
 
-def _describe(record: Record) -> str:
+def _describe(record: Record, contexts: StepContexts) -> str:
     data: dict[str, Any] = record.data if isinstance(record.data, dict) else {}
     match record.type:
         case "turn.started":
@@ -77,7 +78,8 @@ def _describe(record: Record) -> str:
         case "input.consumed":
             return "steering taken in at a safe point"
         case "step.started":
-            return f"model call with {len(data.get('context', {}).get('messages', []))} messages"
+            context = contexts.apply(record) or {}
+            return f"model call with {len(context.get('messages', []))} messages"
         case "tool_call.proposed":
             args = orjson.dumps(data.get("args")).decode()
             short = args if len(args) < 60 else args[:57] + "…"
@@ -129,6 +131,7 @@ async def _run(home: str, yes: bool, pause: float, console: Console) -> tuple[st
         streaming = False
         steered = False
         interactive = sys.stdin.isatty() and not yes
+        contexts = StepContexts(verify=False)  # each step's context, rebuilt as it comes
 
         async def watch() -> None:
             nonlocal status, steered, streaming
@@ -151,7 +154,7 @@ async def _run(home: str, yes: bool, pause: float, console: Console) -> tuple[st
                 if streaming:
                     console.print()
                     streaming = False
-                detail = _describe(item)
+                detail = _describe(item, contexts)
                 console.print(f"  [dim]{item.ord:>3}[/dim] [cyan]{item.type:<20}[/cyan] {detail}")
                 if item.type == "tool_call.started" and not steered:
                     steered = True  # the user steers while the tool runs
