@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from threadlog.model import ContextMismatch, StepContexts, step_context
 from threadlog.model.context import Context
@@ -167,3 +169,19 @@ def test_the_model_context_keeps_the_last_step_as_the_next_ones_base() -> None:
     # a delta whose base it does not hold leaves no base (the next step records its whole)
     context = Context.from_records(records[1:])
     assert context.step is None
+
+
+MESSAGES = st.sampled_from(
+    [user("a"), user("b"), said("a"), said("c"), {"role": "user", "content": 1}]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(MESSAGES, max_size=8), st.lists(MESSAGES, max_size=8), st.booleans())
+def test_any_delta_round_trips(old: list[Any], new: list[Any], tools_change: bool) -> None:
+    base, context = snap(old), snap(new)
+    if tools_change:
+        context["tools"] = []
+        del context["thinking"]
+    assert apply_delta(base, context_delta(base, context)) == context
+    assert context_hash(apply_delta(base, context_delta(base, context))) == context_hash(context)
