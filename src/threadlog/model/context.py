@@ -189,6 +189,13 @@ class Context:
                 self._path = None
             self.leaf = record.id
 
+    def sent(self, record_id: str, context: dict[str, Any]) -> None:
+        """The runtime's own objects for the context step ``record_id`` sent (equal to the
+        one the fold rebuilt from the record, which a store may have copied): the next step's
+        delta then finds the unchanged messages by identity, at no cost per message."""
+        if self.step is not None and self.step[0] == record_id:
+            self.step = (record_id, context)
+
     def _step(self, record_id: str, data: dict[str, Any]) -> None:
         last = self.step
 

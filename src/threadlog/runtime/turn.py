@@ -336,7 +336,9 @@ class TurnDriver:
         while step_id in host.state.steps:
             step_id += "+"
         try:
-            await host.append(step_started(host.context, turn_id, step_id, request.snapshot()))
+            snapshot = request.snapshot()
+            started = await host.append(step_started(host.context, turn_id, step_id, snapshot))
+            host.context.sent(started.id, snapshot)
             await host.append(
                 ProviderStarted(
                     turn_id=turn_id, step_id=step_id, provider=model.provider, model=request.model
