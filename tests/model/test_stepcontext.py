@@ -185,3 +185,20 @@ def test_any_delta_round_trips(old: list[Any], new: list[Any], tools_change: boo
         del context["thinking"]
     assert apply_delta(base, context_delta(base, context)) == context
     assert context_hash(apply_delta(base, context_delta(base, context))) == context_hash(context)
+
+
+def test_a_damaged_step_does_not_hide_a_later_whole_one() -> None:
+    contexts = [snap([user("a")]), snap([user("a"), said("b")])]
+    records = steps_of(contexts)[1:]  # s1's base is gone
+    whole = snap([user("again")])
+    later = record(
+        9,
+        "r9",
+        "step.started",
+        {"turn_id": "turn", "step_id": "s9", "context": whole, "context_hash": context_hash(whole)},
+    )
+    assert step_context([*records, later], "s9") == whole
+    folded = StepContexts()
+    with pytest.raises(ContextMismatch):
+        folded.apply(records[0])
+    assert folded.apply(later) == whole and folded.last == ("r9", whole)

@@ -144,7 +144,7 @@ class InputConsumed(EventBase):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepStarted(EventBase):
     """A model call is about to be made with this exact context (`threadlog.model.stepcontext`:
-    recorded whole, or by reference to an earlier step)."""
+    recorded whole, or by reference to the step before)."""
 
     type: Literal["step.started"] = "step.started"
     turn_id: str
@@ -155,7 +155,7 @@ class StepStarted(EventBase):
     context_hash: str | None = None
     """SHA-256 of the exact context's canonical JSON: what a rebuild is checked against."""
     base: str | None = None
-    """The record id of the earlier ``step.started`` that ``delta`` is relative to."""
+    """The record id of the thread's previous ``step.started``, which ``delta`` is relative to."""
     delta: dict[str, Any] | None = None
     """What changed since ``base``: ``messages`` (slices of the base's and new messages),
     ``set``/``unset`` (other keys), ``compaction`` (a compaction applied since)."""

@@ -6,8 +6,8 @@ Theory of operation
 plain JSON: model, instructions, thinking, tools, messages — `ModelRequest.snapshot`) grows
 by a few messages a step. Recording it whole at every ``step.started`` makes n steps cost
 O(n²) bytes; so a step records ``context_hash`` (the SHA-256 of the canonical JSON of the
-exact context sent) and, relative to an earlier step (``base``: the id of that step's
-``step.started`` record, in the runtime the thread's previous step), a ``delta``:
+exact context sent) and, relative to the thread's previous step (``base``: the id of its
+``step.started`` record), a ``delta``:
 
 * ``messages``: the step's messages as a list of segments, each either ``[start, stop]``
   (the base's messages ``start:stop``) or a message dict (a message the base did not have,
@@ -34,6 +34,7 @@ context that is still a reference raises too.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from typing import TYPE_CHECKING, Any
 
@@ -114,35 +115,33 @@ def apply_delta(base: dict[str, Any], delta: Any) -> dict[str, Any]:
 
 
 class StepContexts:
-    """Every step's exact context, rebuilt while the records are folded in log order."""
+    """Each step's exact context, rebuilt while the records are folded in log order.
+
+    Only the last step's context is kept (a delta's ``base`` is the thread's previous step),
+    so a fold over a long thread holds one context, not one per step.
+    """
 
     def __init__(self, *, verify: bool = True) -> None:
         self.verify = verify
         """Check each rebuilt context against its recorded hash (`ContextMismatch`)."""
-        self._by_record: dict[str, dict[str, Any] | None] = {}
-        self._by_step: dict[str, str] = {}
+        self.last: tuple[str, dict[str, Any]] | None = None
+        """The last step's ``step.started`` id and context (None: unknown, or no step yet)."""
 
     def apply(self, record: Record) -> dict[str, Any] | None:
         """Fold one record in; for a ``step.started``, its context (None when the step
-        recorded none)."""
+        recorded none). `ContextMismatch` when it cannot be rebuilt or fails its hash check
+        (the fold then knows no base: a later step with a whole context still reads)."""
         if record.type != "step.started" or not isinstance(record.data, dict):
             return None
         data = record.data
         step_id = str(data.get("step_id"))
-        context = resolve(data, self._by_record.get, step_id)
+        last, self.last = self.last, None
+        context = resolve(data, lambda ref: last[1] if last and last[0] == ref else None, step_id)
         if context is not None and self.verify:
             check(context, data.get("context_hash"), step_id)
-        self._by_record[record.id] = context
-        self._by_step[step_id] = record.id
+        if context is not None:
+            self.last = (record.id, context)
         return context
-
-    def context(self, step_id: str) -> dict[str, Any] | None:
-        """The context of step ``step_id`` (folded already); KeyError for a step not seen."""
-        return self._by_record[self._by_step[step_id]]
-
-    def steps(self) -> list[str]:
-        """The step ids folded so far, in log order."""
-        return list(self._by_step)
 
 
 def step_context(records: Iterable[Record], step_id: str) -> dict[str, Any] | None:
@@ -154,12 +153,15 @@ def step_context(records: Iterable[Record], step_id: str) -> dict[str, Any] | No
     """
     contexts = StepContexts(verify=False)
     for record in records:
-        contexts.apply(record)
-        if record.type == "step.started" and record.data.get("step_id") == step_id:
-            context = contexts.context(step_id)
+        if record.type != "step.started" or not isinstance(record.data, dict):
+            continue
+        if record.data.get("step_id") == step_id:
+            context = contexts.apply(record)
             if context is not None:
                 check(context, record.data.get("context_hash"), step_id)
             return context
+        with contextlib.suppress(ContextMismatch):  # an earlier step's damage is its own
+            contexts.apply(record)
     raise KeyError(step_id)
 
 
@@ -190,7 +192,7 @@ def resolve(
     if base is None:
         raise ContextMismatch(
             f"step {step_id}: its context is given relative to record {data.get('base')!r}, "
-            "which is not an earlier step with a known context in this log"
+            "which is not the step before it with a known context in this log"
         )
     try:
         return apply_delta(base, delta)
