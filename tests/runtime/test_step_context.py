@@ -7,6 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from threadlog.model import ContextMismatch, codec, step_context
@@ -180,3 +181,33 @@ def test_a_session_opened_from_a_snapshot_goes_on_by_reference(
     records, sent = run(main())
     steps = check_steps(records, sent)
     assert steps[-1].data["base"] == steps[-2].id
+
+
+def test_a_delta_offloaded_as_an_artifact_still_rebuilds(home: str, tmp_path: Path) -> None:
+    big = "x" * 70_000  # over the store's inline limit, under the model's value limit
+
+    async def loud(ctx: ToolContext, args: dict[str, Any]) -> str:
+        return big
+
+    tool = Tool("loud", "a long result", {"type": "object"}, "read_only", loud)
+
+    async def main() -> tuple[list[Record], list[Record], list[dict[str, Any]]]:
+        model = ScriptedModel([Reply("", [ToolCallSpec("loud")]), Reply("one"), Reply("two")])
+        async with Runtime(home, model=model, tools=[tool]) as runtime:
+            session = await runtime.create("u", cwd=str(tmp_path))
+            thread = session.thread_id
+            await session.submit("go")
+            await session.wait_idle(10)
+        async with Runtime(home, model=model, tools=[tool]) as runtime:
+            session = await runtime.open(thread)
+            await session.submit("more")
+            await session.wait_idle(10)
+            raw = runtime.store.read(thread)
+            return raw, log(runtime.store, thread), [r.snapshot() for r in model.requests]
+
+    raw, records, sent = run(main())
+    stored = [r for r in raw if r.type == "step.started"]
+    assert "$artifact" in orjson.dumps(stored[1].data).decode()  # the delta went out
+    assert big in sent[1]["messages"][-1]["content"]
+    steps = check_steps(records, sent)
+    assert steps[2].data["base"] == steps[1].id

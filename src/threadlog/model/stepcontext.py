@@ -131,9 +131,14 @@ class StepContexts:
         """Fold one record in; for a ``step.started``, its context (None when the step
         recorded none). `ContextMismatch` when it cannot be rebuilt or fails its hash check
         (the fold then knows no base: a later step with a whole context still reads)."""
-        if record.type != "step.started" or not isinstance(record.data, dict):
+        if record.type != "step.started":
             return None
         data = record.data
+        if not isinstance(data, dict):
+            raise ContextMismatch(
+                f"step.started at ord {record.ord}: its data is not an object (an artifact "
+                "reference? load the records' references first)"
+            )
         step_id = str(data.get("step_id"))
         last, self.last = self.last, None
         context = resolve(data, lambda ref: last[1] if last and last[0] == ref else None, step_id)
@@ -153,9 +158,9 @@ def step_context(records: Iterable[Record], step_id: str) -> dict[str, Any] | No
     """
     contexts = StepContexts(verify=False)
     for record in records:
-        if record.type != "step.started" or not isinstance(record.data, dict):
+        if record.type != "step.started":
             continue
-        if record.data.get("step_id") == step_id:
+        if isinstance(record.data, dict) and record.data.get("step_id") == step_id:
             context = contexts.apply(record)
             if context is not None:
                 check(context, record.data.get("context_hash"), step_id)
