@@ -105,11 +105,14 @@ def apply_delta(base: dict[str, Any], delta: Any) -> dict[str, Any]:
             messages.extend(old[segment[0] : segment[1]])
         else:
             raise ContextMismatch(
-                f"a context delta segment that is neither a message nor a slice of its base's {len(old)} messages: {segment!r}"
+                "a context delta segment that is neither a message nor a slice of its "
+                f"base's {len(old)} messages: {str(segment)[:200]}"
             )
-    unset = delta.get("unset") or []
+    changed, unset = delta.get("set") or {}, delta.get("unset") or []
+    if not isinstance(changed, dict) or not isinstance(unset, list):
+        raise ContextMismatch("a context delta whose set is not an object or unset not a list")
     context = {key: value for key, value in base.items() if key != "messages" and key not in unset}
-    context.update(delta.get("set") or {})
+    context.update(changed)
     context["messages"] = messages
     return context
 
@@ -181,7 +184,8 @@ def resolve(
     if whole is not None:
         if is_artifact_ref(whole):
             raise ContextMismatch(
-                f"step {step_id}: its context is an artifact reference (load the records' references first)"
+                f"step {step_id}: its context is an artifact reference "
+                "(load the records' references first)"
             )
         if not isinstance(whole, dict):
             raise ContextMismatch(f"step {step_id}: its context is not an object")
@@ -191,7 +195,8 @@ def resolve(
         return None
     if is_artifact_ref(delta):
         raise ContextMismatch(
-            f"step {step_id}: its context delta is an artifact reference (load the records' references first)"
+            f"step {step_id}: its context delta is an artifact reference "
+            "(load the records' references first)"
         )
     base = base_of(data.get("base"))
     if base is None:
