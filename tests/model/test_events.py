@@ -69,7 +69,12 @@ SAMPLES: dict[str, Any] = {
     "input.queued": InputQueued(input_id="in-1", text="also"),
     "input.consumed": InputConsumed(input_id="in-1", turn_id="turn-1"),
     "step.started": StepStarted(
-        turn_id="turn-1", step_id="s1", context={"messages": []}, context_hash="h"
+        turn_id="turn-1",
+        step_id="s1",
+        context={"messages": []},
+        context_hash="h",
+        base="rec-0",
+        delta={"messages": [[0, 1]]},
     ),
     "provider.started": ProviderStarted(
         turn_id="turn-1", step_id="s1", provider="p", model="m", attempt=2

@@ -20,6 +20,7 @@ from threadlog.cli import live as _live  # noqa: F401 - registers the commands
 from threadlog.model import codec
 from threadlog.model.envelope import encode_record
 from threadlog.model.reducer import replay
+from threadlog.model.stepcontext import step_context
 from threadlog.runtime import (
     RecoveryReport,
     Reply,
@@ -267,9 +268,10 @@ def test_an_interrupted_model_call_is_recorded_and_issued_again(home: str, works
         started = [r for r in records if r.type == "step.started"]
         # the re-issued call starts from the same conversation (plus the resume note)
         first, again = (
-            started[0].data["context"]["messages"],
-            started[-1].data["context"]["messages"],
+            step_context(records, started[0].data["step_id"])["messages"],  # type: ignore[index]
+            step_context(records, started[-1].data["step_id"])["messages"],  # type: ignore[index]
         )
+        assert "delta" in started[-1].data  # by reference, across the resume
         assert again[: len(first)] == first
         assert again[-1]["role"] == "system"
         assert store.state(thread).active_turn is None

@@ -31,6 +31,7 @@ import orjson
 from rich.console import Console
 
 from threadlog.cli import EXIT_FAILED, cli, handle_errors, store_options
+from threadlog.model.stepcontext import StepContexts
 from threadlog.runtime.models import ModelRequest, Reply, ScriptedModel, ToolCallSpec
 from threadlog.runtime.runtime import Runtime
 from threadlog.runtime.session import Progress, Session
@@ -91,7 +92,7 @@ def _script(request: ModelRequest, step: int) -> Reply:
     )
 
 
-def _describe(record: Record) -> str:
+def _describe(record: Record, contexts: StepContexts) -> str:
     data: dict[str, Any] = record.data if isinstance(record.data, dict) else {}
     match record.type:
         case "turn.started":
@@ -101,7 +102,8 @@ def _describe(record: Record) -> str:
         case "input.consumed":
             return "steering taken in at a safe point"
         case "step.started":
-            return f"model call with {len(data.get('context', {}).get('messages', []))} messages"
+            context = contexts.apply(record) or {}
+            return f"model call with {len(context.get('messages', []))} messages"
         case "tool_call.proposed":
             args = orjson.dumps(data.get("args")).decode()
             short = args if len(args) < 60 else args[:57] + "…"
@@ -158,6 +160,7 @@ async def _run(
         steered = False
         interactive = ask and not yes and sys.stdin.isatty()
         decision = "not asked"
+        contexts = StepContexts(verify=False)  # each step's context, rebuilt as it comes
 
         async def watch() -> None:
             nonlocal status, steered, streaming, decision
@@ -180,7 +183,7 @@ async def _run(
                 if streaming:
                     console.print()
                     streaming = False
-                detail = _describe(item)
+                detail = _describe(item, contexts)
                 console.print(f"  [dim]{item.ord:>3}[/dim] [cyan]{item.type:<20}[/cyan] {detail}")
                 if item.type == "tool_call.started" and not steered:
                     steered = True  # the user steers while the tool runs

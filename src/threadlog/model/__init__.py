@@ -8,12 +8,15 @@ from threadlog.model.eventdata import from_data, to_data
 from threadlog.model.events import CATALOGUE, Event
 from threadlog.model.reducer import apply, apply_all, replay
 from threadlog.model.state import ThreadState, ToolCallState, TurnState
+from threadlog.model.stepcontext import ContextMismatch, StepContexts, step_context
 
 __all__ = [
     "CATALOGUE",
+    "ContextMismatch",
     "FORMAT_VERSION",
     "Event",
     "Record",
+    "StepContexts",
     "ThreadState",
     "ToolCallState",
     "TurnState",
@@ -21,5 +24,6 @@ __all__ = [
     "apply_all",
     "from_data",
     "replay",
+    "step_context",
     "to_data",
 ]

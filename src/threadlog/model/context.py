@@ -23,6 +23,7 @@ import orjson
 
 from threadlog.model.envelope import FORMAT_VERSION
 from threadlog.model.refs import is_artifact_ref, is_escaped, unescape
+from threadlog.model.stepcontext import ContextMismatch, resolve
 from threadlog.model.tree import ENTRY_TYPES
 from threadlog.model.upcast import upcast
 
@@ -77,6 +78,12 @@ class Context:
     _path: list[dict[str, Any]] | None = None
     _pending: list[dict[str, Any]] = field(default_factory=list)
     """Tool calls of the cached path's last assistant message not answered yet."""
+    step: tuple[str, dict[str, Any]] | None = None
+    """The last step's ``step.started`` id and the exact context it sent: the base the next
+    step records its context against (`threadlog.model.stepcontext`); None before the first
+    step, or after one whose context is unknown (the next step then records it whole)."""
+    compacted: str | None = None
+    """The last ``compaction`` applied since that step (the next step names it)."""
 
     @classmethod
     def from_records(cls, records: list[Record]) -> Context:
@@ -161,6 +168,10 @@ class Context:
                 "summary": str(data.get("summary", "")),
             }
         self.nodes[record.id] = (record.parent, message, compaction)
+        if type_ == "step.started":
+            self._step(record.id, data)
+        elif compaction is not None:
+            self.compacted = record.id
         if type_ == "leaf.moved":
             self.leaf = data.get("to")
             self._path = None
@@ -177,6 +188,26 @@ class Context:
             else:
                 self._path = None
             self.leaf = record.id
+
+    def sent(self, record_id: str, context: dict[str, Any]) -> None:
+        """The runtime's own objects for the context step ``record_id`` sent (equal to the
+        one the fold rebuilt from the record, which a store may have copied): the next step's
+        delta then finds the unchanged messages by identity, at no cost per message."""
+        if self.step is not None and self.step[0] == record_id:
+            self.step = (record_id, context)
+
+    def _step(self, record_id: str, data: dict[str, Any]) -> None:
+        last = self.step
+
+        def base_of(ref: Any) -> dict[str, Any] | None:
+            return last[1] if last is not None and last[0] == ref else None
+
+        try:
+            context = resolve(data, base_of, str(data.get("step_id")))
+        except ContextMismatch:
+            context = None  # not a base (a consumer that asks for it gets the error)
+        self.step = None if context is None else (record_id, context)
+        self.compacted = None
 
     def _message(self, type_: str, data: dict[str, Any]) -> dict[str, Any] | None:
         if type_ == "turn.started":

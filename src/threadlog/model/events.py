@@ -143,14 +143,22 @@ class InputConsumed(EventBase):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepStarted(EventBase):
-    """A model call is about to be made with this exact context."""
+    """A model call is about to be made with this exact context (`threadlog.model.stepcontext`:
+    recorded whole, or by reference to the step before)."""
 
     type: Literal["step.started"] = "step.started"
     turn_id: str
     step_id: str
     context: Any = None
-    """The context snapshot, inline, or an artifact reference when large."""
+    """The whole context snapshot (a step with no ``base``), inline, or an artifact reference
+    when large."""
     context_hash: str | None = None
+    """SHA-256 of the exact context's canonical JSON: what a rebuild is checked against."""
+    base: str | None = None
+    """The record id of the thread's previous ``step.started``, which ``delta`` is relative to."""
+    delta: dict[str, Any] | None = None
+    """What changed since ``base``: ``messages`` (slices of the base's and new messages),
+    ``set``/``unset`` (other keys), ``compaction`` (a compaction applied since)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -26,10 +26,11 @@ from threadlog.model.state import (
 
 __all__ = ["SNAPSHOT_VERSION", "dump", "load"]
 
-SNAPSHOT_VERSION = f"3/{__version__}"
+SNAPSHOT_VERSION = f"4/{__version__}"
 """Snapshots are only used by the code that wrote them (a reducer change must not read an
 old snapshot as if it were its own). 3: the state and context hold large values loaded, not
-their artifact references (`threadlog.runtime.large_values`)."""
+their artifact references (`threadlog.runtime.large_values`). 4: the context holds the last
+step's exact context (the base of the next step's, `threadlog.model.stepcontext`)."""
 
 _NESTED: dict[str, type[Any]] = {
     "turns": TurnState,
@@ -52,6 +53,8 @@ def dump(state: ThreadState, context: Context) -> bytes:
                 "leaf": context.leaf,
                 "queued": context._queued,
                 "calls": context._calls,
+                "step": context.step,
+                "compacted": context.compacted,
             },
         }
     )
@@ -69,7 +72,15 @@ def load(data: bytes) -> tuple[ThreadState, Context] | None:
         state = ThreadState(**raw)
         ctx = doc["context"]
         nodes = {key: (node[0], node[1], node[2]) for key, node in ctx["nodes"].items()}
-        context = Context(nodes=nodes, leaf=ctx["leaf"], _queued=ctx["queued"], _calls=ctx["calls"])
+        step = ctx["step"]
+        context = Context(
+            nodes=nodes,
+            leaf=ctx["leaf"],
+            _queued=ctx["queued"],
+            _calls=ctx["calls"],
+            step=None if step is None else (step[0], step[1]),
+            compacted=ctx["compacted"],
+        )
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
         return None
     return state, context

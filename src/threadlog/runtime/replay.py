@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from threadlog.errors import UsageError
 from threadlog.model import codec
+from threadlog.model.stepcontext import StepContexts
 from threadlog.runtime.forking import fork_point
 from threadlog.runtime.runtime import Runtime
 from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolContext, ToolError
@@ -128,6 +129,7 @@ def _read_source(records: list[Record], at: int | None) -> _Source:
     recorded: dict[tuple[str, bytes], deque[Recorded]] = defaultdict(deque)
     specs: dict[str, dict[str, Any]] = {}
     side_effects: dict[str, str] = {}
+    contexts = StepContexts()  # each step's exact context, rebuilt and checked
     for record in records:
         data: dict[str, Any] = record.data if isinstance(record.data, dict) else {}
         after = at is None or record.ord > at
@@ -149,8 +151,8 @@ def _read_source(records: list[Record], at: int | None) -> _Source:
                     by_turn[str(data["turn_id"])] = resumed
             case "step.started":
                 steps_in[str(data.get("turn_id"))] += 1
-                context = data.get("context")
-                for spec in (context.get("tools") if isinstance(context, dict) else None) or []:
+                context = contexts.apply(record)
+                for spec in (context.get("tools") if context is not None else None) or []:
                     if isinstance(spec, dict) and isinstance(spec.get("name"), str):
                         specs.setdefault(spec["name"], spec)
             case "input.queued":

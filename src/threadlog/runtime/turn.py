@@ -16,7 +16,8 @@ driver then publishes ``approval_needed`` and *parks*, sleeping until the state 
 proposal without a decision in the log — so it survives closing the session: closing does
 not end a parked turn, and a reopened session waits again.
 
-*A model call* is a step: ``step.started`` (with the exact context and its hash) and
+*A model call* is a step: ``step.started`` (the exact context's hash, and the context by
+reference: what changed since the thread's previous step, `threadlog.model.stepcontext`) and
 ``provider.started`` are durable before the request leaves; the stream's deltas are published
 as `Progress` (never logged); the full response is ``model.responded``, and each tool call it
 contains becomes a ``tool_call.proposed`` (an unknown tool is denied at once). A stream that
@@ -33,13 +34,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import logging
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from threadlog._clock import new_id
 from threadlog.errors import InvalidTransition
-from threadlog.model import codec
 from threadlog.model.approvals import decide
 from threadlog.model.budget import exceeded, priced
 from threadlog.model.events import (
@@ -54,6 +53,7 @@ from threadlog.model.events import (
     ToolCallProposed,
     TurnEnded,
 )
+from threadlog.model.stepcontext import context_delta, context_hash
 from threadlog.model.turns import (
     AwaitResolution,
     AwaitTool,
@@ -78,6 +78,7 @@ from threadlog.runtime.tool_runner import working_dir
 from threadlog.runtime.tools import ToolContext
 
 if TYPE_CHECKING:
+    from threadlog.model.context import Context
     from threadlog.model.envelope import Record
     from threadlog.model.events import TurnOutcome
     from threadlog.model.state import ToolCallState
@@ -85,7 +86,7 @@ if TYPE_CHECKING:
     from threadlog.runtime.models import Completed
     from threadlog.runtime.tool_runner import ToolRunner
 
-__all__ = ["TurnDriver", "TurnHost", "cancel_unstarted"]
+__all__ = ["TurnDriver", "TurnHost", "cancel_unstarted", "step_started"]
 
 log = logging.getLogger("threadlog.runtime")
 
@@ -103,6 +104,24 @@ class TurnHost(RequestHost, Protocol):
     async def compact(self, *, keep_last: int = 6) -> Record | None:
         """Summarize the older part of the context (over the budget)."""
         ...
+
+
+def step_started(
+    context: Context, turn_id: str, step_id: str, snapshot: dict[str, Any]
+) -> StepStarted:
+    """The ``step.started`` of a model call sending ``snapshot``: its hash, and the snapshot
+    relative to the thread's previous step (whole when there is none)."""
+    digest = context_hash(snapshot)
+    if context.step is None:
+        return StepStarted(turn_id=turn_id, step_id=step_id, context=snapshot, context_hash=digest)
+    base, previous = context.step
+    return StepStarted(
+        turn_id=turn_id,
+        step_id=step_id,
+        context_hash=digest,
+        base=base,
+        delta=context_delta(previous, snapshot, compaction=context.compacted),
+    )
 
 
 async def cancel_unstarted(host: TurnHost, reason: str) -> None:
@@ -313,20 +332,13 @@ class TurnDriver:
             await host.compact(keep_last=int(host.state.config.get("compact_keep") or 6))
         model = host.runtime.model
         request = build_request(host)
-        context_snapshot = request.snapshot()
-        context_hash = hashlib.sha256(codec.canonical(context_snapshot)).hexdigest()
         step_id = f"{turn_id}.{n}"
         while step_id in host.state.steps:
             step_id += "+"
         try:
-            await host.append(
-                StepStarted(
-                    turn_id=turn_id,
-                    step_id=step_id,
-                    context=context_snapshot,
-                    context_hash=context_hash,
-                )
-            )
+            snapshot = request.snapshot()
+            started = await host.append(step_started(host.context, turn_id, step_id, snapshot))
+            host.context.sent(started.id, snapshot)
             await host.append(
                 ProviderStarted(
                     turn_id=turn_id, step_id=step_id, provider=model.provider, model=request.model
