@@ -130,11 +130,15 @@ def run_writers(writers: int, appends: int, writer: Writer) -> tuple[float, list
     return elapsed, [x for each in latencies for x in each]
 
 
-def baseline(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
-    """(b): one INSERT + COMMIT per append, a connection per writer."""
+def baseline(
+    dsn: str, writers: int, appends: int, *, autocommit: bool = False
+) -> tuple[float, list[float]]:
+    """(b): one INSERT + COMMIT per append, a connection per writer (psycopg's default
+    transactions: ``BEGIN``, ``INSERT``, ``COMMIT``, three round trips; ``autocommit``: the
+    ``INSERT`` alone, committed as it runs, one round trip)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(BASELINE_DDL)
-    conns = [psycopg.connect(dsn) for _ in range(writers)]
+    conns = [psycopg.connect(dsn, autocommit=autocommit) for _ in range(writers)]
     try:
 
         def writer(i: int, n: int, out: list[float]) -> None:
@@ -173,7 +177,8 @@ def baseline(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
                         line,
                     ),
                 )
-                conn.commit()
+                if not autocommit:
+                    conn.commit()
                 out.append(time.perf_counter() - t0)
                 prev, last = digest, event_id
 
@@ -181,6 +186,12 @@ def baseline(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
     finally:
         for conn in conns:
             conn.close()
+
+
+def baseline_autocommit(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
+    """(b'): the baseline with each INSERT committed on its own (autocommit): one round trip
+    per append, the cheapest way to commit each one."""
+    return baseline(dsn, writers, appends, autocommit=True)
 
 
 def threadlog_pg(dsn: str, writers: int, appends: int, **options: Any) -> tuple[float, list[float]]:
@@ -289,7 +300,14 @@ def main() -> None:
     parser.add_argument(
         "--only",
         action="append",
-        choices=["baseline", "threadlog", "threadlog-async", "threadlog-1", "langgraph"],
+        choices=[
+            "baseline",
+            "baseline-autocommit",
+            "threadlog",
+            "threadlog-async",
+            "threadlog-1",
+            "langgraph",
+        ],
         default=None,
     )
     args = parser.parse_args()
@@ -297,12 +315,13 @@ def main() -> None:
         args.appends, args.rounds = 10, 1
     kinds: dict[str, Callable[[str, int, int], tuple[float, list[float]]]] = {
         "baseline": baseline,
+        "baseline-autocommit": baseline_autocommit,
         "threadlog": threadlog_pg,
         "threadlog-async": threadlog_async,
         "threadlog-1": threadlog_unbatched,
         "langgraph": langgraph_pg,
     }
-    chosen = args.only or ["baseline", "threadlog", "langgraph"]
+    chosen = args.only or ["baseline", "baseline-autocommit", "threadlog", "langgraph"]
     if "langgraph" in chosen:
         try:
             import langgraph.checkpoint.postgres  # noqa: F401
@@ -320,16 +339,16 @@ def main() -> None:
             results[kind].append((rate, _pct(lat, 0.5) * 1e3, _pct(lat, 0.99) * 1e3))
             print(f"  round {r + 1} {kind:15} {rate:9,.0f}/s  p50 {results[kind][-1][1]:.2f} ms")
     print()
-    print("| writer | appends/s | × baseline | p50 | p99 |")
-    print("|---|---|---|---|---|")
+    bases = [b for b in ("baseline", "baseline-autocommit") if b in results]
+    heads = "".join(f" × {b} |" for b in bases)
+    print(f"| writer | appends/s |{heads} p50 | p99 |")
+    print("|---|---|" + "---|" * len(bases) + "---|---|")
     for kind in chosen:
         rates = [x[0] for x in results[kind]]
         line = f"| {kind} | {statistics.median(rates):,.0f} [{min(rates):,.0f}–{max(rates):,.0f}] |"
-        if "baseline" in results and kind != "baseline":
-            ratios = [x[0] / b[0] for x, b in zip(results[kind], results["baseline"], strict=True)]
+        for base in bases:
+            ratios = [x[0] / b[0] for x, b in zip(results[kind], results[base], strict=True)]
             line += f" {statistics.median(ratios):.2f} [{min(ratios):.2f}–{max(ratios):.2f}] |"
-        else:
-            line += " 1.00 |"
         p50 = statistics.median(x[1] for x in results[kind])
         p99 = statistics.median(x[2] for x in results[kind])
         print(f"{line} {p50:.2f} ms | {p99:.2f} ms |")

@@ -191,7 +191,7 @@ def test_two_commits_in_flight_never_split_a_thread(pg_schemas: Schemas) -> None
     (they chain onto it): when that commit fails, they fail too, and nothing is half-applied."""
     url = pg_schemas.new()
     errors: list[StorageError] = []
-    with PostgresStore(url, commit_lanes=2) as store:
+    with PostgresStore(url, commit_lanes=2, commit_interval=30) as store:
         store.add_error_listener(errors.append)
         slow, other = store.create_thread("a"), store.create_thread("b")
         store.append(slow, "custom.n", {"i": 0})

@@ -4,29 +4,45 @@ Theory of operation
 -------------------
 An append is assigned its ordinal and hash by its thread's writer (`threadlog.store.postgres
 .writer`) and handed to the `Committer` as a `Pending`: the record, its canonical line, the
-writer (whose fencing token it carries) and the `Batch` it joins (one future per commit).
-The committer is one thread with one
-connection of its own. It sleeps until there is a critical append (or a flush) waiting, or
-until the oldest buffered one has waited ``interval`` seconds; then it takes **everything**
-queued, from every thread of the process, and writes it in one transaction:
+writer (whose fencing token it carries) and the `Batch` it joins (one future for asyncio
+waiters; a thread waiting in `Pending.wait` waits on its own append's lock, so a commit
+wakes exactly the writers it carried). The committer has `LANES` (2) *lanes*, each a thread
+with a connection of its own. A lane sleeps until there is a critical append (or a flush)
+waiting, or until the oldest buffered one has waited ``interval`` seconds; then it takes
+everything queued, from every thread of the process, and writes it in one transaction:
 
-1. one statement (`FENCED_INSERT`) locks the lease rows of the batch's threads
-   (``SELECT … FOR UPDATE``, held until COMMIT, so no takeover can come in between) and
+1. one statement (`FENCED_COMMIT`) locks the lease rows of the batch's threads
+   (``SELECT … FOR UPDATE``, held until COMMIT, so no takeover can come in between),
    inserts the records whose fencing token is still their thread's token, all rows at once
-   (``unnest``); the records of the other threads are refused with `LeaseLost` (their writer
-   is marked lost: it appends nothing more);
-2. the projections of the records and one ``pg_notify`` per thread (`apply_projections`),
-   each statement fenced the same way (it applies only where the token is current), then
-   one ``COMMIT``: all of it sent in one pipeline, so a batch costs **one round trip** to the
+   (``unnest`` of prebuilt binary arrays, `threadlog.store.postgres.arrays`), brings those
+   threads' ``threads`` rows up to date and queues one ``pg_notify`` per thread; the records
+   of the other threads are refused with `LeaseLost` (their writer is marked lost: it
+   appends nothing more);
+2. the other projections of the records (turns, tool calls, memories: `run_ops`), each
+   statement fenced the same way (it applies only where the token is current), then one
+   ``COMMIT``: all of it sent in one pipeline, so a batch costs **one round trip** to the
    server whatever its size. Only then are the listeners called (in order per thread) and
-   the batch's future resolved: an acknowledged record is a committed one.
+   the appends woken: an acknowledged record is a committed one.
 
-While a commit runs, new appends queue up for the next one, so the more writers append at
+*Two commits in flight.* While one lane's transaction runs (and waits for its WAL flush),
+the other lane takes what has queued meanwhile and sends it on its own connection: the
+server runs both, their flushes shared, and the writers the first commit wakes queue for
+the next lane instead of waiting for a committer. The lanes never split a thread: a lane
+takes only the appends of threads no other lane is committing (`_take`); a thread's later
+appends stay queued until its commit in flight is over. They chain onto its records (their
+ordinals follow, their ``prev`` is its hash), so they must not be sent before those are
+known to be in the table: if that commit fails, its writers are marked broken and the
+appends that waited for it are refused, never written after a gap. The two transactions
+therefore lock disjoint lease rows, and per thread the commits (and the listeners) stay in
+order. Fencing is unchanged: each transaction checks its own threads' tokens under the
+rows' locks.
+
+While commits run, new appends queue up for the next one, so the more writers append at
 once, the more appends each COMMIT carries (and the fewer WAL flushes they wait for). Woken
-by a critical append, the committer waits up to `GATHER` (1 ms) while fewer appends are
-queued than its last commit carried: the writers that commit just woke are about to queue
-their next ones, and one commit for all of them beats several for a few each.
-`commits` counts the transactions (tests read it).
+by a critical append, a lane waits up to `GATHER` (1 ms) while fewer appends are queued
+than its last commit carried: the writers its last commit woke are about to queue their
+next ones, and one commit for all of them beats several for a few each. `commits` counts
+the transactions (tests read it).
 
 *Fail-stop.* If the transaction fails (the connection drops, the server restarts, a
 constraint is violated), every append in it fails with `StorageError`, never retried: a
@@ -109,6 +125,8 @@ class Committer:
         """The threads whose records a lane is committing: no other lane takes theirs."""
         self._cond = threading.Condition()
         self._urgent = False
+        self._flushing = 0
+        """Threads waiting in `flush`: while any is, every queued append is urgent."""
         self._oldest = 0.0
         self._stopping = False
         self._submitted = 0
@@ -155,10 +173,13 @@ class Committer:
             target = self._submitted
             if self._done >= target:
                 return
-            self._urgent = True
-            self._cond.notify_all()
-            while self._done < target:
-                self._cond.wait()
+            self._flushing += 1  # everything queued is urgent until this flush is over
+            try:
+                self._cond.notify_all()
+                while self._done < target:
+                    self._cond.wait()
+            finally:
+                self._flushing -= 1
 
     def stop(self) -> None:
         """Commit what is queued, then stop the lanes and close their connections."""
@@ -218,7 +239,7 @@ class Committer:
                 not self._in_flight
                 or any(p.writer.thread_id not in self._in_flight for p in self._queue)
             )
-            if ready and (self._urgent or self._stopping):
+            if ready and (self._urgent or self._flushing or self._stopping):
                 self._gather(lane)
                 taken = self._take()
                 if taken:
