@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import resource
 import secrets
 import statistics
 import threading
@@ -94,10 +95,53 @@ def scratch_db(admin_dsn: str, label: str) -> Iterator[str]:
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
+        CPU.db = name
         yield _with_db(admin_dsn, name)
     finally:
         with psycopg.connect(admin_dsn, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# -- CPU per append ------------------------------------------------------------------------------
+
+
+class CPU:
+    """CPU seconds spent during the timed part of the current kind: this process (the
+    clients: threadlog's writers and committer, psycopg) and the server processes connected
+    to the current database (their backends' time on a CPU, ``/proc/PID/schedstat``, so a
+    local server only, else 0). The server's shared processes (WAL writer, checkpointer) are not counted."""
+
+    db = ""
+    client = 0.0
+    server = 0.0
+
+    @staticmethod
+    def _now() -> tuple[float, float]:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        server = 0.0
+        marker = f" {CPU.db} ".encode()
+        with contextlib.suppress(OSError):
+            for entry in os.scandir("/proc"):
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                        cmd = f.read()
+                    if not cmd.startswith(b"postgres: ") or marker not in cmd:
+                        continue
+                    with open(f"/proc/{entry.name}/schedstat") as f:  # ns on a CPU
+                        server += int(f.read().split()[0]) / 1e9
+                except (OSError, ValueError, IndexError):
+                    continue
+        return usage.ru_utime + usage.ru_stime, server
+
+    @classmethod
+    @contextlib.contextmanager
+    def measure(cls) -> Iterator[None]:
+        client, server = cls._now()
+        yield
+        client_end, server_end = cls._now()
+        cls.client, cls.server = client_end - client, server_end - server
 
 
 # -- the workloads ------------------------------------------------------------------------------
@@ -120,11 +164,12 @@ def run_writers(writers: int, appends: int, writer: Writer) -> tuple[float, list
     threads = [threading.Thread(target=body, args=(i,)) for i in range(writers)]
     for t in threads:
         t.start()
-    start.wait()
-    began = time.perf_counter()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - began
+    with CPU.measure():
+        start.wait()
+        began = time.perf_counter()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - began
     if errors:
         raise errors[0]
     return elapsed, [x for each in latencies for x in each]
@@ -238,7 +283,8 @@ def threadlog_async(dsn: str, writers: int, appends: int) -> tuple[float, list[f
                     tasks.create_task(writer(thread))
             return time.perf_counter() - began
 
-        elapsed = asyncio.run(run())
+        with CPU.measure():
+            elapsed = asyncio.run(run())
         for thread in threads:
             assert store.verify(thread).ok and len(store.read(thread)) == appends + 1
         return elapsed, latencies
@@ -330,19 +376,23 @@ def main() -> None:
             chosen.remove("langgraph")
     total = args.writers * args.appends
     print(f"{args.writers} writers x {args.appends} critical appends, {args.rounds} round(s)")
-    results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in chosen}
+    results: dict[str, list[tuple[float, float, float, float, float]]] = {k: [] for k in chosen}
     for r in range(args.rounds):
         for kind in chosen:
             with scratch_db(args.dsn, kind[:4].replace("-", "")) as dsn:
                 elapsed, lat = kinds[kind](dsn, args.writers, args.appends)
             rate = total / elapsed
-            results[kind].append((rate, _pct(lat, 0.5) * 1e3, _pct(lat, 0.99) * 1e3))
-            print(f"  round {r + 1} {kind:15} {rate:9,.0f}/s  p50 {results[kind][-1][1]:.2f} ms")
+            cpu = (CPU.client / total * 1e6, CPU.server / total * 1e6)
+            results[kind].append((rate, _pct(lat, 0.5) * 1e3, _pct(lat, 0.99) * 1e3, *cpu))
+            print(
+                f"  round {r + 1} {kind:19} {rate:9,.0f}/s  p50 {results[kind][-1][1]:.2f} ms"
+                f"  CPU/append: client {cpu[0]:.0f} µs, server {cpu[1]:.0f} µs"
+            )
     print()
     bases = [b for b in ("baseline", "baseline-autocommit") if b in results]
     heads = "".join(f" × {b} |" for b in bases)
-    print(f"| writer | appends/s |{heads} p50 | p99 |")
-    print("|---|---|" + "---|" * len(bases) + "---|---|")
+    print(f"| writer | appends/s |{heads} p50 | p99 | CPU µs/append: client + server |")
+    print("|---|---|" + "---|" * len(bases) + "---|---|---|")
     for kind in chosen:
         rates = [x[0] for x in results[kind]]
         line = f"| {kind} | {statistics.median(rates):,.0f} [{min(rates):,.0f}–{max(rates):,.0f}] |"
@@ -351,7 +401,9 @@ def main() -> None:
             line += f" {statistics.median(ratios):.2f} [{min(ratios):.2f}–{max(ratios):.2f}] |"
         p50 = statistics.median(x[1] for x in results[kind])
         p99 = statistics.median(x[2] for x in results[kind])
-        print(f"{line} {p50:.2f} ms | {p99:.2f} ms |")
+        client = statistics.median(x[3] for x in results[kind])
+        server = statistics.median(x[4] for x in results[kind])
+        print(f"{line} {p50:.2f} ms | {p99:.2f} ms | {client:.0f} + {server:.0f} |")
 
 
 if __name__ == "__main__":
