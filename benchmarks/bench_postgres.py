@@ -290,6 +290,67 @@ def threadlog_async(dsn: str, writers: int, appends: int) -> tuple[float, list[f
         return elapsed, latencies
 
 
+PROCESSES = 4
+"""How many processes ``threadlog-processes`` splits the writers over."""
+
+
+def _process_writers(dsn: str, writers: int, appends: int, ready: Any, done: Any, out: Any) -> None:
+    """One process of ``threadlog-processes``: its own store and ``writers`` threads."""
+    from threadlog import open_store
+
+    with open_store(dsn) as store:
+        threads = [store.create_thread("bench") for _ in range(writers)]
+        latencies: list[list[float]] = [[] for _ in range(writers)]
+
+        def body(i: int) -> None:
+            for k in range(1, appends + 1):
+                t0 = time.perf_counter()
+                store.append(threads[i], "custom.bench", {**DATA, "n": k}, durable=True)
+                latencies[i].append(time.perf_counter() - t0)
+
+        workers = [threading.Thread(target=body, args=(i,)) for i in range(writers)]
+        ready.wait()
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        done.wait()
+        for thread in threads:
+            assert store.verify(thread).ok and len(store.read(thread)) == appends + 1
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    out.put((cpu, [x for each in latencies for x in each]))
+
+
+def threadlog_processes(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
+    """(a, processes): the same writers split over `PROCESSES` processes, each with its own
+    store (as several ``threadlog worker`` processes share a database): one GIL each."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    ready, done = ctx.Barrier(PROCESSES + 1), ctx.Barrier(PROCESSES + 1)
+    out = ctx.Queue()
+    each = writers // PROCESSES
+    procs = [
+        ctx.Process(target=_process_writers, args=(dsn, each, appends, ready, done, out))
+        for _ in range(PROCESSES)
+    ]
+    for proc in procs:
+        proc.start()
+    with CPU.measure():
+        ready.wait()
+        began = time.perf_counter()
+        done.wait()
+        elapsed = time.perf_counter() - began
+    results = [out.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join()
+    CPU.client = sum(cpu for cpu, _ in results)  # the children's, not this process's
+    # scaled so that the caller's writers x appends over it is the rate of those written
+    return elapsed * writers / (each * PROCESSES), [x for _, lat in results for x in lat]
+
+
 def threadlog_unbatched(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
     """(a'): the same through threadlog with ``max_batch=1``: one COMMIT per append (what the
     group commit saves, inside threadlog itself)."""
@@ -351,6 +412,7 @@ def main() -> None:
             "baseline-autocommit",
             "threadlog",
             "threadlog-async",
+            "threadlog-processes",
             "threadlog-1",
             "langgraph",
         ],
@@ -364,6 +426,7 @@ def main() -> None:
         "baseline-autocommit": baseline_autocommit,
         "threadlog": threadlog_pg,
         "threadlog-async": threadlog_async,
+        "threadlog-processes": threadlog_processes,
         "threadlog-1": threadlog_unbatched,
         "langgraph": langgraph_pg,
     }
