@@ -123,7 +123,7 @@ class Committer:
         self._queue: list[Pending] = []
         self._in_flight: set[str] = set()
         """The threads whose records a lane is committing: no other lane takes theirs."""
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())  # never re-entered
         self._urgent = False
         self._flushing = 0
         """Threads waiting in `flush`: while any is, every queued append is urgent."""
