@@ -7,7 +7,9 @@
     concurrent critical appends share one transaction.
 (b) **baseline**: the same records (envelope built and hashed the same way) inserted with plain
     psycopg into a table of the same shape, one ``INSERT`` and one ``COMMIT`` per append, each
-    writer on its own connection: what an application writing its own log would do.
+    writer on its own connection: what an application writing its own log would do, with
+    psycopg's default transactions (``BEGIN``, ``INSERT``, ``COMMIT``: three round trips);
+    (b') ``baseline-autocommit``: the ``INSERT`` alone, committed as it runs (one round trip).
 (c) **LangGraph**: ``PostgresSaver.put`` (``langgraph-checkpoint-postgres``), each writer on
     its own connection and its own ``thread_id``, one checkpoint per append carrying the same
     data as a channel value (stored as a blob, as a graph's state is).
