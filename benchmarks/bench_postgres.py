@@ -7,7 +7,9 @@
     concurrent critical appends share one transaction.
 (b) **baseline**: the same records (envelope built and hashed the same way) inserted with plain
     psycopg into a table of the same shape, one ``INSERT`` and one ``COMMIT`` per append, each
-    writer on its own connection: what an application writing its own log would do.
+    writer on its own connection: what an application writing its own log would do, with
+    psycopg's default transactions (``BEGIN``, ``INSERT``, ``COMMIT``: three round trips);
+    (b') ``baseline-autocommit``: the ``INSERT`` alone, committed as it runs (one round trip).
 (c) **LangGraph**: ``PostgresSaver.put`` (``langgraph-checkpoint-postgres``), each writer on
     its own connection and its own ``thread_id``, one checkpoint per append carrying the same
     data as a channel value (stored as a blob, as a graph's state is).
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import resource
 import secrets
 import statistics
 import threading
@@ -94,10 +97,53 @@ def scratch_db(admin_dsn: str, label: str) -> Iterator[str]:
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
+        CPU.db = name
         yield _with_db(admin_dsn, name)
     finally:
         with psycopg.connect(admin_dsn, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# -- CPU per append ------------------------------------------------------------------------------
+
+
+class CPU:
+    """CPU seconds spent during the timed part of the current kind: this process (the
+    clients: threadlog's writers and committer, psycopg) and the server processes connected
+    to the current database (their backends' time on a CPU, ``/proc/PID/schedstat``, so a
+    local server only, else 0). The server's shared processes (WAL writer, checkpointer) are not counted."""
+
+    db = ""
+    client = 0.0
+    server = 0.0
+
+    @staticmethod
+    def _now() -> tuple[float, float]:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        server = 0.0
+        marker = f" {CPU.db} ".encode()
+        with contextlib.suppress(OSError):
+            for entry in os.scandir("/proc"):
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                        cmd = f.read()
+                    if not cmd.startswith(b"postgres: ") or marker not in cmd:
+                        continue
+                    with open(f"/proc/{entry.name}/schedstat") as f:  # ns on a CPU
+                        server += int(f.read().split()[0]) / 1e9
+                except (OSError, ValueError, IndexError):
+                    continue
+        return usage.ru_utime + usage.ru_stime, server
+
+    @classmethod
+    @contextlib.contextmanager
+    def measure(cls) -> Iterator[None]:
+        client, server = cls._now()
+        yield
+        client_end, server_end = cls._now()
+        cls.client, cls.server = client_end - client, server_end - server
 
 
 # -- the workloads ------------------------------------------------------------------------------
@@ -120,21 +166,26 @@ def run_writers(writers: int, appends: int, writer: Writer) -> tuple[float, list
     threads = [threading.Thread(target=body, args=(i,)) for i in range(writers)]
     for t in threads:
         t.start()
-    start.wait()
-    began = time.perf_counter()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - began
+    with CPU.measure():
+        start.wait()
+        began = time.perf_counter()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - began
     if errors:
         raise errors[0]
     return elapsed, [x for each in latencies for x in each]
 
 
-def baseline(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
-    """(b): one INSERT + COMMIT per append, a connection per writer."""
+def baseline(
+    dsn: str, writers: int, appends: int, *, autocommit: bool = False
+) -> tuple[float, list[float]]:
+    """(b): one INSERT + COMMIT per append, a connection per writer (psycopg's default
+    transactions: ``BEGIN``, ``INSERT``, ``COMMIT``, three round trips; ``autocommit``: the
+    ``INSERT`` alone, committed as it runs, one round trip)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(BASELINE_DDL)
-    conns = [psycopg.connect(dsn) for _ in range(writers)]
+    conns = [psycopg.connect(dsn, autocommit=autocommit) for _ in range(writers)]
     try:
 
         def writer(i: int, n: int, out: list[float]) -> None:
@@ -173,7 +224,8 @@ def baseline(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
                         line,
                     ),
                 )
-                conn.commit()
+                if not autocommit:
+                    conn.commit()
                 out.append(time.perf_counter() - t0)
                 prev, last = digest, event_id
 
@@ -181,6 +233,12 @@ def baseline(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
     finally:
         for conn in conns:
             conn.close()
+
+
+def baseline_autocommit(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
+    """(b'): the baseline with each INSERT committed on its own (autocommit): one round trip
+    per append, the cheapest way to commit each one."""
+    return baseline(dsn, writers, appends, autocommit=True)
 
 
 def threadlog_pg(dsn: str, writers: int, appends: int, **options: Any) -> tuple[float, list[float]]:
@@ -227,10 +285,72 @@ def threadlog_async(dsn: str, writers: int, appends: int) -> tuple[float, list[f
                     tasks.create_task(writer(thread))
             return time.perf_counter() - began
 
-        elapsed = asyncio.run(run())
+        with CPU.measure():
+            elapsed = asyncio.run(run())
         for thread in threads:
             assert store.verify(thread).ok and len(store.read(thread)) == appends + 1
         return elapsed, latencies
+
+
+PROCESSES = 4
+"""How many processes ``threadlog-processes`` splits the writers over."""
+
+
+def _process_writers(dsn: str, writers: int, appends: int, ready: Any, done: Any, out: Any) -> None:
+    """One process of ``threadlog-processes``: its own store and ``writers`` threads."""
+    from threadlog import open_store
+
+    with open_store(dsn) as store:
+        threads = [store.create_thread("bench") for _ in range(writers)]
+        latencies: list[list[float]] = [[] for _ in range(writers)]
+
+        def body(i: int) -> None:
+            for k in range(1, appends + 1):
+                t0 = time.perf_counter()
+                store.append(threads[i], "custom.bench", {**DATA, "n": k}, durable=True)
+                latencies[i].append(time.perf_counter() - t0)
+
+        workers = [threading.Thread(target=body, args=(i,)) for i in range(writers)]
+        ready.wait()
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        done.wait()
+        for thread in threads:
+            assert store.verify(thread).ok and len(store.read(thread)) == appends + 1
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    out.put((cpu, [x for each in latencies for x in each]))
+
+
+def threadlog_processes(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
+    """(a, processes): the same writers split over `PROCESSES` processes, each with its own
+    store (as several ``threadlog worker`` processes share a database): one GIL each."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    ready, done = ctx.Barrier(PROCESSES + 1), ctx.Barrier(PROCESSES + 1)
+    out = ctx.Queue()
+    each = writers // PROCESSES
+    procs = [
+        ctx.Process(target=_process_writers, args=(dsn, each, appends, ready, done, out))
+        for _ in range(PROCESSES)
+    ]
+    for proc in procs:
+        proc.start()
+    with CPU.measure():
+        ready.wait()
+        began = time.perf_counter()
+        done.wait()
+        elapsed = time.perf_counter() - began
+    results = [out.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join()
+    CPU.client = sum(cpu for cpu, _ in results)  # the children's, not this process's
+    # scaled so that the caller's writers x appends over it is the rate of those written
+    return elapsed * writers / (each * PROCESSES), [x for _, lat in results for x in lat]
 
 
 def threadlog_unbatched(dsn: str, writers: int, appends: int) -> tuple[float, list[float]]:
@@ -289,7 +409,15 @@ def main() -> None:
     parser.add_argument(
         "--only",
         action="append",
-        choices=["baseline", "threadlog", "threadlog-async", "threadlog-1", "langgraph"],
+        choices=[
+            "baseline",
+            "baseline-autocommit",
+            "threadlog",
+            "threadlog-async",
+            "threadlog-processes",
+            "threadlog-1",
+            "langgraph",
+        ],
         default=None,
     )
     args = parser.parse_args()
@@ -297,12 +425,14 @@ def main() -> None:
         args.appends, args.rounds = 10, 1
     kinds: dict[str, Callable[[str, int, int], tuple[float, list[float]]]] = {
         "baseline": baseline,
+        "baseline-autocommit": baseline_autocommit,
         "threadlog": threadlog_pg,
         "threadlog-async": threadlog_async,
+        "threadlog-processes": threadlog_processes,
         "threadlog-1": threadlog_unbatched,
         "langgraph": langgraph_pg,
     }
-    chosen = args.only or ["baseline", "threadlog", "langgraph"]
+    chosen = args.only or ["baseline", "baseline-autocommit", "threadlog", "langgraph"]
     if "langgraph" in chosen:
         try:
             import langgraph.checkpoint.postgres  # noqa: F401
@@ -311,28 +441,34 @@ def main() -> None:
             chosen.remove("langgraph")
     total = args.writers * args.appends
     print(f"{args.writers} writers x {args.appends} critical appends, {args.rounds} round(s)")
-    results: dict[str, list[tuple[float, float, float]]] = {k: [] for k in chosen}
+    results: dict[str, list[tuple[float, float, float, float, float]]] = {k: [] for k in chosen}
     for r in range(args.rounds):
         for kind in chosen:
             with scratch_db(args.dsn, kind[:4].replace("-", "")) as dsn:
                 elapsed, lat = kinds[kind](dsn, args.writers, args.appends)
             rate = total / elapsed
-            results[kind].append((rate, _pct(lat, 0.5) * 1e3, _pct(lat, 0.99) * 1e3))
-            print(f"  round {r + 1} {kind:15} {rate:9,.0f}/s  p50 {results[kind][-1][1]:.2f} ms")
+            cpu = (CPU.client / total * 1e6, CPU.server / total * 1e6)
+            results[kind].append((rate, _pct(lat, 0.5) * 1e3, _pct(lat, 0.99) * 1e3, *cpu))
+            print(
+                f"  round {r + 1} {kind:19} {rate:9,.0f}/s  p50 {results[kind][-1][1]:.2f} ms"
+                f"  CPU/append: client {cpu[0]:.0f} µs, server {cpu[1]:.0f} µs"
+            )
     print()
-    print("| writer | appends/s | × baseline | p50 | p99 |")
-    print("|---|---|---|---|---|")
+    bases = [b for b in ("baseline", "baseline-autocommit") if b in results]
+    heads = "".join(f" × {b} |" for b in bases)
+    print(f"| writer | appends/s |{heads} p50 | p99 | CPU µs/append: client + server |")
+    print("|---|---|" + "---|" * len(bases) + "---|---|---|")
     for kind in chosen:
         rates = [x[0] for x in results[kind]]
         line = f"| {kind} | {statistics.median(rates):,.0f} [{min(rates):,.0f}–{max(rates):,.0f}] |"
-        if "baseline" in results and kind != "baseline":
-            ratios = [x[0] / b[0] for x, b in zip(results[kind], results["baseline"], strict=True)]
+        for base in bases:
+            ratios = [x[0] / b[0] for x, b in zip(results[kind], results[base], strict=True)]
             line += f" {statistics.median(ratios):.2f} [{min(ratios):.2f}–{max(ratios):.2f}] |"
-        else:
-            line += " 1.00 |"
         p50 = statistics.median(x[1] for x in results[kind])
         p99 = statistics.median(x[2] for x in results[kind])
-        print(f"{line} {p50:.2f} ms | {p99:.2f} ms |")
+        client = statistics.median(x[3] for x in results[kind])
+        server = statistics.median(x[4] for x in results[kind])
+        print(f"{line} {p50:.2f} ms | {p99:.2f} ms | {client:.0f} + {server:.0f} |")
 
 
 if __name__ == "__main__":

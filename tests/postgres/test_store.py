@@ -166,14 +166,14 @@ def test_buffered_appends_ride_along_with_the_next_commit(pg_schemas: Schemas) -
 
 def test_a_failed_commit_fails_its_appends_and_the_store_goes_on(pg_schemas: Schemas) -> None:
     errors: list[StorageError] = []
-    with PostgresStore(pg_schemas.new()) as store:
+    with PostgresStore(pg_schemas.new(), commit_lanes=1) as store:
         store.add_error_listener(errors.append)
         heard: list[Record] = []
         store.add_listener(lambda _t, records: heard.extend(records))
         thread = store.create_thread("a")
         store.append(thread, "custom.n", {"i": 0})
         # the committer's connection dies under it (a server restart, a network cut)
-        conn = store._committer._conn
+        conn = store._committer._lanes[0].conn
         assert conn is not None
         _sql(pg_schemas.server, f"SELECT pg_terminate_backend({conn.info.backend_pid})")
         with pytest.raises(StorageError, match="commit"):
@@ -184,6 +184,61 @@ def test_a_failed_commit_fails_its_appends_and_the_store_goes_on(pg_schemas: Sch
         assert records[-1] == again and again.ord == 3
         check_chain(records)
         assert heard == records  # the failed append was never heard of
+
+
+def test_two_commits_in_flight_never_split_a_thread(pg_schemas: Schemas) -> None:
+    """Two lanes commit at once, but a thread's later appends wait for its commit in flight
+    (they chain onto it): when that commit fails, they fail too, and nothing is half-applied."""
+    url = pg_schemas.new()
+    errors: list[StorageError] = []
+    with PostgresStore(url, commit_lanes=2, commit_interval=30) as store:
+        store.add_error_listener(errors.append)
+        slow, other = store.create_thread("a"), store.create_thread("b")
+        store.append(slow, "custom.n", {"i": 0})
+        store.append(other, "custom.n", {"i": 0})
+        lanes = store._committer._lanes
+        with psycopg.connect(url.split("?")[0]) as blocker:
+            # hold the slow thread's lease row: the lane committing it waits on the lock
+            schema = url.split("schema=")[1]
+            blocker.execute(
+                f"SELECT 1 FROM {schema}.leases WHERE thread_id = %s FOR UPDATE", (slow,)
+            )
+            done: list[BaseException | Record] = []
+
+            def first() -> None:
+                try:
+                    done.append(store.append(slow, "custom.n", {"i": 1}))
+                except BaseException as exc:
+                    done.append(exc)
+
+            waiter = threading.Thread(target=first)
+            waiter.start()
+            deadline = time.monotonic() + 10
+            stuck: int | None = None
+            while stuck is None and time.monotonic() < deadline:
+                pids = [lane.conn.info.backend_pid for lane in lanes if lane.conn is not None]
+                rows = blocker.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s) "
+                    "AND wait_event_type = 'Lock'",
+                    (pids,),
+                ).fetchall()
+                stuck = int(rows[0][0]) if rows else None
+            assert stuck is not None, "the slow thread's commit never waited on its lease"
+            # its next appends queue behind it; the other thread commits on the other lane
+            later = [store.append(slow, "custom.n", {"i": i}, durable=False) for i in (2, 3)]
+            assert store.append(other, "custom.n", {"i": 1}).ord == 3
+            assert len(store.read(slow)) == 2 and not done  # still in flight
+            blocker.execute("SELECT pg_terminate_backend(%s)", (stuck,))
+            waiter.join(10)
+        assert isinstance(done[0], StorageError) and errors
+        store.flush()
+        records = store.read(slow)
+        assert [r.ord for r in records] == [1, 2]  # neither 3 nor its successors 4, 5
+        check_chain(records)
+        assert later[-1].ord == 5
+        again = store.append(slow, "custom.n", {"i": 4})  # the head read again
+        assert again.ord == 3 and store.verify(slow).ok
+        assert [r.ord for r in store.read(other)] == [1, 2, 3]
 
 
 # -- leases and fencing -----------------------------------------------------------------------

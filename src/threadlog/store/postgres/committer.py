@@ -4,29 +4,45 @@ Theory of operation
 -------------------
 An append is assigned its ordinal and hash by its thread's writer (`threadlog.store.postgres
 .writer`) and handed to the `Committer` as a `Pending`: the record, its canonical line, the
-writer (whose fencing token it carries) and the `Batch` it joins (one future per commit).
-The committer is one thread with one
-connection of its own. It sleeps until there is a critical append (or a flush) waiting, or
-until the oldest buffered one has waited ``interval`` seconds; then it takes **everything**
-queued, from every thread of the process, and writes it in one transaction:
+writer (whose fencing token it carries) and the `Batch` it joins (one future for asyncio
+waiters; a thread waiting in `Pending.wait` waits on its own append's lock, so a commit
+wakes exactly the writers it carried). The committer has `LANES` (2) *lanes*, each a thread
+with a connection of its own. A lane sleeps until there is a critical append (or a flush)
+waiting, or until the oldest buffered one has waited ``interval`` seconds; then it takes
+everything queued, from every thread of the process, and writes it in one transaction:
 
-1. one statement (`FENCED_INSERT`) locks the lease rows of the batch's threads
-   (``SELECT … FOR UPDATE``, held until COMMIT, so no takeover can come in between) and
+1. one statement (`FENCED_COMMIT`) locks the lease rows of the batch's threads
+   (``SELECT … FOR UPDATE``, held until COMMIT, so no takeover can come in between),
    inserts the records whose fencing token is still their thread's token, all rows at once
-   (``unnest``); the records of the other threads are refused with `LeaseLost` (their writer
-   is marked lost: it appends nothing more);
-2. the projections of the records and one ``pg_notify`` per thread (`apply_projections`),
-   each statement fenced the same way (it applies only where the token is current), then
-   one ``COMMIT``: all of it sent in one pipeline, so a batch costs **one round trip** to the
+   (``unnest`` of prebuilt binary arrays, `threadlog.store.postgres.arrays`), brings those
+   threads' ``threads`` rows up to date and queues one ``pg_notify`` per thread; the records
+   of the other threads are refused with `LeaseLost` (their writer is marked lost: it
+   appends nothing more);
+2. the other projections of the records (turns, tool calls, memories: `run_ops`), each
+   statement fenced the same way (it applies only where the token is current), then one
+   ``COMMIT``: all of it sent in one pipeline, so a batch costs **one round trip** to the
    server whatever its size. Only then are the listeners called (in order per thread) and
-   the batch's future resolved: an acknowledged record is a committed one.
+   the appends woken: an acknowledged record is a committed one.
 
-While a commit runs, new appends queue up for the next one, so the more writers append at
+*Two commits in flight.* While one lane's transaction runs (and waits for its WAL flush),
+the other lane takes what has queued meanwhile and sends it on its own connection: the
+server runs both, their flushes shared, and the writers the first commit wakes queue for
+the next lane instead of waiting for a committer. The lanes never split a thread: a lane
+takes only the appends of threads no other lane is committing (`_take`); a thread's later
+appends stay queued until its commit in flight is over. They chain onto its records (their
+ordinals follow, their ``prev`` is its hash), so they must not be sent before those are
+known to be in the table: if that commit fails, its writers are marked broken and the
+appends that waited for it are refused, never written after a gap. The two transactions
+therefore lock disjoint lease rows, and per thread the commits (and the listeners) stay in
+order. Fencing is unchanged: each transaction checks its own threads' tokens under the
+rows' locks.
+
+While commits run, new appends queue up for the next one, so the more writers append at
 once, the more appends each COMMIT carries (and the fewer WAL flushes they wait for). Woken
-by a critical append, the committer waits up to `GATHER` (1 ms) while fewer appends are
-queued than its last commit carried: the writers that commit just woke are about to queue
-their next ones, and one commit for all of them beats several for a few each.
-`commits` counts the transactions (tests read it).
+by a critical append, a lane waits up to `GATHER` (1 ms) while fewer appends are queued
+than its last commit carried: the writers its last commit woke are about to queue their
+next ones, and one commit for all of them beats several for a few each. `commits` counts
+the transactions (tests read it).
 
 *Fail-stop.* If the transaction fails (the connection drops, the server restarts, a
 constraint is violated), every append in it fails with `StorageError`, never retried: a
@@ -47,11 +63,8 @@ import psycopg
 
 from threadlog import _hooks
 from threadlog.errors import LeaseLost, StorageError
-from threadlog.store.postgres.projections import (
-    FENCED_INSERT,
-    apply_projections,
-    event_columns,
-)
+from threadlog.store.postgres.arrays import register as register_arrays
+from threadlog.store.postgres.projections import FENCED_COMMIT, fenced_commit, run_ops
 from threadlog.store.postgres.writer import Batch
 
 if TYPE_CHECKING:
@@ -61,24 +74,28 @@ if TYPE_CHECKING:
     from threadlog.store.postgres.projections import Row
     from threadlog.store.postgres.writer import Pending
 
-__all__ = ["GATHER", "Committer"]
+__all__ = ["GATHER", "LANES", "Committer"]
 
 GATHER = 0.001
-"""The longest the committer waits for the writers its last commit woke (seconds)."""
+"""The longest a lane waits for the writers its last commit woke (seconds)."""
+
+LANES = 2
+"""Transactions in flight at once (each lane a thread with its own connection)."""
 
 log = logging.getLogger("threadlog.store")
 
 
 class Committer:
-    """The group-commit thread (module docstring).
+    """The group-commit lanes (module docstring).
 
     Args:
-        connect: a new connection for the committer (autocommit off).
+        connect: a new connection for a lane (autocommit off).
         channel: the NOTIFY channel; ``origin``: this store's id, in each notification.
         interval: the longest a buffered append waits for its commit (seconds).
         on_durable: ``(thread_id, records)`` after each commit, per thread in order.
         on_failure: a failed commit's error.
         max_batch: at most this many appends per transaction (None: no limit).
+        lanes: how many transactions may be in flight at once, each on its connection.
     """
 
     def __init__(
@@ -91,9 +108,9 @@ class Committer:
         on_durable: Callable[[str, list[Record]], None],
         on_failure: Callable[[StorageError], None],
         max_batch: int | None = None,
+        lanes: int = LANES,
     ) -> None:
         self._connect = connect
-        self._conn: psycopg.Connection[Any] | None = None
         self._channel = channel
         self._origin = origin
         self.interval = interval
@@ -103,31 +120,52 @@ class Committer:
         self._on_durable = on_durable
         self._on_failure = on_failure
         self._open = Batch()
-        self._cond = threading.Condition()
+        self._queue: list[Pending] = []
+        self._in_flight: set[str] = set()
+        """The threads whose records a lane is committing: no other lane takes theirs."""
+        self._cond = threading.Condition(threading.Lock())  # never re-entered
         self._urgent = False
+        self._flushing = 0
+        """Threads waiting in `flush`: while any is, every queued append is urgent."""
         self._oldest = 0.0
         self._stopping = False
         self._submitted = 0
         self._done = 0
-        self._last_size = 0
         self.commits = 0
         """Transactions committed so far (each carries one or more appends)."""
-        self._thread = threading.Thread(target=self._run, name="threadlog-pg-commit", daemon=True)
-        self._thread.start()
+        self._lanes = [_Lane(i) for i in range(max(1, lanes))]
+        for lane in self._lanes:
+            lane.thread = threading.Thread(
+                target=self._run,
+                args=(lane,),
+                name=f"threadlog-pg-commit-{lane.index}",
+                daemon=True,
+            )
+            lane.thread.start()
 
     def submit(self, pending: Pending, *, urgent: bool) -> None:
         """Queue an append for the next commit (``urgent``: commit without waiting)."""
         with self._cond:
             if self._stopping:
                 raise StorageError("the store's committer has stopped")
-            if not self._open.items:
+            if not self._queue:
                 self._oldest = time.monotonic()
             pending.batch = self._open
+            pending.urgent = urgent
             self._open.items.append(pending)
+            self._open.left += 1
+            self._queue.append(pending)
             self._submitted += 1
-            if urgent or len(self._open.items) >= self._last_size:
-                self._urgent = self._urgent or urgent
-                self._cond.notify()
+            if urgent and not self._urgent:
+                self._urgent = True
+                self._cond.notify()  # a lane waiting for work (a busy one sees the flag)
+            elif len(self._queue) >= self._gathering:
+                self._cond.notify()  # the lane gathering has what it waits for
+
+    @property
+    def _gathering(self) -> int:
+        """How many queued appends end a gathering lane's wait (its last commit's size)."""
+        return min((lane.last_size for lane in self._lanes if lane.gathering), default=1 << 30)
 
     def flush(self) -> None:
         """Wait until everything queued so far is committed (or has failed)."""
@@ -135,57 +173,102 @@ class Committer:
             target = self._submitted
             if self._done >= target:
                 return
-            self._urgent = True
-            self._cond.notify_all()
-            while self._done < target:
-                self._cond.wait()
+            self._flushing += 1  # everything queued is urgent until this flush is over
+            try:
+                self._cond.notify_all()
+                while self._done < target:
+                    self._cond.wait()
+            finally:
+                self._flushing -= 1
 
     def stop(self) -> None:
-        """Commit what is queued, then stop the thread and close the connection."""
+        """Commit what is queued, then stop the lanes and close their connections."""
         with self._cond:
             self._stopping = True
-            self._cond.notify()
-        self._thread.join()
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+            self._cond.notify_all()
+        for lane in self._lanes:
+            if lane.thread is not None:
+                lane.thread.join()
+            if lane.conn is not None:
+                lane.conn.close()
+                lane.conn = None
 
-    def _gather(self) -> None:
-        """Give the writers the last commit woke a moment to queue their next appends, so
-        that they share the next commit rather than trickle into several: wait (at most
-        `GATHER` seconds, under the condition) while fewer appends are queued than the last
-        commit carried. The caller holds the condition."""
+    def _gather(self, lane: _Lane) -> None:
+        """Give the writers the lane's last commit woke a moment to queue their next
+        appends, so that they share the next commit rather than trickle into several: wait
+        (at most `GATHER` seconds, under the condition) while fewer appends are queued than
+        the lane's last commit carried. The caller holds the condition."""
         deadline = time.monotonic() + GATHER
-        while len(self._open.items) < self._last_size and not self._stopping:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            self._cond.wait(left)
+        lane.gathering = True
+        try:
+            while len(self._queue) < lane.last_size and not self._stopping:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
+        finally:
+            lane.gathering = False
 
-    def _run(self) -> None:
+    def _take(self) -> list[Pending]:
+        """The queued appends of every thread no other lane is committing, in order (the
+        caller holds the condition). A thread's later appends wait for its commit in flight:
+        they chain onto its records, so they may be sent only once those are known to be
+        in the table (or known not to be, and are then refused, their writer broken)."""
+        busy = self._in_flight
+        if busy:
+            taken = [p for p in self._queue if p.writer.thread_id not in busy]
+            if len(taken) < len(self._queue):
+                self._queue = [p for p in self._queue if p.writer.thread_id in busy]
+            else:
+                self._queue = []
+        else:
+            taken, self._queue = self._queue, []
+        if taken:
+            self._open = Batch()
+            self._urgent = any(p.urgent for p in self._queue)
+            if self._queue:
+                self._oldest = time.monotonic()
+            busy.update(p.writer.thread_id for p in taken)
+        return taken
+
+    def _next(self, lane: _Lane) -> list[Pending] | None:
+        """Wait for the lane's next appends; None when the committer stops and all is
+        committed. The caller holds the condition."""
+        while True:
+            ready = bool(self._queue) and (
+                not self._in_flight
+                or any(p.writer.thread_id not in self._in_flight for p in self._queue)
+            )
+            if ready and (self._urgent or self._flushing or self._stopping):
+                self._gather(lane)
+                taken = self._take()
+                if taken:
+                    return taken
+                continue
+            if ready:
+                wait = self._oldest + self.interval - time.monotonic()
+                if wait <= 0:
+                    taken = self._take()
+                    if taken:
+                        return taken
+                    continue
+                self._cond.wait(wait)
+            elif self._stopping and not self._queue:
+                return None
+            else:
+                self._cond.wait()
+
+    def _run(self, lane: _Lane) -> None:
         while True:
             with self._cond:
-                while True:
-                    if self._open.items and (self._urgent or self._stopping):
-                        self._gather()
-                        break
-                    if self._open.items:
-                        wait = self._oldest + self.interval - time.monotonic()
-                        if wait <= 0:
-                            break
-                        self._cond.wait(wait)
-                    elif self._stopping:
-                        return
-                    else:
-                        self._cond.wait()
-                taken, self._open = self._open, Batch()
-                batch = taken.items
-                self._last_size = len(batch)
-                self._urgent = False
+                batch = self._next(lane)
+                if batch is None:
+                    return
+                lane.last_size = len(batch)
             try:
                 step = self.max_batch or len(batch)
                 for start in range(0, len(batch), step):
-                    self._commit(batch[start : start + step])
+                    self._commit(lane, batch[start : start + step])
             except BaseException as exc:  # a bug: fail the batch rather than hang its waiters
                 log.exception("the group commit failed unexpectedly")
                 error = StorageError(f"the group commit failed: {exc!r}")
@@ -193,13 +276,24 @@ class Committer:
                     p.fail(error)
                     p.writer.break_(error)
             finally:
-                if not taken.future.done():  # never cancelled (waiters shield it): defensive
-                    taken.future.set_result(None)
+                closed: list[Batch] = []
                 with self._cond:
+                    for p in batch:
+                        self._in_flight.discard(p.writer.thread_id)
+                        group = p.batch
+                        if group is not None:
+                            group.left -= 1
+                            if group.left == 0 and group is not self._open:
+                                closed.append(group)
                     self._done += len(batch)
                     self._cond.notify_all()
+                for p in batch:
+                    p.done()
+                for group in closed:
+                    if not group.future.done():  # never cancelled (waiters shield it)
+                        group.future.set_result(None)
 
-    def _commit(self, batch: list[Pending]) -> None:
+    def _commit(self, lane: _Lane, batch: list[Pending]) -> None:
         live: dict[str, list[Pending]] = {}
         for p in batch:
             refusal = p.writer.refusal()
@@ -211,26 +305,31 @@ class Committer:
             return
         fenced: dict[str, list[Pending]] = {}
         try:
-            conn = self._conn
+            conn = lane.conn
             if conn is None or conn.closed or conn.broken:
-                conn = self._conn = self._connect()
+                conn = lane.conn = self._connect()
+                register_arrays(conn)
             by_thread: dict[str, list[Row]] = {
                 t: [(p.record, p.line, p.writer.token) for p in items] for t, items in live.items()
             }
             metrics = _hooks.METRICS
             started = time.perf_counter() if metrics is not None else 0.0
-            # One round trip: BEGIN, the fenced insert, the projections (each fenced the same
-            # way: they apply only where the insert did), NOTIFY and COMMIT, pipelined.
+            params, ops = fenced_commit(
+                {t: by_thread[t] for t in sorted(by_thread)},
+                channel=self._channel,
+                origin=self._origin,
+            )
+            # One round trip: BEGIN, the fenced statement (the inserts, the threads rows,
+            # NOTIFY), the other projections (each fenced the same way: they apply only where
+            # the inserts did) and COMMIT, pipelined.
             with conn.cursor() as cur, conn.cursor() as rest:
                 with conn.pipeline():
                     conn.execute("BEGIN")
-                    cur.execute(FENCED_INSERT, [sorted(live), *event_columns(by_thread)])
-                    apply_projections(
-                        rest, by_thread, channel=self._channel, origin=self._origin, fenced=True
-                    )
+                    cur.execute(FENCED_COMMIT, params)
+                    run_ops(rest, ops)
                     conn.execute("COMMIT")
                 rows = cur.fetchall()
-            tokens = {str(t): (int(k), str(h), int(n)) for t, k, h, n in rows}
+            tokens = {str(r[0]): (int(r[1]), str(r[2]), int(r[3])) for r in rows}
             for thread_id, items in list(live.items()):
                 token, holder, count = tokens.get(thread_id, (None, None, 0))
                 writer = items[0].writer
@@ -242,9 +341,10 @@ class Committer:
             if metrics is not None:  # the COMMIT is the durability wait: the fsync's equivalent
                 metrics.observe("threadlog_fsync_seconds", time.perf_counter() - started)
                 metrics.observe("threadlog_commit_records", len(batch))
-                metrics.set("threadlog_queue_depth", len(self._open.items))
+                metrics.set("threadlog_queue_depth", len(self._queue))
             if live:
-                self.commits += 1
+                with self._cond:
+                    self.commits += 1
         except psycopg.Error as exc:
             error = StorageError(f"the commit of {len(batch)} append(s) failed: {exc}")
             error.__cause__ = exc
@@ -252,9 +352,9 @@ class Committer:
                 items[0].writer.break_(error)
                 for p in items:
                     p.fail(error)
-            if self._conn is not None:
-                self._conn.close()  # its transaction is in doubt: a new connection next time
-                self._conn = None
+            if lane.conn is not None:
+                lane.conn.close()  # its transaction is in doubt: a new connection next time
+                lane.conn = None
             self._on_failure(error)
             return  # nothing of it is acknowledged, nor heard of by the listeners
         for thread_id, items in fenced.items():
@@ -264,3 +364,16 @@ class Committer:
         for thread_id, items in live.items():
             items[0].writer.committed([p.record.id for p in items])
             self._on_durable(thread_id, [p.record for p in items])
+
+
+class _Lane:
+    """One committing thread, its connection and the size of its last batch."""
+
+    __slots__ = ("conn", "gathering", "index", "last_size", "thread")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.conn: psycopg.Connection[Any] | None = None
+        self.thread: threading.Thread | None = None
+        self.last_size = 0
+        self.gathering = False

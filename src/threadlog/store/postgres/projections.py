@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from threadlog.model import codec
 from threadlog.model.projection import project
+from threadlog.store.postgres.arrays import ByteaArray, Int4Array, Int8Array, TextArray
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -25,12 +26,15 @@ if TYPE_CHECKING:
     from threadlog.model.envelope import Record
 
 __all__ = [
-    "FENCED_INSERT",
+    "FENCED_COMMIT",
+    "Op",
     "Row",
     "apply_projections",
     "event_columns",
+    "fenced_commit",
     "insert_records",
     "notify_payload",
+    "run_ops",
 ]
 
 Row = tuple["Record", bytes, "int | None"]
@@ -53,25 +57,6 @@ _COLUMNS = (
     "%b::text[], %b::bigint[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], "
     "%b::int[], %b::text[], %b::text[], %b::bytea[], %b::bigint[]",
 )
-
-FENCED_INSERT = f"""
-WITH locked AS (
-    SELECT thread_id, token, holder FROM leases
-    WHERE thread_id = ANY(%s::text[]) ORDER BY thread_id FOR UPDATE
-), inserted AS (
-    INSERT INTO events ({_COLUMNS[0]})
-    SELECT u.* FROM unnest({_COLUMNS[1]}) AS u({_COLUMNS[0]})
-    JOIN locked l ON l.thread_id = u.thread_id AND l.token = u.fence
-    RETURNING thread_id
-)
-SELECT l.thread_id, l.token, l.holder, coalesce(n.rows, 0)
-FROM locked l
-LEFT JOIN (SELECT thread_id, count(*) AS rows FROM inserted GROUP BY thread_id) n USING (thread_id)
-"""
-"""The fencing check and the insert in one statement (`threadlog.store.postgres.committer`):
-the batch's lease rows are locked until COMMIT, and only the rows whose ``fence`` is their
-thread's current token are inserted; the result says, per thread, its token, holder and how
-many rows went in. Parameters: the thread ids, then `event_columns` of the rows."""
 
 
 def event_columns(by_thread: Mapping[str, Sequence[Row]]) -> list[list[Any]]:
@@ -122,17 +107,47 @@ def apply_projections(
     *,
     channel: str,
     origin: str,
-    fenced: bool = False,
 ) -> None:
     """Update the projections of records just inserted, and notify ``channel`` of each
     thread's new ordinals; in the caller's transaction (a few statements whatever the batch).
+    Unfenced: for a new thread, a fork, an import (the group commit uses `FENCED_COMMIT`)."""
+    ops, heads = _project(by_thread, origin, fenced=False)
+    run_ops(cur, ops)
+    cur.execute(
+        "UPDATE threads t SET last_ord = u.o, last_hash = u.h, last_ts = u.ts, "
+        "bytes = t.bytes + u.b, turns = t.turns + u.nt, tool_calls = t.tool_calls + u.nc "
+        "FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::bigint[], "
+        "%b::int[], %b::int[]) AS u(id, o, h, ts, b, nt, nc) WHERE t.thread_id = u.id",
+        heads[:7],
+    )
+    cur.execute("SELECT pg_notify(%s, u.p) FROM unnest(%b::text[]) AS u(p)", (channel, heads[8]))
 
-    ``fenced``: every statement applies only if the thread's fencing token (the rows'
-    ``fence``) is still its lease's, like `FENCED_INSERT`'s rows, so the committer can send
-    them together with that insert and the COMMIT, in one round trip."""
-    ops: list[tuple[str, tuple[Any, ...]]] = []  # in record order: upserts of one row stack
-    updates: list[list[Any]] = [[] for _ in range(8)]
-    notifies: list[list[Any]] = [[], [], []]
+
+Op = tuple[str, tuple[Any, ...]]
+"""A projection statement and its parameters (upserts of turns, tool calls, memories...)."""
+
+
+def run_ops(cur: psycopg.Cursor[Any], ops: list[Op]) -> None:
+    """Run the projection statements in order: consecutive ones of one shape as one
+    ``executemany``."""
+    i = 0
+    while i < len(ops):
+        j = i
+        while j < len(ops) and ops[j][0] == ops[i][0]:
+            j += 1
+        cur.executemany(ops[i][0], [params for _, params in ops[i:j]])
+        i = j
+
+
+def _project(
+    by_thread: Mapping[str, Sequence[Row]], origin: str, *, fenced: bool
+) -> tuple[list[Op], list[list[Any]]]:
+    """The statements of the records' row changes (in record order: upserts of one row
+    stack), each fenced if asked (it applies only while the thread's token, the rows'
+    ``fence``, is still its lease's); and per thread, one list per column: its id, last
+    ord, hash and ts, bytes, new turns, new tool calls, token, notification payload."""
+    ops: list[Op] = []
+    heads: list[list[Any]] = [[] for _ in range(9)]
     for thread_id, rows in by_thread.items():
         token = rows[0][2] if fenced else None
         guard = (thread_id, token) if fenced else ()
@@ -160,43 +175,115 @@ def apply_projections(
                     f"ON CONFLICT (thread_id, {key}) DO UPDATE SET {sets}"
                 )
                 ops.append((sql, (thread_id, change.key, *change.fields.values(), *guard)))
-        last = rows[-1][0]
+        first, last = rows[0][0], rows[-1][0]
         for column, value in zip(
-            updates,
-            (thread_id, last.ord, last.hash, last.ts, size, new_turns, new_calls, token),
+            heads,
+            (
+                thread_id,
+                last.ord,
+                last.hash,
+                last.ts,
+                size,
+                new_turns,
+                new_calls,
+                token,
+                notify_payload(thread_id, first.ord, last.ord, origin),
+            ),
             strict=True,
         ):
             column.append(value)
-        for column, value in zip(
-            notifies,
-            (notify_payload(thread_id, rows[0][0].ord, last.ord, origin), thread_id, token),
-            strict=True,
-        ):
-            column.append(value)
-    i = 0
-    while i < len(ops):  # consecutive statements of one shape go as one executemany
-        j = i
-        while j < len(ops) and ops[j][0] == ops[i][0]:
-            j += 1
-        cur.executemany(ops[i][0], [params for _, params in ops[i:j]])
-        i = j
-    current = (
-        "(u.tok IS NULL OR EXISTS (SELECT 1 FROM leases f WHERE f.thread_id = u.id "
-        "AND f.token = u.tok))"
-    )
-    cur.execute(
-        "UPDATE threads t SET last_ord = u.o, last_hash = u.h, last_ts = u.ts, "
-        "bytes = t.bytes + u.b, turns = t.turns + u.nt, tool_calls = t.tool_calls + u.nc "
-        "FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::bigint[], "
-        "%b::int[], %b::int[], %b::bigint[]) AS u(id, o, h, ts, b, nt, nc, tok) "
-        f"WHERE t.thread_id = u.id AND {current}",
-        updates,
-    )
-    cur.execute(
-        "SELECT pg_notify(%s, u.p) FROM unnest(%b::text[], %b::text[], %b::bigint[]) "
-        f"AS u(p, id, tok) WHERE {current}",
-        (channel, *notifies),
-    )
+    return ops, heads
+
+
+FENCED_COMMIT = """
+WITH locked AS MATERIALIZED (
+    SELECT thread_id, token, holder FROM leases
+    WHERE thread_id = ANY(%(threads)s) ORDER BY thread_id FOR UPDATE
+), inserted AS (
+    INSERT INTO events (thread_id, ord, id, writer, parent, ts, type, v, prev, hash, line, fence)
+    SELECT u.thread_id, u.ord, u.id, u.thread_id, u.parent, u.ts, u.type, %(v)s, u.prev,
+        u.hash, u.line, u.fence
+    FROM unnest(%(t)s, %(o)s, %(i)s, %(pa)s, %(ts)s, %(ty)s, %(pr)s, %(h)s, %(li)s, %(f)s)
+        AS u(thread_id, ord, id, parent, ts, type, prev, hash, line, fence)
+    JOIN locked l ON l.thread_id = u.thread_id AND l.token = u.fence
+    RETURNING thread_id
+), heads AS MATERIALIZED (
+    SELECT u.* FROM unnest(%(ht)s, %(ho)s, %(hh)s, %(hts)s, %(hb)s, %(hnt)s, %(hnc)s,
+        %(hf)s, %(hp)s) AS u(thread_id, o, h, ts, b, nt, nc, tok, note)
+    JOIN locked l ON l.thread_id = u.thread_id AND l.token = u.tok
+), updated AS (
+    UPDATE threads t SET last_ord = u.o, last_hash = u.h, last_ts = u.ts,
+        bytes = t.bytes + u.b, turns = t.turns + u.nt, tool_calls = t.tool_calls + u.nc
+    FROM heads u WHERE t.thread_id = u.thread_id
+    RETURNING t.thread_id
+), notified AS MATERIALIZED (
+    SELECT count(pg_notify(%(channel)s, note)) AS n FROM heads
+)
+SELECT l.thread_id, l.token, l.holder, coalesce(n.rows, 0), (SELECT n FROM notified)
+FROM locked l
+LEFT JOIN (SELECT thread_id, count(*) AS rows FROM inserted GROUP BY thread_id) n USING (thread_id)
+"""
+"""A group commit's one statement (`threadlog.store.postgres.committer`): the batch's lease
+rows locked until COMMIT (``FOR UPDATE``); the rows whose ``fence`` is their thread's current
+token inserted (all at once, ``unnest``), the ``threads`` row of each such thread brought up
+to date and one notification per thread sent on commit; the other threads' rows refused.
+The result says, per thread, its token, holder and how many rows went in. Parameters:
+`fenced_commit`. The other projections (turns, tool calls...) follow as statements of their
+own, fenced the same way."""
+
+
+def fenced_commit(
+    by_thread: Mapping[str, Sequence[Row]], *, channel: str, origin: str
+) -> tuple[dict[str, Any], list[Op]]:
+    """`FENCED_COMMIT`'s parameters for ``by_thread`` (every row's record written by its
+    thread, every row of a thread carrying the same token), and the fenced projection
+    statements to run after it."""
+    cols: list[list[Any]] = [[] for _ in range(10)]
+    (t, o, i, pa, ts, ty, pr, h, li, f) = cols
+    version = None
+    for thread_id, rows in by_thread.items():
+        for r, line, fence in rows:
+            t.append(thread_id)
+            o.append(r.ord)
+            i.append(r.id)
+            pa.append(r.parent)
+            ts.append(r.ts)
+            ty.append(r.type)
+            pr.append(r.prev)
+            h.append(r.hash)
+            li.append(line)
+            f.append(fence)
+            if version is None:
+                version = r.v
+            elif r.v != version:
+                raise ValueError("a group commit's records share one format version")
+    ops, heads = _project(by_thread, origin, fenced=True)
+    text = TextArray.of
+    params: dict[str, Any] = {
+        "threads": text(list(by_thread)),
+        "v": version,
+        "t": text(t),
+        "o": Int8Array.of(o),
+        "i": text(i),
+        "pa": text(pa),
+        "ts": text(ts),
+        "ty": text(ty),
+        "pr": text(pr),
+        "h": text(h),
+        "li": ByteaArray.of(li),
+        "f": Int8Array.of(f),
+        "ht": text(heads[0]),
+        "ho": Int8Array.of(heads[1]),
+        "hh": text(heads[2]),
+        "hts": text(heads[3]),
+        "hb": Int8Array.of(heads[4]),
+        "hnt": Int4Array.of(heads[5]),
+        "hnc": Int4Array.of(heads[6]),
+        "hf": Int8Array.of(heads[7]),
+        "hp": text(heads[8]),
+        "channel": channel,
+    }
+    return params, ops
 
 
 def _meta_ops(

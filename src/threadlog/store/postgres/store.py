@@ -38,7 +38,7 @@ from threadlog.store.named import check_thread_id, same_creation
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.postgres.blobs import Blobs
 from threadlog.store.postgres.catalog import Tables
-from threadlog.store.postgres.committer import Committer
+from threadlog.store.postgres.committer import LANES, Committer
 from threadlog.store.postgres.leases import LeaseKeeper
 from threadlog.store.postgres.live import Live
 from threadlog.store.postgres.logs import Logs, new_row
@@ -66,6 +66,9 @@ __all__ = ["PostgresStore"]
 
 log = logging.getLogger("threadlog.store")
 
+_OPENING = 64
+"""Stripes of the writers' opening locks (a thread's is ``hash(thread_id) % _OPENING``)."""
+
 
 class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
     """An event store in a PostgreSQL database. Thread-safe; use as a context manager.
@@ -84,6 +87,8 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
             always refused: run ``threadlog db upgrade``).
         max_batch: at most this many appends per commit (default: all that are waiting);
             ``1`` turns group commit off, one COMMIT per append (a benchmark's baseline).
+        commit_lanes: how many group commits may be in flight at once, each on a connection
+            of its own (`threadlog.store.postgres.committer`).
     """
 
     def __init__(
@@ -98,6 +103,7 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
         pool_size: int = 8,
         create_schema: bool = True,
         max_batch: int | None = None,
+        commit_lanes: int = LANES,
     ) -> None:
         if lease_duration <= 0 or commit_interval < 0:
             raise UsageError("lease_duration must be > 0 and commit_interval >= 0")
@@ -110,6 +116,7 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
         Live.__init__(self)
         self._writers: dict[str, Writer] = {}
         self._writers_lock = threading.Lock()
+        self._opening = [threading.Lock() for _ in range(_OPENING)]
         self._kwargs: dict[str, Any] = {"autocommit": True, "options": target.connect_options()}
         self._pool = ConnectionPool(
             target.conninfo,
@@ -138,6 +145,7 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
             on_durable=self._on_durable,
             on_failure=self._on_failure,
             max_batch=max_batch,
+            lanes=commit_lanes,
         )
         self._leases = LeaseKeeper(
             self._conn,
@@ -380,25 +388,37 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
         )
 
     def _writer(self, thread_id: str) -> Writer:
-        """The thread's writer, opened (its lease taken) if need be."""
-        with self._writers_lock:
-            writer = self._writers.get(thread_id)
-            if writer is not None:
-                if writer.lost is not None:
-                    raise writer.lost
-                if writer.broken is None:
-                    return writer
-                token = writer.token  # a failed commit: read the head again, same lease
-            else:
-                self._check_open()
+        """The thread's writer, opened (its lease taken) if need be.
+
+        Opening one takes database round trips (the lease, the head), made under the
+        thread's opening lock (one of `_OPENING` stripes), not the store-wide writers lock:
+        64 threads opened at once open side by side, not one after another."""
+        writer = self._writers.get(thread_id)
+        if writer is not None and writer.lost is None and writer.broken is None:
+            return writer
+        with self._opening[hash(thread_id) % _OPENING]:
+            with self._writers_lock:
+                writer = self._writers.get(thread_id)
+                if writer is not None:
+                    if writer.lost is not None:
+                        raise writer.lost
+                    if writer.broken is None:
+                        return writer
+                    token = writer.token  # a failed commit: read the head again, same lease
+                else:
+                    self._check_open()
+                    token = None
+            if token is None:
                 token = self._leases.take(thread_id)
             try:
                 writer = Writer(thread_id, token, self._conn, lambda: self._load_state(thread_id))
             except BaseException:
-                self._writers.pop(thread_id, None)
+                with self._writers_lock:
+                    self._writers.pop(thread_id, None)
                 self._leases.release(thread_id)
                 raise
-            self._writers[thread_id] = writer
+            with self._writers_lock:
+                self._writers[thread_id] = writer
             return writer
 
     def _load_state(self, thread_id: str) -> ThreadState | None:

@@ -62,21 +62,25 @@ def decode_line(thread_id: str, ord_: int, line: bytes) -> Record:
 
 
 class Batch:
-    """The appends one group commit takes: one future for all of them (cheaper than one
-    each: a commit of 64 appends resolves one future and wakes its waiters once)."""
+    """The appends one group commit takes, and one future for all of them (what asyncio
+    waiters await: a commit of 64 appends resolves one future). Threads waiting in `Pending
+    .wait` wait on their own append's lock instead, so that a commit wakes exactly the
+    writers it carried, each without contending with the others for a shared condition."""
 
-    __slots__ = ("future", "items")
+    __slots__ = ("future", "items", "left")
 
     def __init__(self) -> None:
         self.items: list[Pending] = []
+        self.left = 0
+        """Its appends not yet done (the future resolves when none is left)."""
         self.future: Future[None] = Future()
 
 
 class Pending:
     """An append on its way to a commit: its record, line, writer and batch; ``error`` is
-    set (before the batch's future resolves) if it was not written."""
+    set (before `done`) if it was not written."""
 
-    __slots__ = ("batch", "error", "line", "record", "writer")
+    __slots__ = ("_done", "batch", "error", "line", "record", "urgent", "writer")
 
     def __init__(self, record: Record, line: bytes, writer: Writer) -> None:
         self.record = record
@@ -84,16 +88,23 @@ class Pending:
         self.writer = writer
         self.batch: Batch | None = None
         self.error: BaseException | None = None
+        self.urgent = False
+        self._done = threading.Lock()
+        self._done.acquire()  # released once, by the committer (`done`)
 
     def fail(self, error: BaseException) -> None:
         """Mark the append as not written (the first reason counts)."""
         if self.error is None:
             self.error = error
 
+    def done(self) -> None:
+        """The append's commit is over (``error`` says how): wake its waiters."""
+        self._done.release()
+
     def wait(self) -> Record:
         """Block until the append is committed; its record, or raise why it is not."""
-        assert self.batch is not None
-        self.batch.future.result()
+        self._done.acquire()
+        self._done.release()  # for another waiter of the same append (a replayed id)
         if self.error is not None:
             raise self.error
         return self.record
