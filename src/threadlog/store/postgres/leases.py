@@ -222,10 +222,15 @@ class LeaseKeeper:
             return
         self._ensure_presence()  # a presence connection that broke is made again
         with self._connection() as conn:
+            # The rows are locked in thread order, as a group commit locks them
+            # (`projections.FENCED_COMMIT`): in any other order the two could deadlock, and
+            # PostgreSQL would abort one of them, perhaps the commit.
             rows = conn.execute(
-                "UPDATE leases SET expires_at = now() + %s * interval '1 second' "
-                "WHERE holder = %s AND thread_id = ANY(%s) RETURNING thread_id, token",
-                (self.duration, self.holder, list(held)),
+                "WITH mine AS MATERIALIZED (SELECT thread_id FROM leases "
+                "WHERE holder = %s AND thread_id = ANY(%s) ORDER BY thread_id FOR UPDATE) "
+                "UPDATE leases l SET expires_at = now() + %s * interval '1 second' "
+                "FROM mine WHERE l.thread_id = mine.thread_id RETURNING l.thread_id, l.token",
+                (self.holder, list(held), self.duration),
             ).fetchall()
             kept = {str(t): int(k) for t, k in rows}
             lost = [t for t, k in held.items() if kept.get(t) != k]
