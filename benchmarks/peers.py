@@ -1,0 +1,520 @@
+"""threadlog against its peers, in one run: the same workloads through every store.
+
+The stores (``peer_adapters.py``, each behind one small interface): threadlog's embedded store
+(durable appends), LangGraph's SqliteSaver, the OpenAI Agents SDK's SQLiteSession, Google
+ADK's SqliteSessionService (and its in-memory service, for reference), eventsourcing's SQLite
+recorder, and the raw limits of this machine: a JSONL file per session with ``fsync`` per
+record (the reference: every ratio is against it, in the same round) and per 100 records,
+and SQLite (WAL, ``synchronous=FULL``) with one transaction per record. Every event carries
+the same 500-byte JSON data (``{"text": 480 × "x", "n": i}``).
+
+Workloads, interleaved: each round runs every workload through every store (in an order that
+rotates from round to round) on a fresh directory, and reads every session back to check it
+holds exactly what was appended:
+
+* **1 writer**: one session, appends one at a time (the sync API; asyncio-only peers await
+  each append on one event loop);
+* **1 writer, asyncio**: the same through the asyncio API (threadlog's ``aappend``; rows for
+  peers with an asyncio API);
+* **64 threads**: 64 sessions, an OS thread each (asyncio-only peers: an event loop in each);
+* **64 tasks**: 64 sessions, an asyncio task each, on one loop (sync-only peers: each append
+  through ``asyncio.to_thread``);
+* **cold load**: a session of 50,000 events loaded in a fresh process (threadlog: open +
+  read, which checks every record's hash and the chain), its import time apart; bytes on disk
+  per event and the process's peak RSS.
+
+Ratios for the 64-writer rows are against raw JSONL from 64 OS threads. Prints markdown
+tables (or ``--json``) and writes a chart (``--chart``, default ``docs/images/peers.png``).
+
+Usage::
+
+    .venv/bin/python benchmarks/peers.py            # the full run (several minutes)
+    .venv/bin/python benchmarks/peers.py --quick    # a smoke run: tiny counts, 1 round
+
+A peer that is not installed is reported as missing (``pip install 'threadlog[bench]'``);
+with ``CI=true`` a missing peer makes the run fail, as a failed check does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import resource
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+import peer_adapters
+from peer_adapters import ADAPTERS, Adapter, Data, missing
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKLOADS = ("single", "single-async", "threads", "tasks")
+REFERENCE = {"single": "single", "single-async": "single", "threads": "threads", "tasks": "threads"}
+TITLES = {
+    "single": "1 writer",
+    "single-async": "1 writer, asyncio API",
+    "threads": "{w} sessions, {w} OS threads",
+    "tasks": "{w} sessions, {w} asyncio tasks",
+    "load": "cold load of {n:,} events (fresh process)",
+}
+
+
+def event(n: int) -> Data:
+    return {"text": "x" * 480, "n": n}
+
+
+@dataclass
+class Sizes:
+    single: int = 1000
+    writers: int = 64
+    per_writer: int = 25
+    load: int = 50_000
+    rounds: int = 3
+
+
+QUICK = Sizes(single=20, writers=4, per_writer=5, load=200, rounds=1)
+
+
+@dataclass
+class Run:
+    """One workload through one store, one round."""
+
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    api: str
+    events: int
+
+
+@dataclass
+class Load:
+    import_s: float
+    load_s: float
+    rss_mb: float
+    events: int
+
+
+@dataclass
+class Row:
+    name: str
+    setting: str
+    durable: bool
+    missing: str | None = None
+    runs: dict[str, list[Run]] = field(default_factory=dict)
+    loads: list[Load] = field(default_factory=list)
+    bytes_per_event: float | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+# -- the workloads ------------------------------------------------------------------------------
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _async_writer(a: Adapter, key: str, n: int, out: list[float]) -> None:
+    for k in range(n):
+        data = event(k)
+        t0 = time.perf_counter()
+        await a.aappend(key, data)
+        out.append(time.perf_counter() - t0)
+
+
+def _sync_writer(a: Adapter, key: str, n: int, out: list[float]) -> None:
+    for k in range(n):
+        data = event(k)
+        t0 = time.perf_counter()
+        a.append(key, data)
+        out.append(time.perf_counter() - t0)
+
+
+async def _in_loop(a: Adapter, keys: list[str], n: int, out: list[list[float]]) -> float:
+    await a.astart()
+    try:
+        began = time.perf_counter()
+        async with asyncio.TaskGroup() as tasks:
+            for key, lat in zip(keys, out, strict=True):
+                tasks.create_task(_async_writer(a, key, n, lat))
+        return time.perf_counter() - began
+    finally:
+        await a.astop()
+
+
+async def _via_threads(a: Adapter, keys: list[str], n: int, out: list[list[float]]) -> float:
+    async def writer(key: str, lat: list[float]) -> None:
+        for k in range(n):
+            data = event(k)
+            t0 = time.perf_counter()
+            await asyncio.to_thread(a.append, key, data)
+            lat.append(time.perf_counter() - t0)
+
+    began = time.perf_counter()
+    async with asyncio.TaskGroup() as tasks:
+        for key, lat in zip(keys, out, strict=True):
+            tasks.create_task(writer(key, lat))
+    return time.perf_counter() - began
+
+
+def _threads(a: Adapter, keys: list[str], n: int, out: list[list[float]]) -> float:
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(keys) + 1)
+
+    def body(key: str, lat: list[float]) -> None:
+        try:
+            start.wait()
+            if a.has_sync:
+                _sync_writer(a, key, n, lat)
+            else:  # an asyncio-only API: an event loop in each thread
+                asyncio.run(_async_writer(a, key, n, lat))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=body, args=(k, lat)) for k, lat in zip(keys, out, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    start.wait()
+    began = time.perf_counter()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - began
+
+
+def api_of(a: type[Adapter], workload: str) -> str | None:
+    """Which API of ``a`` the workload uses (None: the workload does not apply)."""
+    if workload == "single":
+        return "sync" if a.has_sync else "asyncio"
+    if workload == "single-async":
+        return "asyncio" if a.has_async and a.has_sync else None
+    if workload == "threads":
+        return "sync" if a.has_sync else "asyncio, a loop per thread"
+    return "asyncio" if a.has_async else "sync via asyncio.to_thread"
+
+
+def run_workload(cls: type[Adapter], workload: str, sizes: Sizes, directory: str) -> Run:
+    a = cls()
+    a.open(directory)
+    try:
+        if workload.startswith("single"):
+            keys, n = [a.new_session(0)], sizes.single
+        else:
+            keys = [a.new_session(i) for i in range(sizes.writers)]
+            n = sizes.per_writer
+        out: list[list[float]] = [[] for _ in keys]
+        if workload == "single" and a.has_sync:
+            began = time.perf_counter()
+            _sync_writer(a, keys[0], n, out[0])
+            elapsed = time.perf_counter() - began
+        elif workload.startswith("single") or (workload == "tasks" and a.has_async):
+            elapsed = asyncio.run(_in_loop(a, keys, n, out))
+        elif workload == "tasks":
+            elapsed = asyncio.run(_via_threads(a, keys, n, out))
+        else:
+            elapsed = _threads(a, keys, n, out)
+        expected = [event(k) for k in range(n)]
+        for key in keys:  # every session holds exactly what was appended, in order
+            got = a.load(key)
+            if got != expected:
+                raise AssertionError(f"{cls.name}: read back {len(got)} events, not the {n} given")
+    finally:
+        a.close()
+    lat = [x for each in out for x in each]
+    api = api_of(cls, workload)
+    assert api is not None
+    return Run(len(lat) / elapsed, _pct(lat, 0.5) * 1e3, _pct(lat, 0.99) * 1e3, api, len(lat))
+
+
+def prefill(cls: type[Adapter], sizes: Sizes, directory: str) -> tuple[str, float]:
+    """A session of ``sizes.load`` events in ``directory``; (its key, bytes on disk per event)."""
+    where = directory
+    if cls.prefill_on_tmpfs and os.path.isdir("/dev/shm"):
+        where = tempfile.mkdtemp(prefix="threadlog-peers-", dir="/dev/shm")
+    try:
+        a = cls()
+        a.open(where)
+        try:
+            key = a.new_session(0)
+            a.prefill(key, [event(k) for k in range(sizes.load)])
+        finally:
+            a.close()
+        if where != directory:  # the same files, written without waiting for the disk
+            shutil.copytree(where, directory, dirs_exist_ok=True)
+    finally:
+        if where != directory:
+            shutil.rmtree(where, ignore_errors=True)
+    total = sum(
+        os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(directory) for f in files
+    )
+    return key, total / sizes.load
+
+
+def cold_load(cls: type[Adapter], directory: str, key: str, events: int) -> Load:
+    """Load the session in a fresh process (`child`)."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", cls.__name__, directory, key]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"{cls.name}: the cold load failed: {done.stderr.strip()[-400:]}")
+    figures = json.loads(done.stdout)
+    if figures["events"] != events:
+        raise AssertionError(f"{cls.name}: loaded {figures['events']} events, not {events}")
+    return Load(**figures)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS (VmHWM: getrusage's ru_maxrss survives exec on Linux, so a
+    child would report its parent's peak)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child(name: str, directory: str, key: str) -> None:
+    """In the fresh process: import the peer, open its store, load the session, check it."""
+    import importlib
+
+    cls: type[Adapter] = getattr(peer_adapters, name)
+    t0 = time.perf_counter()
+    for module in cls.modules:
+        importlib.import_module(module)
+    t1 = time.perf_counter()
+    a = cls()
+    a.open(directory)
+    a.session(key)
+    got = a.load(key)
+    t2 = time.perf_counter()
+    a.close()
+    for k, data in enumerate(got):
+        if data != event(k):
+            raise AssertionError(f"event {k} read back differs")
+    rss_mb = peak_rss_mb()
+    print(
+        json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "rss_mb": rss_mb, "events": len(got)})
+    )
+
+
+def measure(chosen: list[type[Adapter]], sizes: Sizes, workdir: str) -> list[Row]:
+    rows = {c.name: Row(c.name, c.setting, c.durable, missing(c)) for c in chosen}
+    ready = [c for c in chosen if rows[c.name].missing is None]
+    stored: dict[str, tuple[str, str]] = {}
+    for c in ready:  # the 50,000-event sessions, written once
+        if c.durable:
+            d = tempfile.mkdtemp(prefix="load-", dir=workdir)
+            try:
+                key, per_event = prefill(c, sizes, d)
+                stored[c.name] = (d, key)
+                rows[c.name].bytes_per_event = per_event
+            except Exception as exc:
+                rows[c.name].errors.append(f"load set-up: {exc!r}")
+    for r in range(sizes.rounds):
+        order = ready[r % len(ready) :] + ready[: r % len(ready)] if ready else []
+        for workload in WORKLOADS:
+            for c in order:
+                if api_of(c, workload) is None:
+                    continue
+                d = tempfile.mkdtemp(prefix="run-", dir=workdir)
+                try:
+                    got = run_workload(c, workload, sizes, d)
+                    rows[c.name].runs.setdefault(workload, []).append(got)
+                    print(
+                        f"  round {r + 1} {workload:12} {c.name:34} {got.rate:9,.0f}/s",
+                        file=sys.stderr,
+                    )
+                except Exception as exc:
+                    rows[c.name].errors.append(f"{workload}, round {r + 1}: {exc!r}"[:300])
+                finally:
+                    shutil.rmtree(d, ignore_errors=True)
+        for c in order:
+            if c.name in stored:
+                d, key = stored[c.name]
+                try:
+                    rows[c.name].loads.append(cold_load(c, d, key, sizes.load))
+                except Exception as exc:
+                    rows[c.name].errors.append(f"load, round {r + 1}: {exc!r}"[:300])
+    return list(rows.values())
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    if not values:
+        return "—"
+    med = statistics.median(values)
+    if len(values) == 1:
+        return format(med, fmt)
+    return f"{format(med, fmt)} [{format(min(values), fmt)}–{format(max(values), fmt)}]"
+
+
+def ratios(row: Row, ref: Row, workload: str) -> list[float]:
+    """``row``'s rate over the reference's, round by round (the same round's raw limit)."""
+    mine = row.runs.get(workload, [])
+    theirs = ref.runs.get(REFERENCE[workload], [])
+    return [m.rate / t.rate for m, t in zip(mine, theirs, strict=False)]
+
+
+def load_ratios(row: Row, ref: Row) -> list[float]:
+    return [m.load_s / t.load_s for m, t in zip(row.loads, ref.loads, strict=False)]
+
+
+def report(rows: list[Row], sizes: Sizes) -> str:
+    ref = rows[0]
+    w, n = sizes.writers, sizes.load
+    out = [
+        f"{sizes.rounds} round(s); median [min–max]; × raw = against `{ref.name}` of the same "
+        f"round (for the {w}-session rows: from {w} OS threads, a file each)",
+        "",
+    ]
+    for workload in WORKLOADS:
+        out += [
+            f"**{TITLES[workload].format(w=w)}**",
+            "",
+            "| store | API | durable appends/s | × raw | p50 ms | p99 ms |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in rows:
+            runs = row.runs.get(workload, [])
+            if not runs:
+                if row.missing is None and not any(
+                    e.startswith(workload + ",") for e in row.errors
+                ):
+                    continue  # the workload does not apply
+                why = "not installed" if row.missing else "failed (below)"
+                out.append(f"| {row.name} | — | {why} | | | |")
+                continue
+            out.append(
+                f"| {row.name} | {runs[0].api} | {_spread([x.rate for x in runs], ',.0f')} | "
+                f"{_spread(ratios(row, ref, workload), '.2f')} | "
+                f"{_spread([x.p50_ms for x in runs], '.2f')} | "
+                f"{_spread([x.p99_ms for x in runs], '.2f')} |"
+            )
+        out.append("")
+    out += [
+        f"**{TITLES['load'].format(n=n)}**",
+        "",
+        "| store | load ms | × raw | import ms | peak RSS MB | bytes on disk / event |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        if not row.durable:
+            continue
+        if not row.loads:
+            why = "not installed" if row.missing else "failed (below)"
+            out.append(f"| {row.name} | {why} | | | | |")
+            continue
+        out.append(
+            f"| {row.name} | {_spread([x.load_s * 1e3 for x in row.loads], ',.0f')} | "
+            f"{_spread(load_ratios(row, ref), '.2f')} | "
+            f"{_spread([x.import_s * 1e3 for x in row.loads], ',.0f')} | "
+            f"{_spread([x.rss_mb for x in row.loads], ',.0f')} | "
+            f"{row.bytes_per_event:,.0f} |"
+        )
+    out += ["", "| store | durability setting |", "|---|---|"]
+    out += [f"| {row.name} | {row.setting} |" for row in rows]
+    problems = [f"- {r.name}: {r.missing}" for r in rows if r.missing]
+    problems += [f"- {r.name}: {e}" for r in rows for e in r.errors]
+    if problems:
+        out += ["", "Missing or failed:", *problems]
+    return "\n".join(out)
+
+
+def chart(rows: list[Row], sizes: Sizes, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ref = rows[0]
+    shown = [r for r in rows if r.runs]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5), width_ratios=[3, 2])
+    height = 0.8 / len(WORKLOADS)
+    for j, workload in enumerate(WORKLOADS):
+        values = [statistics.median(ratios(r, ref, workload) or [0.0]) for r in shown]
+        ys = [i + j * height for i in range(len(shown))]
+        left.barh(ys, values, height=height, label=TITLES[workload].format(w=sizes.writers))
+    left.set_yticks([i + 0.4 - height / 2 for i in range(len(shown))], [r.name for r in shown])
+    left.invert_yaxis()
+    left.set_xscale("log")
+    left.axvline(1.0, color="black", linewidth=0.8)
+    left.set_xlabel("durable appends/s, × raw JSONL + fsync per record (same round; log)")
+    left.legend(fontsize=8, loc="lower right")
+    loaded = [r for r in rows if r.loads]
+    names = [r.name for r in loaded]
+    load_ms = [statistics.median(x.load_s * 1e3 for x in r.loads) for r in loaded]
+    import_ms = [statistics.median(x.import_s * 1e3 for x in r.loads) for r in loaded]
+    right.barh(names, load_ms, label="load (open + read)")
+    right.barh(names, import_ms, left=load_ms, label="import", alpha=0.5)
+    right.invert_yaxis()
+    right.set_xlabel(f"cold load of {sizes.load:,} events, ms (median)")
+    right.legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"threadlog and its peers: 500-byte events, median of {sizes.rounds} round(s)")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny counts, 1 round (a smoke run)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--rounds", type=int, help="rounds (default 3)")
+    parser.add_argument("--chart", default=os.path.join(ROOT, "docs", "images", "peers.png"))
+    parser.add_argument("--no-chart", action="store_true")
+    parser.add_argument("--only", action="append", help="a store's class name (repeatable)")
+    parser.add_argument("--dir", help="work in this directory (default: a temporary one)")
+    parser.add_argument("--save", help="also write the figures as JSON to this file")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    sizes = QUICK if args.quick else Sizes()
+    if args.rounds:
+        sizes.rounds = args.rounds
+    chosen = [c for c in ADAPTERS if not args.only or c.__name__ in args.only or c is ADAPTERS[0]]
+    with sqlite3.connect(":memory:") as conn:
+        synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
+    workdir = tempfile.mkdtemp(prefix="threadlog-peers-", dir=args.dir)
+    try:
+        rows = measure(chosen, sizes, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    figures = {"sizes": sizes.__dict__, "sqlite_default_synchronous": synchronous}
+    figures["rows"] = [dataclasses.asdict(r) for r in rows]
+    if args.save:
+        with open(args.save, "w") as f:
+            json.dump(figures, f, indent=2)
+    if args.json:
+        print(json.dumps(figures, indent=2))
+    else:
+        print(report(rows, sizes))
+        print(f"\nSQLite {sqlite3.sqlite_version}, default synchronous={synchronous} (2 = FULL)")
+    if not args.no_chart:
+        chart(rows, sizes, args.chart)
+    ci = os.environ.get("CI", "").lower() == "true"
+    if any(r.errors for r in rows) or (ci and any(r.missing for r in rows)):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
