@@ -93,6 +93,7 @@ class Run:
     p99_ms: float
     api: str
     events: int
+    retries: int = 0
 
 
 @dataclass
@@ -235,7 +236,8 @@ def run_workload(cls: type[Adapter], workload: str, sizes: Sizes, directory: str
     lat = [x for each in out for x in each]
     api = api_of(cls, workload)
     assert api is not None
-    return Run(len(lat) / elapsed, _pct(lat, 0.5) * 1e3, _pct(lat, 0.99) * 1e3, api, len(lat))
+    p50, p99 = _pct(lat, 0.5) * 1e3, _pct(lat, 0.99) * 1e3
+    return Run(len(lat) / elapsed, p50, p99, api, len(lat), a.retries)
 
 
 def prefill(cls: type[Adapter], sizes: Sizes, directory: str) -> tuple[str, float]:
@@ -400,8 +402,11 @@ def report(rows: list[Row], sizes: Sizes) -> str:
                 why = "not installed" if row.missing else "failed (below)"
                 out.append(f"| {row.name} | — | {why} | | | |")
                 continue
+            api = runs[0].api
+            if retried := sum(x.retries for x in runs):
+                api += f" ({retried:,} appends retried: database is locked)"
             out.append(
-                f"| {row.name} | {runs[0].api} | {_spread([x.rate for x in runs], ',.0f')} | "
+                f"| {row.name} | {api} | {_spread([x.rate for x in runs], ',.0f')} | "
                 f"{_spread(ratios(row, ref, workload), '.2f')} | "
                 f"{_spread([x.p50_ms for x in runs], '.2f')} | "
                 f"{_spread([x.p99_ms for x in runs], '.2f')} |"
