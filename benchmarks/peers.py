@@ -45,75 +45,31 @@ import os
 import resource
 import shutil
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 
 import peer_adapters
 from peer_adapters import ADAPTERS, Adapter, Data, missing
+from peer_report import (
+    QUICK,
+    WORKLOADS,
+    Load,
+    Row,
+    Run,
+    Sizes,
+    chart,
+    report,
+    rows_from,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKLOADS = ("single", "single-async", "threads", "tasks")
-REFERENCE = {"single": "single", "single-async": "single", "threads": "threads", "tasks": "threads"}
-TITLES = {
-    "single": "1 writer",
-    "single-async": "1 writer, asyncio API",
-    "threads": "{w} sessions, {w} OS threads",
-    "tasks": "{w} sessions, {w} asyncio tasks",
-    "load": "cold load of {n:,} events (fresh process)",
-}
 
 
 def event(n: int) -> Data:
     return {"text": "x" * 480, "n": n}
-
-
-@dataclass
-class Sizes:
-    single: int = 1000
-    writers: int = 64
-    per_writer: int = 25
-    load: int = 50_000
-    rounds: int = 3
-
-
-QUICK = Sizes(single=20, writers=4, per_writer=5, load=200, rounds=1)
-
-
-@dataclass
-class Run:
-    """One workload through one store, one round."""
-
-    rate: float
-    p50_ms: float
-    p99_ms: float
-    api: str
-    events: int
-    retries: int = 0
-
-
-@dataclass
-class Load:
-    import_s: float
-    load_s: float
-    rss_mb: float
-    events: int
-
-
-@dataclass
-class Row:
-    name: str
-    setting: str
-    durable: bool
-    missing: str | None = None
-    runs: dict[str, list[Run]] = field(default_factory=dict)
-    loads: list[Load] = field(default_factory=list)
-    bytes_per_event: float | None = None
-    errors: list[str] = field(default_factory=list)
 
 
 # -- the workloads ------------------------------------------------------------------------------
@@ -266,7 +222,14 @@ def prefill(cls: type[Adapter], sizes: Sizes, directory: str) -> tuple[str, floa
 
 def cold_load(cls: type[Adapter], directory: str, key: str, events: int) -> Load:
     """Load the session in a fresh process (`child`)."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", cls.__name__, directory, key]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        cls.__name__,
+        directory,
+        key,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900)
     if done.returncode != 0:
         raise RuntimeError(f"{cls.name}: the cold load failed: {done.stderr.strip()[-400:]}")
@@ -309,7 +272,14 @@ def child(name: str, directory: str, key: str) -> None:
             raise AssertionError(f"event {k} read back differs")
     rss_mb = peak_rss_mb()
     print(
-        json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "rss_mb": rss_mb, "events": len(got)})
+        json.dumps(
+            {
+                "import_s": t1 - t0,
+                "load_s": t2 - t1,
+                "rss_mb": rss_mb,
+                "events": len(got),
+            }
+        )
     )
 
 
@@ -354,128 +324,6 @@ def measure(chosen: list[type[Adapter]], sizes: Sizes, workdir: str) -> list[Row
     return list(rows.values())
 
 
-# -- the report ---------------------------------------------------------------------------------
-
-
-def _spread(values: list[float], fmt: str) -> str:
-    if not values:
-        return "—"
-    med = statistics.median(values)
-    if len(values) == 1:
-        return format(med, fmt)
-    return f"{format(med, fmt)} [{format(min(values), fmt)}–{format(max(values), fmt)}]"
-
-
-def ratios(row: Row, ref: Row, workload: str) -> list[float]:
-    """``row``'s rate over the reference's, round by round (the same round's raw limit)."""
-    mine = row.runs.get(workload, [])
-    theirs = ref.runs.get(REFERENCE[workload], [])
-    return [m.rate / t.rate for m, t in zip(mine, theirs, strict=False)]
-
-
-def load_ratios(row: Row, ref: Row) -> list[float]:
-    return [m.load_s / t.load_s for m, t in zip(row.loads, ref.loads, strict=False)]
-
-
-def report(rows: list[Row], sizes: Sizes) -> str:
-    ref = rows[0]
-    w, n = sizes.writers, sizes.load
-    out = [
-        f"{sizes.rounds} round(s); median [min–max]; × raw = against `{ref.name}` of the same "
-        f"round (for the {w}-session rows: from {w} OS threads, a file each)",
-        "",
-    ]
-    for workload in WORKLOADS:
-        out += [
-            f"**{TITLES[workload].format(w=w)}**",
-            "",
-            "| store | API | durable appends/s | × raw | p50 ms | p99 ms |",
-            "|---|---|---|---|---|---|",
-        ]
-        for row in rows:
-            runs = row.runs.get(workload, [])
-            if not runs:
-                if row.missing is None and not any(
-                    e.startswith(workload + ",") for e in row.errors
-                ):
-                    continue  # the workload does not apply
-                why = "not installed" if row.missing else "failed (below)"
-                out.append(f"| {row.name} | — | {why} | | | |")
-                continue
-            api = runs[0].api
-            if retried := sum(x.retries for x in runs):
-                api += f" ({retried:,} appends retried: database is locked)"
-            out.append(
-                f"| {row.name} | {api} | {_spread([x.rate for x in runs], ',.0f')} | "
-                f"{_spread(ratios(row, ref, workload), '.2f')} | "
-                f"{_spread([x.p50_ms for x in runs], '.2f')} | "
-                f"{_spread([x.p99_ms for x in runs], '.2f')} |"
-            )
-        out.append("")
-    out += [
-        f"**{TITLES['load'].format(n=n)}**",
-        "",
-        "| store | load ms | × raw | import ms | peak RSS MB | bytes on disk / event |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        if not row.durable:
-            continue
-        if not row.loads:
-            why = "not installed" if row.missing else "failed (below)"
-            out.append(f"| {row.name} | {why} | | | | |")
-            continue
-        out.append(
-            f"| {row.name} | {_spread([x.load_s * 1e3 for x in row.loads], ',.0f')} | "
-            f"{_spread(load_ratios(row, ref), '.2f')} | "
-            f"{_spread([x.import_s * 1e3 for x in row.loads], ',.0f')} | "
-            f"{_spread([x.rss_mb for x in row.loads], ',.0f')} | "
-            f"{row.bytes_per_event:,.0f} |"
-        )
-    out += ["", "| store | durability setting |", "|---|---|"]
-    out += [f"| {row.name} | {row.setting} |" for row in rows]
-    problems = [f"- {r.name}: {r.missing}" for r in rows if r.missing]
-    problems += [f"- {r.name}: {e}" for r in rows for e in r.errors]
-    if problems:
-        out += ["", "Missing or failed:", *problems]
-    return "\n".join(out)
-
-
-def chart(rows: list[Row], sizes: Sizes, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ref = rows[0]
-    shown = [r for r in rows if r.runs]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5), width_ratios=[3, 2])
-    height = 0.8 / len(WORKLOADS)
-    for j, workload in enumerate(WORKLOADS):
-        values = [statistics.median(ratios(r, ref, workload) or [0.0]) for r in shown]
-        ys = [i + j * height for i in range(len(shown))]
-        left.barh(ys, values, height=height, label=TITLES[workload].format(w=sizes.writers))
-    left.set_yticks([i + 0.4 - height / 2 for i in range(len(shown))], [r.name for r in shown])
-    left.invert_yaxis()
-    left.set_xscale("log")
-    left.axvline(1.0, color="black", linewidth=0.8)
-    left.set_xlabel("durable appends/s, × raw JSONL + fsync per record (same round; log)")
-    left.legend(fontsize=8, loc="lower right")
-    loaded = [r for r in rows if r.loads]
-    names = [r.name for r in loaded]
-    load_ms = [statistics.median(x.load_s * 1e3 for x in r.loads) for r in loaded]
-    import_ms = [statistics.median(x.import_s * 1e3 for x in r.loads) for r in loaded]
-    right.barh(names, load_ms, label="load (open + read)")
-    right.barh(names, import_ms, left=load_ms, label="import", alpha=0.5)
-    right.invert_yaxis()
-    right.set_xlabel(f"cold load of {sizes.load:,} events, ms (median)")
-    right.legend(fontsize=8, loc="lower right")
-    fig.suptitle(f"threadlog and its peers: 500-byte events, median of {sizes.rounds} round(s)")
-    fig.tight_layout()
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path, dpi=110)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -488,10 +336,17 @@ def main() -> None:
     parser.add_argument("--only", action="append", help="a store's class name (repeatable)")
     parser.add_argument("--dir", help="work in this directory (default: a temporary one)")
     parser.add_argument("--save", help="also write the figures as JSON to this file")
+    parser.add_argument("--replot", help="redraw the report and chart from a --save file")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
+        return
+    if args.replot:
+        with open(args.replot) as f:
+            rows, sizes = rows_from(json.load(f))
+        print(report(rows, sizes))
+        chart(rows, sizes, args.chart)
         return
     sizes = QUICK if args.quick else Sizes()
     if args.rounds:
