@@ -407,7 +407,7 @@ class AdkSqlite(Adapter):
 
     async def aappend(self, key: str, data: Data) -> None:
         event = self._event(author="user", invocation_id="bench", custom_metadata=data)
-        while True:
+        for attempt in range(1000):
             try:
                 await self.service.append_event(self.sessions[key], event)
                 return
@@ -416,7 +416,7 @@ class AdkSqlite(Adapter):
                 # rollback journal deadlock, and SQLite fails one at once. Nothing was written
                 # (the transaction rolled back, the session object is updated after the
                 # commit only), so an application retries, as this does, counted.
-                if "locked" not in str(exc):
+                if "locked" not in str(exc) or attempt == 999:
                     raise
                 self.retries += 1
                 await asyncio.sleep(0.001)

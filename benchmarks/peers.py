@@ -28,7 +28,7 @@ tables (or ``--json``) and writes a chart (``--chart``, default ``docs/images/pe
 
 Usage::
 
-    .venv/bin/python benchmarks/peers.py            # the full run (several minutes)
+    .venv/bin/python benchmarks/peers.py            # the full run (~20 min on a loaded 2-core VM)
     .venv/bin/python benchmarks/peers.py --quick    # a smoke run: tiny counts, 1 round
 
 A peer that is not installed is reported as missing (``pip install 'threadlog[bench]'``);

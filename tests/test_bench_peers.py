@@ -74,3 +74,34 @@ def test_every_peer_writes_and_reads_back_what_it_was_given(tmp_path: Path) -> N
     if missing:
         assert not ci, missing
         pytest.skip(f"peers not installed (pip install 'threadlog[bench]'): {missing}")
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_a_missing_peer_is_reported_and_fails_the_run_under_ci(tmp_path: Path, ci: str) -> None:
+    shadow = tmp_path / "shadow" / "eventsourcing"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('not here')\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "peers.py"),
+            "--quick",
+            "--only",
+            "EventSourcing",
+            "--no-chart",
+            "--dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "PYTHONPATH": f"{tmp_path / 'shadow'}{os.pathsep}{ROOT / 'src'}",
+            "CI": ci,
+        },
+    )
+    assert "| eventsourcing SQLite recorder | — | not installed |" in done.stdout, done.stderr
+    assert "pip install 'threadlog[bench]'" in done.stdout
+    assert "| raw JSONL, fsync per record | sync |" in done.stdout  # the others still ran
+    assert done.returncode == (1 if ci else 0), done.stderr[-2000:]
