@@ -412,10 +412,11 @@ class AdkSqlite(Adapter):
                 await self.service.append_event(self.sessions[key], event)
                 return
             except sqlite3.OperationalError as exc:
-                # Concurrent writers: its deferred transactions (a read, then a write) on a
-                # rollback journal deadlock, and SQLite fails one at once. Nothing was written
-                # (the transaction rolled back, the session object is updated after the
-                # commit only), so an application retries, as this does, counted.
+                # Concurrent writers on its rollback journal (one writer, waiting out every
+                # reader): the 5 s busy timeout expires, or SQLite fails one side of a lock
+                # deadlock at once. Nothing was written (the transaction rolled back; the
+                # session object is updated after the commit only), so an application
+                # retries, as this does, counted.
                 if "locked" not in str(exc) or attempt == 999:
                     raise
                 self.retries += 1
