@@ -7,7 +7,15 @@ import json
 import subprocess
 import sys
 
-FRAMEWORKS = ("langgraph", "langchain_core", "agents", "openai", "google")
+FRAMEWORKS = (
+    "langgraph",
+    "langchain_core",
+    "agents",
+    "openai",
+    "google",
+    "eventsourcing",
+    "matplotlib",
+)
 
 
 def _loaded_after(code: str) -> set[str]:
