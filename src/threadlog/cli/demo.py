@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 from rich.console import Console
+from rich.markup import escape
 
 from threadlog.cli import EXIT_FAILED, cli, handle_errors, store_options
+from threadlog.cli._out import clean
 from threadlog.runtime.models import ModelRequest, Reply, ScriptedModel, ToolCallSpec
 from threadlog.runtime.runtime import Runtime
 from threadlog.runtime.session import Progress, Session
@@ -71,9 +73,9 @@ def _describe(record: Record) -> str:
     data: dict[str, Any] = record.data if isinstance(record.data, dict) else {}
     match record.type:
         case "turn.started":
-            return f"[bold]user[/bold]: {data.get('input')}"
+            return f"[bold]user[/bold]: {escape(clean(data.get('input')))}"
         case "input.queued":
-            return f"[bold]user (steering, queued)[/bold]: {data.get('text')}"
+            return f"[bold]user (steering, queued)[/bold]: {escape(clean(data.get('text')))}"
         case "input.consumed":
             return "steering taken in at a safe point"
         case "step.started":
@@ -81,20 +83,22 @@ def _describe(record: Record) -> str:
         case "tool_call.proposed":
             args = orjson.dumps(data.get("args")).decode()
             short = args if len(args) < 60 else args[:57] + "…"
-            return f"{data.get('tool')}({short}) [dim]{data.get('side_effect')}[/dim]"
+            return escape(clean(f"{data.get('tool')}({short}) ")) + (
+                f"[dim]{escape(clean(data.get('side_effect')))}[/dim]"
+            )
         case "tool_call.approved" | "tool_call.denied":
-            return f"by {data.get('by')}"
+            return f"by {escape(clean(data.get('by')))}"
         case "tool_call.started":
             return f"attempt {data.get('attempt')} (durable before the tool runs)"
         case "tool_call.finished":
             result = data.get("result")
             size = len(result) if isinstance(result, str) else len(orjson.dumps(result))
             return (
-                "ok" if data.get("ok") else f"[red]error[/red]: {data.get('error')}"
+                "ok" if data.get("ok") else f"[red]error[/red]: {escape(clean(data.get('error')))}"
             ) + f", {size} bytes"
         case "turn.ended":
             colour = "green" if data.get("outcome") == "completed" else "red"
-            return f"[{colour}]{data.get('outcome')}[/{colour}]"
+            return f"[{colour}]{escape(clean(data.get('outcome')))}[/{colour}]"
         case _:
             return ""
 
@@ -123,8 +127,10 @@ async def _run(home: str, yes: bool, pause: float, console: Console) -> tuple[st
             cwd=str(workspace),
             instructions="You are a careful documentation agent.",
         )
-        console.print(f"[bold]threadlog demo[/bold]  store [cyan]{home}[/cyan]")
-        console.print(f"thread [bold]{session.thread_id}[/bold]   workspace {workspace}\n")
+        console.print(f"[bold]threadlog demo[/bold]  store [cyan]{escape(clean(home))}[/cyan]")
+        console.print(
+            f"thread [bold]{session.thread_id}[/bold]   workspace {escape(clean(workspace))}\n"
+        )
         status: Status | None = None
         streaming = False
         steered = False
@@ -166,7 +172,7 @@ async def _run(home: str, yes: bool, pause: float, console: Console) -> tuple[st
         ok = bool(report.ok)
         text = (workspace / "README.md").read_text()
         console.print(
-            f"\nREADME.md now ends with:[dim]{text[text.index('## Retry') :].rstrip()}[/dim]"
+            f"\nREADME.md now ends with:[dim]{escape(clean(text[text.index('## Retry') :].rstrip()))}[/dim]"
             if "## Retry" in text
             else "\nREADME.md was not changed"
         )
@@ -179,7 +185,8 @@ async def _approve(
     call_id, tool = data["call_id"], data["tool"]
     if interactive:
         console.print(
-            f"\n  [yellow]approval needed[/yellow]: {tool} {orjson.dumps(data['args']).decode()[:80]}"
+            "\n  [yellow]approval needed[/yellow]: "
+            + escape(clean(f"{tool} {orjson.dumps(data['args']).decode()[:80]}"))
         )
         ok = await _ask("  run it?")
         if not ok:
@@ -268,6 +275,6 @@ def demo(home: str | None, as_json: bool, yes: bool, pause: float) -> None:
             f"threadlog fork {thread} --at {at}{flag}",
             f"threadlog resume {thread}{flag}",
         ):
-            console.print(f"  {command}")
+            console.print(f"  {command}", markup=False)
     if not ok:
         sys.exit(EXIT_FAILED)

@@ -13,11 +13,11 @@ import os
 import sys
 
 import click
-import orjson
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from threadlog.cli import EXIT_STORE, cli, handle_errors, store_options
+from threadlog.cli._out import print_json
 from threadlog.cli._store import open_disk_store
 from threadlog.importers import SOURCES, ImportReport, import_paths, source_format, walk
 
@@ -58,7 +58,7 @@ def _run(home: str | None, as_json: bool, fmt_name: str, paths: tuple[str, ...])
         TimeRemainingColumn(),
         console=err,
         transient=True,
-        disable=not err.is_terminal,
+        disable=as_json or not err.is_terminal,
     )
     with open_disk_store(home) as store, progress:
         task = progress.add_task("import", total=sum(sizes.values()), files=0)
@@ -77,7 +77,7 @@ def _run(home: str | None, as_json: bool, fmt_name: str, paths: tuple[str, ...])
 
 def _print(report: ImportReport, as_json: bool) -> None:
     if as_json:
-        sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        print_json(report.to_dict())
         return
     out = Console(highlight=False, soft_wrap=True)
     for f in report.files:

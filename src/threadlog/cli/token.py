@@ -38,7 +38,7 @@ def _open(home: str | None) -> _TokenStore:
 
 
 def _json(value: object) -> None:
-    sys.stdout.write(orjson.dumps(value).decode() + "\n")
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
 @cli.group()
