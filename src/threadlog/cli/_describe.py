@@ -11,6 +11,7 @@ waiting for a human are named with the command that settles each (`waiting`).
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -137,13 +138,14 @@ def waiting(
     out = []
     for call in calls:
         call_id = str(call.get("call_id"))
+        arg = shlex.quote(call_id)
         if call.get("status") == "unknown":
             out.append(
                 {
                     "call_id": call_id,
                     "tool": call.get("tool"),
                     "needs": "resolve",
-                    "command": f"threadlog resolve {thread_id} {call_id} --as done|retry|abort",
+                    "command": f"threadlog resolve {thread_id} {arg} --as done|retry|abort",
                 }
             )
         elif call.get("status") == "proposed":
@@ -152,7 +154,7 @@ def waiting(
                     "call_id": call_id,
                     "tool": call.get("tool"),
                     "needs": "approval",
-                    "command": f"threadlog approve {thread_id} {call_id}  (or: threadlog deny)",
+                    "command": f"threadlog approve {thread_id} {arg}  (or: threadlog deny)",
                 }
             )
     return out

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
 __all__ = [
+    "abbreviate",
     "clean",
     "console",
     "is_terminal",
@@ -85,14 +86,27 @@ def text(value: Any, style: str = "", *, width: int | None = None) -> Text:
     return Text(string, style=style)
 
 
+FORCE_TERMINAL: bool | None = None
+"""Tests set this to True to see what a terminal gets (None: ask stdout)."""
+
+
 def console(*, stderr: bool = False) -> Console:
     """A console that prints what it is given: no markup in `Text`, no emoji codes, no
     highlighting of numbers and paths."""
-    return Console(highlight=False, emoji=False, soft_wrap=False, stderr=stderr)
+    return Console(
+        highlight=False,
+        emoji=False,
+        soft_wrap=False,
+        stderr=stderr,
+        force_terminal=FORCE_TERMINAL,
+        width=100 if FORCE_TERMINAL else None,
+    )
 
 
 def is_terminal() -> bool:
     """Whether stdout is a terminal (a pipe, a file and a test runner are not)."""
+    if FORCE_TERMINAL is not None:
+        return FORCE_TERMINAL
     try:
         return sys.stdout.isatty()
     except (AttributeError, ValueError):
@@ -130,7 +144,13 @@ def table(
         return
     grid = Table(box=None, header_style="bold", title=title, title_justify="left")
     for name in columns:
-        grid.add_column(name, no_wrap=name not in widths, overflow="fold")
+        limit = widths.get(name)
+        grid.add_column(
+            name,
+            no_wrap=limit is None,
+            overflow="fold",
+            min_width=None if limit is None else min(limit, 16),
+        )
     for row in rows:
         cells: list[Text] = []
         for name, cell in zip(columns, row, strict=True):
@@ -140,6 +160,21 @@ def table(
                 cells.append(text("" if cell is None else cell, width=widths.get(name)))
         grid.add_row(*cells)
     (out or console()).print(grid)
+
+
+def abbreviate(ids: Iterable[str], minimum: int = 13) -> int:
+    """The shortest prefix length, at least ``minimum``, that tells every one of ``ids``
+    apart (as ``git`` abbreviates hashes); a THREAD argument takes any unique prefix."""
+    ordered = sorted(set(ids))
+    length = minimum
+    for a, b in zip(ordered, ordered[1:], strict=False):
+        common = 0
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                break
+            common += 1
+        length = max(length, common + 1)
+    return length
 
 
 def print_json(value: Any) -> None:

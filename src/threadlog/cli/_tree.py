@@ -16,8 +16,8 @@ straight down the left edge and ends at the bottom, at the active leaf (whose ow
 the conversation went back to it, are all side branches). Marks come from
 `threadlog.model.reducer.replay`: the active leaf, labels, tool calls of unknown outcome.
 
-*Elision*: by default a side branch longer than `SIDE` entries shows its first entries and a
-count, and a tree longer than `WINDOW` lines keeps its first `HEAD` lines and the last ones,
+*Elision*: by default a side branch longer than `SIDE` entries (one, where a branch point
+has more than `MANY`) shows its first entries and a count, and a tree longer than `WINDOW` lines keeps its first `HEAD` lines and the last ones,
 the active path's end, with one line counting what is left out ("… 4,890 earlier
 messages"). ``--all`` shows everything. `tree_json` gives the whole tree as data, every entry
 with its parent entry, for ``--json``.
@@ -58,6 +58,8 @@ HEAD = 3
 """Lines kept from the top of an elided tree."""
 SIDE = 6
 """Entries of a side branch shown by default."""
+MANY = 4
+"""Side branches at one branch point beyond which each shows its first entry only."""
 
 short = _short
 Segments = list[tuple[str, str]]
@@ -112,12 +114,14 @@ def entry_tree(records: list[Record], progress: Callable[[int], None] | None = N
     return out
 
 
-def _segments(record: Record, width: int | None = 60) -> Segments:
+def _segments(record: Record, width: int | None = 60, *, exact: bool = False) -> Segments:
     """An entry as (text, style) pieces; the text is the user's and the model's, cleaned and
-    cut to ``width`` (None: whole)."""
+    cut to ``width`` (None: whole), or with ``exact`` as it was written (for JSON)."""
     data: dict[str, Any] = record.data if isinstance(record.data, dict) else {}
 
     def short(value: Any, limit: int | None = width) -> str:
+        if exact:
+            return "" if value is None else str(value)
         return _short(value, None if width is None else limit)
 
     match record.type:
@@ -183,6 +187,7 @@ class Line:
     segments: Segments
     active: bool
     elided: int = 0
+    """Entries this line stands for beyond its own (an elision line, a cut side branch)."""
 
     def text(self) -> Text:
         out = Text(self.graph, style="dim")
@@ -217,14 +222,14 @@ def layout(et: EntryTree, *, everything: bool = False) -> list[Line]:
     stack.extend(_order(et, None, roots, "", None, everything))
     while stack:
         entry, first, rest, left, starts = stack.pop()
-        lines.append(_entry_line(et, first, entry, starts))
+        line = _entry_line(et, first, entry, starts)
         kids = et.children.get(entry, [])
-        if not kids:
-            continue
-        if left is not None and left <= 1:
+        if kids and left is not None and left <= 1:
             hidden = et.size[entry] - 1
-            note = f"… {hidden:,} more {'entry' if hidden == 1 else 'entries'} in this branch"
-            lines.append(Line(rest, None, [(note, "dim")], False, hidden))
+            note = f"  (+{hidden:,} more {'entry' if hidden == 1 else 'entries'} in this branch)"
+            line = Line(line.graph, entry, [*line.segments, (note, "dim")], line.active, hidden)
+        lines.append(line)
+        if not kids or (left is not None and left <= 1):
             continue
         budget = None if left is None else left - 1
         stack.extend(_order(et, entry, kids, rest, budget, everything))
@@ -232,7 +237,7 @@ def layout(et: EntryTree, *, everything: bool = False) -> list[Line]:
         return lines
     keep = WINDOW - HEAD - 1
     middle = lines[HEAD:-keep]
-    hidden = sum(line.elided if line.entry is None else 1 for line in middle)
+    hidden = sum(line.elided + (line.entry is not None) for line in middle)
     elision = Line("", None, [(f"… {_count(hidden, 'earlier message')}", "dim")], False, hidden)
     return [*lines[:HEAD], elision, *lines[-keep:]]
 
@@ -260,7 +265,7 @@ def _order(
     items: list[tuple[str, str, str, int | None, bool]] = []
     if main is not None:
         items.append((main, rest, rest, left, False))
-    limit = None if everything else SIDE
+    limit = None if everything else SIDE if len(sides) <= MANY else 1
     for kid in reversed(sides):
         side_left = limit if left is None else left if limit is None else min(left, limit)
         items.append((kid, rest + "├─ ", rest + "│  ", side_left, True))
@@ -292,7 +297,7 @@ def tree_json(records: list[Record]) -> dict[str, Any]:
     et = entry_tree(records)
     entries = []
     for entry, record in et.entries.items():
-        segments = _segments(record, None)
+        segments = _segments(record, None, exact=True)
         entries.append(
             {
                 "id": entry,

@@ -23,7 +23,16 @@ from rich.text import Text
 
 from threadlog.cli import EXIT_FAILED, cli, handle_errors, remote, store_options
 from threadlog.cli._describe import activity, describe, thread_row
-from threadlog.cli._out import clean, console, is_terminal, print_json, progress, short, table
+from threadlog.cli._out import (
+    abbreviate,
+    clean,
+    console,
+    is_terminal,
+    print_json,
+    progress,
+    short,
+    table,
+)
 from threadlog.cli._store import THREAD, DiskStore, location, open_disk_store, resolve_thread
 from threadlog.errors import InvalidTransition, UsageError
 
@@ -64,6 +73,7 @@ def ls(home: str | None, as_json: bool, principal: str | None, limit: int | None
     shown = limit if limit is not None or as_json or not is_terminal() else 50
     with open_store(home) as store:
         rows = sorted(store.threads(principal=principal), key=activity, reverse=True)
+        width = abbreviate(store.thread_ids()) if is_terminal() else None
         more = shown is not None and len(rows) > shown
         rows = rows[:shown] if shown is not None else rows
         docs = [thread_row(store, row) for row in rows]
@@ -79,7 +89,7 @@ def ls(home: str | None, as_json: bool, principal: str | None, limit: int | None
         ["thread", "principal", "title", "status", "records", "turns", "last activity", "waiting"],
         [
             (
-                doc["thread_id"],
+                doc["thread_id"][:width],
                 doc["principal"],
                 doc["title"],
                 Text(doc["status"], style=styles.get(doc["status"], "")),
