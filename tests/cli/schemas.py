@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 
 S: dict[str, Any] = {"type": "string"}
-I: dict[str, Any] = {"type": "integer", "minimum": 0}
+N: dict[str, Any] = {"type": "integer", "minimum": 0}
 B: dict[str, Any] = {"type": "boolean"}
 NS: dict[str, Any] = {"type": ["string", "null"]}
 NI: dict[str, Any] = {"type": ["integer", "null"]}
@@ -45,22 +45,22 @@ THREAD_ROW = closed(
         "title": NS,
         "forked_from": NS,
         "status": {"enum": ["idle", "running", "interrupted", "damaged", "archived"]},
-        "last_ord": I,
+        "last_ord": N,
         "last_hash": NS,
         "last_ts": NS,
         "last_activity": NS,
-        "turns": I,
-        "tool_calls": I,
+        "turns": N,
+        "tool_calls": N,
         "damage": NS,
         "waiting": array(WAITING),
     }
 )
 ENVELOPE = closed(
     {
-        "v": I,
+        "v": N,
         "id": S,
         "thread": S,
-        "ord": I,
+        "ord": N,
         "parent": NS,
         "ts": S,
         "type": S,
@@ -78,9 +78,9 @@ SHOW = closed(
         "active_turn": NS,
         "leaf": NS,
         "plan_version": NI,
-        "turns": array(obj({"turn_id": S, "status": S, "started_ord": I, "ended_ord": NI})),
+        "turns": array(obj({"turn_id": S, "status": S, "started_ord": N, "ended_ord": NI})),
         "tool_calls": array(obj({"call_id": S, "status": S})),
-        "sessions": array(obj({"session_id": NS, "opened_ord": I, "closed_ord": NI})),
+        "sessions": array(obj({"session_id": NS, "opened_ord": N, "closed_ord": NI})),
         "last_records": array(ENVELOPE),
     }
 )
@@ -94,10 +94,10 @@ TREE = closed(
             closed(
                 {
                     "id": S,
-                    "ord": I,
+                    "ord": N,
                     "type": S,
                     "parent": NS,
-                    "children": I,
+                    "children": N,
                     "text": S,
                     "active": B,
                     "leaf": B,
@@ -112,8 +112,8 @@ VERIFY_ONE = closed(
     {
         "thread": S,
         "ok": B,
-        "records": I,
-        "last_ord": I,
+        "records": N,
+        "last_ord": N,
         "first_bad_ord": NI,
         "offset": NI,
         "error": NS,
@@ -121,19 +121,19 @@ VERIFY_ONE = closed(
     }
 )
 VERIFY_ALL = array(VERIFY_ONE)
-REBUILD = closed({"threads": I, "records": I, "seconds": {"type": "number"}, "damaged": array(S)})
+REBUILD = closed({"threads": N, "records": N, "seconds": {"type": "number"}, "damaged": array(S)})
 FORK = closed({"thread": S, "lineage": {"type": "object"}, "requested_ord": NI})
 DIFF = closed(
     {
         "thread": S,
         "common_ancestor": NS,
         "common_ord": NI,
-        "shared_messages": I,
+        "shared_messages": N,
         "a": array({"type": "object"}),
         "b": array({"type": "object"}),
     }
 )
-ACTED = obj({"thread": S, "applied": B}, ord=I, type=S, queued=S, holder=S)
+ACTED = obj({"thread": S, "applied": B}, ord=N, type=S, queued=S, holder=S)
 ARCHIVE = closed({"thread": S, "archived": B, "changed": B})
 GC = closed({"deleted": array(S), "dry_run": B, "in_use": array(S)})
 RESUME = obj({"thread": S, "repaired": B, "repairs": array({"type": "object"})})

@@ -12,12 +12,11 @@ import json
 from typing import TYPE_CHECKING
 
 import pytest
+from tests.cli.schemas import DIFF, EVENTS, LS, SHOW, TREE, VERIFY_ONE, check
+from tests.cli.threads import HOSTILE, hostile_thread, run
 
 from threadlog import open_store
 from threadlog.cli import _out
-
-from .schemas import DIFF, EVENTS, LS, SHOW, TREE, VERIFY_ONE, check
-from .threads import HOSTILE, hostile_thread, run
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -213,6 +213,12 @@ class _LazyGroup(click.Group):
             importlib.import_module(f"threadlog.cli.{_LAZY[cmd_name]}")
         return super().get_command(ctx, cmd_name)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # before click's own handler, which exits 1
+            _quiet_broken_pipe()
+
     def main(
         self,
         args: Sequence[str] | None = None,
