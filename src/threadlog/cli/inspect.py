@@ -248,8 +248,9 @@ def rebuild(home: str | None, as_json: bool) -> None:
     with open_store(home) as store:
         if not as_json:
             click.echo(f"rebuilding the index of {clean(location(store))} …", err=True)
-        with progress("rebuilding the index", quiet=as_json):
-            count = store.rebuild()
+        total = len(store.thread_ids())
+        with progress("rebuilding the index", total=total, quiet=as_json) as advance:
+            count = store.rebuild(progress=advance)
         rows = store.threads(archived=None)
     seconds = time.perf_counter() - start
     damaged = [r.thread_id for r in rows if r.damage]
