@@ -137,12 +137,13 @@ ACTED = obj({"thread": S, "applied": B}, ord=N, type=S, queued=S, holder=S)
 ARCHIVE = closed({"thread": S, "archived": B, "changed": B})
 GC = closed({"deleted": array(S), "dry_run": B, "in_use": array(S)})
 RESUME = obj({"thread": S, "repaired": B, "repairs": array({"type": "object"})})
-MEMORY_LS = array({"type": "object"})
+MEMORY_LS = array(obj({"memory_id": S, "fact": S, "thread_id": S, "revoked": B}))
 ERROR = closed(
     {
         "error": obj(
             {"message": S, "kind": S, "exit_code": {"enum": [1, 2, 3]}},
             candidates=array(S),
+            thread=S,
         )
     }
 )

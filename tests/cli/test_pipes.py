@@ -18,6 +18,7 @@ from tests.cli.schemas import (
     FORK,
     GC,
     LS,
+    MEMORY_LS,
     REBUILD,
     RESUME,
     SHOW,
@@ -221,3 +222,27 @@ def test_json_documents_of_the_maintenance_commands(store_with: tuple[str, list[
     check(json.loads(run("archive", threads[2], "--home", home, "--json")[1]), ARCHIVE)
     check(json.loads(run("gc", "--older-than", "30d", "--home", home, "--json")[1]), GC)
     check(json.loads(run("resume", threads[1], "--home", home, "--json")[1]), RESUME)
+
+
+def test_memory_ls_json_has_booleans(tmp_path: Path) -> None:
+    home = str(tmp_path / "store")
+    with open_store(home) as store:
+        thread = store.create_thread("p")
+        started = store.append(thread, "turn.started", {"turn_id": "t", "input": "x"})
+        store.append(
+            thread,
+            "memory.written",
+            {
+                "memory_id": "m1",
+                "fact": "[bold]tea[/bold] please",
+                "source_event": started.id,
+                "scope": "principal",
+                "written_at": "2026-01-01T00:00:00.000000Z",
+            },
+        )
+        store.flush()
+    code, out, err = run("memory", "ls", "--all", "--home", home, "--json")
+    assert code == 0, err
+    (row,) = check(json.loads(out), MEMORY_LS)
+    assert row["revoked"] is False
+    assert "[bold]tea[/bold] please" in run("memory", "ls", "--home", home)[1]

@@ -110,7 +110,10 @@ def test_damage_shows_as_damage_in_the_table_and_the_json(tmp_path: Path) -> Non
     assert "\tdamaged\t" in run("ls", "--home", home)[1]
     assert run("verify", thread, "--home", home)[0] == 1
     code, _, err = run("show", thread, "--home", home, "--json")
-    assert code == 3 and check(json.loads(err), ERROR)["error"]["kind"] == "damage"
+    error = check(json.loads(err), ERROR)["error"]
+    assert code == 3 and error["kind"] == "damage" and error["thread"] == thread
+    code, _, err = run("show", thread, "--home", home)
+    assert code == 3 and f"threadlog resume {thread} --salvage" in err
 
 
 def test_tail_speaks_words_on_request_and_json_lines_in_a_pipe(tmp_path: Path) -> None:

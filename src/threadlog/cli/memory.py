@@ -44,6 +44,8 @@ def memory_ls(home: str | None, as_json: bool, principal: str | None, show_all: 
     """
     with open_disk_store(home, create=False) as store:
         rows = store.memories(principal=principal, include_revoked=show_all)
+    for row in rows:  # a flag, whatever the backend's column type
+        row["revoked"] = bool(row.get("revoked"))
     if as_json:
         print_json(rows)
         return

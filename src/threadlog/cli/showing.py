@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 import click
 from rich.text import Text
 
-from threadlog.cli import cli, handle_errors, store_options
+from threadlog.cli import EXIT_STORE, cli, fail, handle_errors, store_options
 from threadlog.cli._describe import describe, thread_row
 from threadlog.cli._out import clean, console, is_terminal, print_json, progress, short, table
 from threadlog.cli._store import THREAD, DiskStore, open_disk_store, resolve_thread
+from threadlog.errors import IntegrityError
 
 if TYPE_CHECKING:
     from threadlog.model.envelope import Record
@@ -94,8 +95,17 @@ def show(
     """
     with open_disk_store(home, create=False) as store:
         thread = resolve_thread(store, thread)
-        with progress("reading the thread", quiet=as_json):
-            shown = fetch_for_show(store, thread)
+        try:
+            with progress("reading the thread", quiet=as_json):
+                shown = fetch_for_show(store, thread)
+        except IntegrityError as exc:
+            fail(
+                f"{exc} (the log is damaged: `threadlog verify {thread}` shows where; "
+                f"`threadlog resume {thread} --salvage` keeps what is valid)",
+                EXIT_STORE,
+                "damage",
+                thread=thread,
+            )
     if as_tree:
         from threadlog.cli._tree import render_tree, tree_json
 

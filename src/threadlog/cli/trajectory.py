@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from threadlog.cli import cli, handle_errors, store_options
-from threadlog.cli._out import clean, print_json, text
+from threadlog.cli._out import clean, is_terminal, print_json, text
 from threadlog.cli._store import THREAD, DiskStore, open_disk_store, resolve_thread
 from threadlog.cli._tree import short
 from threadlog.errors import UsageError
@@ -98,13 +98,13 @@ def trajectory_diff(home: str | None, as_json: bool, args: Sequence[str], batch:
                 f"{row['tokens_a']} / {row['tokens_b']}",
                 row["divergence"] or "-",
             )
-        Console(highlight=False, emoji=False, width=120).print(table)
+        Console(highlight=False, emoji=False, width=_width()).print(table)
         return
     (found,) = diffs
     if as_json:
         print_json(found.to_dict())
         return
-    print_diff(found, Console(highlight=False, emoji=False, width=120))
+    print_diff(found, Console(highlight=False, emoji=False, width=_width()))
 
 
 def _row(d: TrajectoryDiff) -> dict[str, Any]:
@@ -122,6 +122,11 @@ def _row(d: TrajectoryDiff) -> dict[str, Any]:
         "cost_b": tb["cost"],
         "divergence": d.divergence.message if d.divergence else None,
     }
+
+
+def _width() -> int:
+    """120 columns on a terminal; in a pipe, room for every cell whole."""
+    return 120 if is_terminal() else 100_000
 
 
 def _add_row(table: Table, *cells: Any) -> None:
@@ -247,7 +252,7 @@ def replay(
         }
         print_json(body)
         return
-    console = Console(highlight=False, emoji=False, width=120)
+    console = Console(highlight=False, emoji=False, width=_width())
     where = "in memory" if ephemeral else "in the store"
     console.print(f"replay {result.thread} of {thread} ({where})", markup=False)
     console.print(
