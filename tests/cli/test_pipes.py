@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from tests.cli.schemas import (
+    ACTED,
     ARCHIVE,
     ERROR,
     EVENTS,
@@ -246,3 +247,17 @@ def test_memory_ls_json_has_booleans(tmp_path: Path) -> None:
     (row,) = check(json.loads(out), MEMORY_LS)
     assert row["revoked"] is False
     assert "[bold]tea[/bold] please" in run("memory", "ls", "--home", home)[1]
+
+
+def test_acting_commands_speak_the_same_json(store_with: tuple[str, list[str]]) -> None:
+    home, threads = store_with
+    code, out, err = run(
+        "send", threads[0][:30], "[red]next[/red] \x1b[2J", "--home", home, "--json"
+    )
+    assert code == 0, err
+    doc = check(json.loads(out), ACTED)
+    assert doc["thread"] == threads[0] and doc["applied"] is True and doc["type"] == "input.queued"
+    code, out, err = run("cancel", threads[0], "--home", home, "--json")
+    assert code == 2 and out == "" and check(json.loads(err), ERROR)["error"]["kind"] == "usage"
+    code, out, err = run("resolve", threads[0], "call_9", "--as", "done", "--home", home)
+    assert code == 2 and err.startswith("error: ")
