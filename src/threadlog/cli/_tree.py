@@ -213,8 +213,9 @@ def _count(n: int, what: str) -> str:
 
 
 def layout(et: EntryTree, *, everything: bool = False) -> list[Line]:
-    """The lines of the tree (see the module docstring), elided unless ``everything``."""
-    lines: list[Line] = []
+    """The lines of the tree (see the module docstring), elided unless ``everything``. The
+    walk places every entry (cheap tuples); only the lines kept are then worded."""
+    placed: list[tuple[str, str, bool, int]] = []  # (graph, entry, starts a side, hidden)
     # a stack of (entry, graph of its first line, graph of the lines under it, side entries
     # still to show in this side branch (None: no limit), whether it starts a side branch)
     stack: list[tuple[str, str, str, int | None, bool]] = []
@@ -222,24 +223,30 @@ def layout(et: EntryTree, *, everything: bool = False) -> list[Line]:
     stack.extend(_order(et, None, roots, "", None, everything))
     while stack:
         entry, first, rest, left, starts = stack.pop()
-        line = _entry_line(et, first, entry, starts)
         kids = et.children.get(entry, [])
-        if kids and left is not None and left <= 1:
-            hidden = et.size[entry] - 1
-            note = f"  (+{hidden:,} more {'entry' if hidden == 1 else 'entries'} in this branch)"
-            line = Line(line.graph, entry, [*line.segments, (note, "dim")], line.active, hidden)
-        lines.append(line)
-        if not kids or (left is not None and left <= 1):
+        cut = bool(kids) and left is not None and left <= 1
+        placed.append((first, entry, starts, et.size[entry] - 1 if cut else 0))
+        if not kids or cut:
             continue
         budget = None if left is None else left - 1
         stack.extend(_order(et, entry, kids, rest, budget, everything))
-    if everything or len(lines) <= WINDOW:
-        return lines
-    keep = WINDOW - HEAD - 1
-    middle = lines[HEAD:-keep]
-    hidden = sum(line.elided + (line.entry is not None) for line in middle)
-    elision = Line("", None, [(f"… {_count(hidden, 'earlier message')}", "dim")], False, hidden)
-    return [*lines[:HEAD], elision, *lines[-keep:]]
+    elision: Line | None = None
+    if not everything and len(placed) > WINDOW:
+        keep = WINDOW - HEAD - 1
+        hidden = sum(1 + extra for _, _, _, extra in placed[HEAD:-keep])
+        note = f"… {_count(hidden, 'earlier message')}"
+        elision = Line("", None, [(note, "dim")], False, hidden)
+        placed = [*placed[:HEAD], *placed[-keep:]]
+    lines = []
+    for graph, entry, starts, hidden in placed:
+        line = _entry_line(et, graph, entry, starts)
+        if hidden:
+            note = f"  (+{hidden:,} more {'entry' if hidden == 1 else 'entries'} in this branch)"
+            line = Line(line.graph, entry, [*line.segments, (note, "dim")], line.active, hidden)
+        lines.append(line)
+    if elision is not None:
+        lines.insert(HEAD, elision)
+    return lines
 
 
 def _order(
