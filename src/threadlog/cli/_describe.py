@@ -18,6 +18,7 @@ import orjson
 from rich.text import Text
 
 from threadlog.cli._out import short
+from threadlog.store.protocol import LocalHome
 
 if TYPE_CHECKING:
     from threadlog.cli._store import DiskStore
@@ -117,10 +118,14 @@ def activity(row: Any) -> str:
 
 def status_of(store: DiskStore, row: Any) -> str:
     """``damaged``, ``running`` (a turn open, a live lease holder), ``interrupted`` (a turn
-    open, nobody holds it), else the index's status (``idle``, ``archived``)."""
+    open, nobody holds it), else the index's status (``idle``, ``archived``). Only a store on
+    disk publishes its live holders (`Maintenance.durable_end`); elsewhere (PostgreSQL) an
+    open turn is reported ``running``."""
     if row.damage:
         return "damaged"
     if row.status == "running":
+        if not isinstance(store, LocalHome):
+            return "running"  # a database's leases are not visible here: say what the index says
         try:
             live = store.durable_end(row.thread_id) is not None
         except Exception:  # a status must never fail the listing
