@@ -249,7 +249,7 @@ def demo(home: str | None, as_json: bool, yes: bool, pause: float) -> None:
       threadlog demo --home /tmp/tl --yes
     """
     home = home or default_home()
-    console = Console(highlight=False, stderr=as_json)
+    console = Console(highlight=False, emoji=False, stderr=as_json)
     try:
         thread, ok = asyncio.run(_run(home, yes or as_json, pause, console))
     except KeyboardInterrupt:

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from threadlog.cli import EXIT_STORE, cli, handle_errors, store_options
-from threadlog.cli._out import print_json
+from threadlog.cli._out import clean, print_json
 from threadlog.cli._store import open_disk_store
 from threadlog.importers import SOURCES, ImportReport, import_paths, source_format, walk
 
@@ -79,16 +79,18 @@ def _print(report: ImportReport, as_json: bool) -> None:
     if as_json:
         print_json(report.to_dict())
         return
-    out = Console(highlight=False, soft_wrap=True)
+    out = Console(highlight=False, emoji=False, soft_wrap=True)
     for f in report.files:
         if f.status == "unchanged" and not f.problems:
             continue
         out.print(
-            f"{f.status:>9} {f.thread or '-'}  {f.path}  ({f.lines} lines, {f.records} records)",
+            clean(
+                f"{f.status:>9} {f.thread or '-'}  {f.path}  ({f.lines} lines, {f.records} records)"
+            ),
             markup=False,
         )
         for p in f.problems:
-            out.print(f"          line {p.line}: {p.kind}: {p.message}", markup=False)
+            out.print(clean(f"          line {p.line}: {p.kind}: {p.message}"), markup=False)
     totals = report.to_dict()["totals"]
     out.print(
         f"{totals['files']} files: {totals.get('imported', 0)} new, {totals.get('grown', 0)} grown, "
