@@ -57,16 +57,17 @@ def _pairs(store: DiskStore, args: Sequence[str], batch: bool) -> list[tuple[str
     if not batch:
         if len(args) != 2:
             raise UsageError("diff --trajectory takes two threads: A B")
-        return [(args[0], args[1])]
+        return [(resolve_thread(store, args[0]), resolve_thread(store, args[1]))]
     pairs: list[tuple[str, str]] = []
     for arg in args:
         a, sep, b = arg.partition(":")
         if not sep:  # a source: every replay of it
-            pairs.extend((arg, replay) for replay in replays_of(store, arg))
+            source = resolve_thread(store, arg)
+            pairs.extend((source, replay) for replay in replays_of(store, source))
             continue
         if not a or not b:
             raise UsageError(f"--batch takes pairs A:B or sources, not {arg!r}")
-        pairs.append((a, b))
+        pairs.append((resolve_thread(store, a), resolve_thread(store, b)))
     if not pairs:
         raise UsageError("--batch found nothing to compare (pairs A:B, or a replayed source)")
     return pairs
