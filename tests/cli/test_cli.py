@@ -86,12 +86,15 @@ def test_ls_json_shape(home: str, demo_thread: str) -> None:
         "turns",
         "tool_calls",
         "damage",
+        "last_activity",
+        "waiting",
     }
     assert rows[0]["principal"] == "demo" and rows[0]["turns"] == 1 and rows[0]["tool_calls"] == 3
     assert rows[0]["last_ord"] == 31
 
 
 def test_ls_human_and_empty(home: str) -> None:
+    open_store(home).close()  # an empty store
     code, out, _ = run("ls", "--home", home)
     assert code == 0 and "no threads" in out
 

@@ -12,9 +12,10 @@ import sys
 import time
 
 import click
-import orjson
 
-from threadlog.cli import EXIT_STORE, cli, handle_errors
+from threadlog.cli import EXIT_STORE, _root_obj, cli, handle_errors
+from threadlog.cli._out import clean, print_json
+from threadlog.cli._store import resolve_thread
 from threadlog.errors import UsageError
 from threadlog.store._home import default_home
 from threadlog.store.copy import ThreadCopy, copy_threads
@@ -41,9 +42,8 @@ def _target(value: str, what: str) -> str:
     "--home",
     "source",
     metavar="DIR|URL",
-    envvar=["THREADLOG_STORE", "THREADLOG_HOME"],
-    show_envvar=True,
-    help="The store to copy from (--store and --home are aliases) [default: ~/.threadlog].",
+    help="The store to copy from (--store and --home are aliases) [default: "
+    "$THREADLOG_STORE, $THREADLOG_HOME, ~/.threadlog].",
 )
 @click.option("--to", "dest", required=True, metavar="DIR|URL", help="The store to copy into.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (see docs/cli.md).")
@@ -64,7 +64,9 @@ def copy_cmd(source: str | None, dest: str, as_json: bool, threads: tuple[str, .
       threadlog copy --from ~/.threadlog --to postgresql://db.example/threadlog
       threadlog copy --from postgresql://db.example/threadlog --to ./backup THREAD --json
     """
-    source = _target(source or default_home(), "from")
+    root = _root_obj()
+    as_json = as_json or bool(root.get("json"))
+    source = _target(source or root.get("home") or default_home(), "from")
     dest = _target(dest, "to")
     if threads and len(set(threads)) != len(threads):
         raise UsageError("a thread is named twice")
@@ -77,13 +79,13 @@ def copy_cmd(source: str | None, dest: str, as_json: bool, threads: tuple[str, .
             click.echo(f"copy: {done}/{total} threads", err=True)
 
     with open_store(source) as src, open_store(dest) as dst:
+        threads = tuple(resolve_thread(src, thread) for thread in threads)
         for thread in threads:
             if not src.exists(thread):
                 raise UsageError(f"no thread {thread!r} in {source}")
         report = copy_threads(src, dst, list(threads) or None, progress=progress)
     if as_json:
-        sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode())
-        sys.stdout.write("\n")
+        print_json(report.to_dict())
     else:
         for result in report.threads:
             line = f"{result.status:8} {result.thread_id}  {result.records} records"
@@ -91,7 +93,7 @@ def copy_cmd(source: str | None, dest: str, as_json: bool, threads: tuple[str, .
                 line += f", {result.artifacts} artifacts"
             if result.error:
                 line += f": {result.error}"
-            click.echo(line)
+            click.echo(clean(line))
         click.echo(
             f"{report.count('copied')} copied, {report.count('skipped')} skipped, "
             f"{report.count('failed')} failed"

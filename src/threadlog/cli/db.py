@@ -59,7 +59,9 @@ def db_upgrade(home: str | None, as_json: bool) -> None:
         raise UsageError(f"`pip install 'threadlog[postgres]'` first ({exc})") from None
     before, after = upgrade_database(where)
     if as_json:
-        sys.stdout.write(orjson.dumps({"from": before, "to": after}).decode() + "\n")
+        sys.stdout.write(
+            orjson.dumps({"from": before, "to": after}, option=orjson.OPT_INDENT_2).decode() + "\n"
+        )
     elif before == after:
         click.echo(f"the schema is up to date (version {after})")
     else:

@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 from rich.console import Console
+from rich.markup import escape
 
 from threadlog.cli import EXIT_FAILED, cli, handle_errors, store_options
+from threadlog.cli._out import clean
 from threadlog.model.stepcontext import StepContexts
 from threadlog.runtime.models import ModelRequest, Reply, ScriptedModel, ToolCallSpec
 from threadlog.runtime.runtime import Runtime
@@ -96,9 +98,9 @@ def _describe(record: Record, contexts: StepContexts) -> str:
     data: dict[str, Any] = record.data if isinstance(record.data, dict) else {}
     match record.type:
         case "turn.started":
-            return f"[bold]user[/bold]: {data.get('input')}"
+            return f"[bold]user[/bold]: {escape(clean(data.get('input')))}"
         case "input.queued":
-            return f"[bold]user (steering, queued)[/bold]: {data.get('text')}"
+            return f"[bold]user (steering, queued)[/bold]: {escape(clean(data.get('text')))}"
         case "input.consumed":
             return "steering taken in at a safe point"
         case "step.started":
@@ -107,20 +109,22 @@ def _describe(record: Record, contexts: StepContexts) -> str:
         case "tool_call.proposed":
             args = orjson.dumps(data.get("args")).decode()
             short = args if len(args) < 60 else args[:57] + "…"
-            return f"{data.get('tool')}({short}) [dim]{data.get('side_effect')}[/dim]"
+            return escape(clean(f"{data.get('tool')}({short}) ")) + (
+                f"[dim]{escape(clean(data.get('side_effect')))}[/dim]"
+            )
         case "tool_call.approved" | "tool_call.denied":
-            return f"by {data.get('by')}"
+            return f"by {escape(clean(data.get('by')))}"
         case "tool_call.started":
             return f"attempt {data.get('attempt')} (durable before the tool runs)"
         case "tool_call.finished":
             result = data.get("result")
             size = len(result) if isinstance(result, str) else len(orjson.dumps(result))
             return (
-                "ok" if data.get("ok") else f"[red]error[/red]: {data.get('error')}"
+                "ok" if data.get("ok") else f"[red]error[/red]: {escape(clean(data.get('error')))}"
             ) + f", {size} bytes"
         case "turn.ended":
             colour = "green" if data.get("outcome") == "completed" else "red"
-            return f"[{colour}]{data.get('outcome')}[/{colour}]"
+            return f"[{colour}]{escape(clean(data.get('outcome')))}[/{colour}]"
         case _:
             return ""
 
@@ -151,9 +155,12 @@ async def _run(
             cwd=str(workspace),
             instructions="You are a careful documentation agent.",
         )
-        console.print(f"[bold]threadlog demo[/bold]  store [cyan]{home}[/cyan]", soft_wrap=True)
         console.print(
-            f"thread [bold]{session.thread_id}[/bold]   workspace {workspace}\n", soft_wrap=True
+            f"[bold]threadlog demo[/bold]  store [cyan]{escape(clean(home))}[/cyan]", soft_wrap=True
+        )
+        console.print(
+            f"thread [bold]{session.thread_id}[/bold]   workspace {escape(clean(workspace))}\n",
+            soft_wrap=True,
         )
         status: Status | None = None
         streaming = False
@@ -199,7 +206,7 @@ async def _run(
         text = (workspace / "README.md").read_text()
         if "## Retry" in text:
             console.print(
-                f"\nREADME.md now ends with:[dim]{text[text.index('## Retry') :].rstrip()}[/dim]"
+                f"\nREADME.md now ends with:[dim]{escape(clean(text[text.index('## Retry') :].rstrip()))}[/dim]"
             )
         elif decision == "declined":
             console.print("\nREADME.md was not changed: the write was declined.")
@@ -226,7 +233,8 @@ async def _approve(
         await session.deny(call_id, by="demo", reason="no terminal to ask on, and no --yes")
         return "declined"
     console.print(
-        f"\n  [yellow]approval needed[/yellow]: {tool} {orjson.dumps(data['args']).decode()[:80]}"
+        "\n  [yellow]approval needed[/yellow]: "
+        + escape(clean(f"{tool} {orjson.dumps(data['args']).decode()[:80]}"))
     )
     answer = await _ask("  run it?")
     if answer is None:
@@ -297,7 +305,7 @@ def demo(home: str | None, as_json: bool, yes: bool, pause: float) -> None:
       threadlog demo --home /tmp/tl --yes
     """
     home = home or default_home()
-    console = Console(highlight=False, stderr=as_json)
+    console = Console(highlight=False, emoji=False, stderr=as_json)
     workspace = _workspace()
     try:
         thread, ok, decision = asyncio.run(_run(home, yes, not as_json, pause, console, workspace))

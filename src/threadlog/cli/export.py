@@ -9,15 +9,14 @@ the shared prefix and what each branch says after it.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import click
-import orjson
-from rich.console import Console
+from rich.text import Text
 
 from threadlog.cli import cli, handle_errors, store_options
-from threadlog.cli._store import open_disk_store
-from threadlog.cli._tree import short
+from threadlog.cli._out import clean, console, is_terminal, print_json, progress, short, text
+from threadlog.cli._store import THREAD, open_disk_store, resolve_thread
 from threadlog.errors import UsageError
 from threadlog.export import FORMATS, export_thread
 from threadlog.model.context import Context
@@ -67,7 +66,8 @@ def diff(
     if len(args) != 3:
         raise UsageError("diff takes THREAD A B (or --trajectory A B)")
     thread, a, b = args
-    with open_disk_store(home) as store:
+    with open_disk_store(home, create=False) as store:
+        thread = resolve_thread(store, thread)
         records = store.read(thread)
     by_ord = {str(r.ord): r.id for r in records}
     ids = {r.id for r in records}
@@ -87,34 +87,33 @@ def diff(
             break
         common += 1
     if as_json:
-        sys.stdout.write(
-            orjson.dumps(
-                {
-                    "common_ancestor": shared,
-                    "common_ord": tree.records[shared].ord if shared else None,
-                    "shared_messages": common,
-                    "a": [m for _, m in paths[0][common:]],
-                    "b": [m for _, m in paths[1][common:]],
-                },
-                option=orjson.OPT_INDENT_2,
-            ).decode()
-            + "\n"
+        print_json(
+            {
+                "thread": thread,
+                "common_ancestor": shared,
+                "common_ord": tree.records[shared].ord if shared else None,
+                "shared_messages": common,
+                "a": [m for _, m in paths[0][common:]],
+                "b": [m for _, m in paths[1][common:]],
+            }
         )
         return
-    console = Console(highlight=False)
+    screen = console()
+    width = 90 if is_terminal() else None
     where = f"ord {tree.records[shared].ord}" if shared else "the root"
-    console.print(f"the branches share {common} messages and part after {where}")
+    screen.print(f"the branches share {common} messages and part after {where}")
     for name, path in zip((a, b), paths, strict=True):
-        console.print(f"\n[bold]{name}[/bold]:")
+        screen.print(Text("\n" + clean(name, one_line=True) + ":", style="bold"))
         for _, message in path[common:]:
-            console.print(
-                f"  {message['role']:>9}: {short(message.get('content'), 90)}", markup=False
+            screen.print(
+                text(f"  {short(message['role'], 20):>9}: {short(message.get('content'), width)}"),
+                soft_wrap=True,
             )
 
 
 @cli.command()
 @store_options
-@click.argument("thread")
+@click.argument("thread", type=THREAD)
 @click.option(
     "--format",
     "fmt",
@@ -129,10 +128,14 @@ def diff(
     "trajectory: the active branch as steps with tool calls, timings, outcome and usage.",
 )
 @click.option(
-    "--output", "-o", type=click.File("w"), default="-", help="Write here instead of stdout."
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, writable=True, allow_dash=True),
+    default="-",
+    help="Write here instead of stdout (a path that cannot be written: exit 2).",
 )
 @handle_errors
-def export(home: str | None, as_json: bool, thread: str, fmt: str, output: Any) -> None:
+def export(home: str | None, as_json: bool, thread: str, fmt: str, output: str) -> None:
     """Export a thread. Compaction never deletes: every original message is exported.
 
     \b
@@ -143,6 +146,16 @@ def export(home: str | None, as_json: bool, thread: str, fmt: str, output: Any) 
           --data-binary @- http://localhost:4318/v1/traces
       threadlog export THREAD --format openai > messages.json
     """
-    with open_disk_store(home) as store:
-        text = export_thread(store, thread, cast("Format", fmt))
-    output.write(text)
+    with open_disk_store(home, create=False) as store:
+        thread = resolve_thread(store, thread)
+        with progress("exporting", quiet=as_json or output == "-"):
+            body = export_thread(store, thread, cast("Format", fmt))
+    if output == "-":
+        sys.stdout.write(body)
+        sys.stdout.flush()
+        return
+    try:
+        with open(output, "w", encoding="utf-8") as file:
+            file.write(body)
+    except OSError as exc:
+        raise UsageError(f"cannot write --output {output!r}: {exc.strerror or exc}") from None

@@ -13,11 +13,11 @@ import os
 import sys
 
 import click
-import orjson
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from threadlog.cli import EXIT_STORE, cli, handle_errors, store_options
+from threadlog.cli._out import clean, print_json
 from threadlog.cli._store import open_disk_store
 from threadlog.importers import SOURCES, ImportReport, import_paths, source_format, walk
 
@@ -58,7 +58,7 @@ def _run(home: str | None, as_json: bool, fmt_name: str, paths: tuple[str, ...])
         TimeRemainingColumn(),
         console=err,
         transient=True,
-        disable=not err.is_terminal,
+        disable=as_json or not err.is_terminal,
     )
     with open_disk_store(home) as store, progress:
         task = progress.add_task("import", total=sum(sizes.values()), files=0)
@@ -77,18 +77,20 @@ def _run(home: str | None, as_json: bool, fmt_name: str, paths: tuple[str, ...])
 
 def _print(report: ImportReport, as_json: bool) -> None:
     if as_json:
-        sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        print_json(report.to_dict())
         return
-    out = Console(highlight=False, soft_wrap=True)
+    out = Console(highlight=False, emoji=False, soft_wrap=True)
     for f in report.files:
         if f.status == "unchanged" and not f.problems:
             continue
         out.print(
-            f"{f.status:>9} {f.thread or '-'}  {f.path}  ({f.lines} lines, {f.records} records)",
+            clean(
+                f"{f.status:>9} {f.thread or '-'}  {f.path}  ({f.lines} lines, {f.records} records)"
+            ),
             markup=False,
         )
         for p in f.problems:
-            out.print(f"          line {p.line}: {p.kind}: {p.message}", markup=False)
+            out.print(clean(f"          line {p.line}: {p.kind}: {p.message}"), markup=False)
     totals = report.to_dict()["totals"]
     out.print(
         f"{totals['files']} files: {totals.get('imported', 0)} new, {totals.get('grown', 0)} grown, "

@@ -19,10 +19,10 @@ import sys
 from typing import TYPE_CHECKING, Any, cast
 
 import click
-import orjson
 
 from threadlog.cli import EXIT_STORE, cli, handle_errors, remote, store_options
-from threadlog.cli._store import DiskStore, open_disk_store
+from threadlog.cli._out import clean, print_json, progress
+from threadlog.cli._store import THREAD, DiskStore, open_disk_store, resolve_thread
 from threadlog.errors import IntegrityError, LeaseHeld, UsageError
 from threadlog.model.commands import Approve, Cancel, Command, Deny, Resolve, Submit
 from threadlog.model.events import InputQueued
@@ -63,6 +63,7 @@ def _act(
     directly (``direct``, by default the session's command) when no process holds it, else
     through its mailbox."""
     home = home or default_home()
+    thread = existing_thread(home, thread)
 
     async def run() -> dict[str, Any]:
         async with Runtime(home, source="cli") as runtime:
@@ -84,18 +85,19 @@ def _act(
 
     result = asyncio.run(run())
     if as_json:
-        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        print_json({"thread": thread, **result})
     elif result["applied"]:
         click.echo(f"recorded {result['type']} at ord {result['ord']}")
     else:
         click.echo(
-            f"the thread is open in {result['holder']}: sent to its inbox ({result['queued']})"
+            f"the thread is open in {clean(result['holder'])}: sent to its inbox "
+            f"({result['queued']})"
         )
 
 
 @cli.command()
 @store_options
-@click.argument("thread")
+@click.argument("thread", type=THREAD)
 @click.argument("call_id")
 @click.option("--by", default="cli", show_default=True, help="Who decides (recorded).")
 @click.option("--reason", help="Why (recorded).")
@@ -121,7 +123,7 @@ def approve(
 
 @cli.command()
 @store_options
-@click.argument("thread")
+@click.argument("thread", type=THREAD)
 @click.argument("call_id")
 @click.option("--by", default="cli", show_default=True, help="Who decides (recorded).")
 @click.option("--reason", help="Why (recorded, and shown to the model).")
@@ -146,7 +148,7 @@ def deny(
 
 @cli.command()
 @store_options
-@click.argument("thread")
+@click.argument("thread", type=THREAD)
 @click.argument("text")
 @click.option("--by", default="cli", show_default=True, help="Who sends it (recorded).")
 @handle_errors
@@ -179,7 +181,7 @@ async def _queue(session: Session, text: str) -> Record:
 
 @cli.command()
 @store_options
-@click.argument("thread")
+@click.argument("thread", type=THREAD)
 @click.argument("call_id")
 @click.option(
     "--as",
@@ -220,7 +222,7 @@ def resolve(
 
 @cli.command()
 @store_options
-@click.argument("thread")
+@click.argument("thread", type=THREAD)
 @handle_errors
 @remote.via_service(remote.cancel)
 def cancel(home: str | None, as_json: bool, thread: str) -> None:
@@ -236,6 +238,7 @@ def cancel(home: str | None, as_json: bool, thread: str) -> None:
       threadlog cancel THREAD
     """
     home = home or default_home()
+    thread = existing_thread(home, thread)
 
     async def run() -> dict[str, Any]:
         async with Runtime(home) as runtime:
@@ -253,7 +256,7 @@ def cancel(home: str | None, as_json: bool, thread: str) -> None:
 
     result = asyncio.run(run())
     if as_json:
-        sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        print_json({"thread": thread, **result})
     elif result["applied"]:
         click.echo(f"turn {result['turn_id']} cancelled (ended aborted)")
     else:
@@ -262,7 +265,7 @@ def cancel(home: str | None, as_json: bool, thread: str) -> None:
 
 @cli.command(name="resume")
 @store_options
-@click.argument("thread")
+@click.argument("thread", type=THREAD)
 @click.option(
     "--salvage",
     is_flag=True,
@@ -296,6 +299,7 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
       threadlog resume THREAD --salvage
     """
     home = home or default_home()
+    thread = existing_thread(home, thread)
 
     async def run(target: str) -> dict[str, Any]:
         async with Runtime(home, source="cli") as runtime:
@@ -325,7 +329,7 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
             click.echo(
                 f"error: the log is damaged at ord {exc.ord}"
                 + (f", byte {exc.offset}" if exc.offset is not None else "")
-                + f": {exc.reason}",
+                + f": {clean(exc.reason)}",
                 err=True,
             )
             click.echo(f"  details: threadlog verify {thread}", err=True)
@@ -354,7 +358,7 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
             "reused": not made,
         }
     if as_json:
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+        print_json(report)
         return
     if not report["repaired"]:
         click.echo(f"{report['thread']}: nothing to repair (nothing written)")
@@ -364,7 +368,7 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
             click.echo("  nothing to repair: the log was complete")
     for repair in report["repairs"]:
         detail = ", ".join(f"{k}={v}" for k, v in repair.items() if k != "kind")
-        click.echo(f"  {repair['kind']:<22} {detail}")
+        click.echo(f"  {clean(repair['kind']):<22} {clean(detail, one_line=True)}")
     for call_id in report["waiting_for_human"]:
         click.echo(
             f"  waiting for a human: threadlog resolve {thread} {call_id} --as done|retry|abort"
@@ -374,6 +378,13 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
             f"  turn {report['running_turn']} is left for your agent: "
             "Runtime.resume or Runtime.open carries on with it"
         )
+
+
+def existing_thread(home: str, thread: str) -> str:
+    """The full id of the thread ``thread`` (an id or a unique prefix) names in the existing
+    store at ``home`` (`UsageError` if there is no store there: nothing is created)."""
+    with open_disk_store(home, create=False) as store:
+        return resolve_thread(store, thread)
 
 
 def _salvage_of(store: DiskStore, thread: str, last_ord: int) -> str | None:
@@ -390,7 +401,7 @@ def _salvage_of(store: DiskStore, thread: str, last_ord: int) -> str | None:
 
 @cli.command()
 @store_options
-@click.argument("thread")
+@click.argument("thread", type=THREAD)
 @click.option("--at", "at", help="Fork after this ordinal or entry (event id) [default: the end].")
 @click.option("--title", help="The new thread's title.")
 @handle_errors
@@ -407,14 +418,15 @@ def fork(home: str | None, as_json: bool, thread: str, at: str | None, title: st
     Example:
       threadlog fork THREAD --at 12 --title "try the other approach"
     """
-    with open_disk_store(home) as store:
+    with open_disk_store(home, create=False) as store:
+        thread = resolve_thread(store, thread)
         target: int | str | None = None if at is None else int(at) if at.isdigit() else at
-        point = fork_point(store, thread, target)
-        child = store.fork(thread, point.ord, title=title)
+        with progress("forking", quiet=as_json):
+            point = fork_point(store, thread, target)
+            child = store.fork(thread, point.ord, title=title)
         lineage = store.read(child, limit=1)[0].data["lineage"]  # its thread.created
     if as_json:
-        doc = {"thread": child, "lineage": lineage, "requested_ord": point.requested}
-        sys.stdout.write(orjson.dumps(doc).decode() + "\n")
+        print_json({"thread": child, "lineage": lineage, "requested_ord": point.requested})
     else:
         click.echo(f"forked {thread} at ord {lineage['ord']} into {child}")
         if point.requested is not None:

@@ -8,12 +8,10 @@ reason are in the log of the thread the fact came from.
 
 from __future__ import annotations
 
-import sys
-
 import click
-import orjson
 
 from threadlog.cli import cli, handle_errors, store_options
+from threadlog.cli._out import clean, print_json
 from threadlog.cli._store import open_disk_store
 from threadlog.errors import UsageError
 from threadlog.store.protocol import LocalHome
@@ -44,10 +42,12 @@ def memory_ls(home: str | None, as_json: bool, principal: str | None, show_all: 
     Example:
       threadlog memory ls --principal alice --json
     """
-    with open_disk_store(home) as store:
+    with open_disk_store(home, create=False) as store:
         rows = store.memories(principal=principal, include_revoked=show_all)
+    for row in rows:  # a flag, whatever the backend's column type
+        row["revoked"] = bool(row.get("revoked"))
     if as_json:
-        sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
+        print_json(rows)
         return
     if not rows:
         click.echo("no memories")
@@ -56,11 +56,12 @@ def memory_ls(home: str | None, as_json: bool, principal: str | None, show_all: 
         flags = " (revoked)" if row["revoked"] else ""
         expiry = f", expires {row['expires_at']}" if row["expires_at"] else ""
         project = f", project {row['project']}" if row["project"] else ""
-        click.echo(
+        line = (
             f"{row['memory_id']}  [{row['scope']}{'/' + row['key'] if row['key'] else ''}] "
             f"{row['fact']}  — {row['principal']}, thread {row['thread_id']}{project}, "
             f"{row['written_at']}{expiry}{flags}"
         )
+        click.echo(clean(line))
 
 
 @memory.command(name="rm")
@@ -79,7 +80,7 @@ def memory_rm(home: str | None, as_json: bool, memory_id: str, reason: str | Non
 
     from threadlog.runtime.runtime import Runtime
 
-    with open_disk_store(home) as store:
+    with open_disk_store(home, create=False) as store:
         rows = [r for r in store.memories(include_revoked=True) if r["memory_id"] == memory_id]
         home = store.home if isinstance(store, LocalHome) else home
     if not rows:
@@ -95,8 +96,6 @@ def memory_rm(home: str | None, as_json: bool, memory_id: str, reason: str | Non
 
     ord_ = asyncio.run(run())
     if as_json:
-        sys.stdout.write(
-            orjson.dumps({"revoked": memory_id, "thread": thread, "ord": ord_}).decode() + "\n"
-        )
+        print_json({"revoked": memory_id, "thread": thread, "ord": ord_})
     else:
         click.echo(f"revoked {memory_id} (thread {thread}, ord {ord_})")

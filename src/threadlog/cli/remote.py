@@ -161,4 +161,4 @@ def _acked(answer: dict[str, Any], as_json: bool) -> None:
 
 
 def _print_json(value: Any) -> None:
-    sys.stdout.write(orjson.dumps(value).decode() + "\n")
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")

@@ -10,14 +10,13 @@ collected.
 from __future__ import annotations
 
 import re
-import sys
 from datetime import UTC, datetime, timedelta
 
 import click
-import orjson
 
 from threadlog.cli import cli, handle_errors, store_options
-from threadlog.cli._store import open_disk_store
+from threadlog.cli._out import print_json
+from threadlog.cli._store import THREAD, open_disk_store, resolve_thread
 from threadlog.errors import LeaseHeld, UsageError
 from threadlog.store.protocol import Retention
 
@@ -36,7 +35,7 @@ def parse_age(text: str) -> timedelta:
 
 @cli.command()
 @store_options
-@click.argument("thread")
+@click.argument("thread", type=THREAD)
 @click.option("--undo", is_flag=True, help="Take the thread back out of the archive.")
 @handle_errors
 def archive(home: str | None, as_json: bool, thread: str, undo: bool) -> None:
@@ -50,13 +49,13 @@ def archive(home: str | None, as_json: bool, thread: str, undo: bool) -> None:
       threadlog archive 0190a1b2-...
       threadlog archive 0190a1b2-... --undo
     """
-    with open_disk_store(home) as store:
+    with open_disk_store(home, create=False) as store:
+        thread = resolve_thread(store, thread)
         if not isinstance(store, Retention):
             raise UsageError("this store cannot archive threads (no Retention capability)")
         changed = store.archive_thread(thread, archived=not undo)
     if as_json:
-        out = {"thread": thread, "archived": not undo, "changed": changed}
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        print_json({"thread": thread, "archived": not undo, "changed": changed})
     else:
         state = "restored" if undo else "archived"
         click.echo(f"{thread} {state}" if changed else f"{thread} was already {state}")
@@ -83,7 +82,7 @@ def gc(home: str | None, as_json: bool, older_than: str, archived: bool, dry_run
       threadlog gc --older-than 90d
     """
     cutoff = datetime.now(UTC) - parse_age(older_than)
-    with open_disk_store(home) as store:
+    with open_disk_store(home, create=False) as store:
         if not isinstance(store, Retention):
             raise UsageError("this store cannot delete threads (no Retention capability)")
         rows = store.threads(archived=True if archived else None)
@@ -105,8 +104,7 @@ def gc(home: str | None, as_json: bool, older_than: str, archived: bool, dry_run
                     in_use.append(thread_id)
             doomed = deleted
     if as_json:
-        out = {"deleted": doomed, "dry_run": dry_run, "in_use": in_use}
-        sys.stdout.write(orjson.dumps(out).decode() + "\n")
+        print_json({"deleted": doomed, "dry_run": dry_run, "in_use": in_use})
         return
     verb = "would delete" if dry_run else "deleted"
     for thread_id in doomed:

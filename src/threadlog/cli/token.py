@@ -15,6 +15,7 @@ import click
 import orjson
 
 from threadlog.cli import cli, handle_errors, store_options
+from threadlog.cli._out import clean
 from threadlog.errors import UsageError
 from threadlog.store.open import open_store
 from threadlog.store.protocol import Credentials, Store
@@ -38,7 +39,7 @@ def _open(home: str | None) -> _TokenStore:
 
 
 def _json(value: object) -> None:
-    sys.stdout.write(orjson.dumps(value).decode() + "\n")
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
 @cli.group()
@@ -124,7 +125,8 @@ def token_ls(home: str | None, as_json: bool) -> None:
     who_width = max(len("PRINCIPAL"), *(len(c.principal) for c in rows))
     click.echo(f"{'ID':<{id_width}}  {'PRINCIPAL':<{who_width}}  CREATED")
     for c in rows:
-        click.echo(f"{c.token_id:<{id_width}}  {c.principal:<{who_width}}  {c.created_at}")
+        line = f"{c.token_id:<{id_width}}  {c.principal:<{who_width}}  {c.created_at}"
+        click.echo(clean(line, one_line=True))
 
 
 @token.command(name="rm")

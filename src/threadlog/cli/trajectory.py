@@ -8,16 +8,17 @@ reads and compares the trajectories; this module prints them.
 from __future__ import annotations
 
 import asyncio
-import sys
 from typing import TYPE_CHECKING, Any, cast
 
 import click
 import orjson
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from threadlog.cli import cli, handle_errors, store_options
-from threadlog.cli._store import DiskStore, open_disk_store
+from threadlog.cli._out import clean, is_terminal, print_json, text
+from threadlog.cli._store import THREAD, DiskStore, open_disk_store, resolve_thread
 from threadlog.cli._tree import short
 from threadlog.errors import UsageError
 from threadlog.observe.trajectory import TrajectoryDiff, diff, trajectory
@@ -56,16 +57,17 @@ def _pairs(store: DiskStore, args: Sequence[str], batch: bool) -> list[tuple[str
     if not batch:
         if len(args) != 2:
             raise UsageError("diff --trajectory takes two threads: A B")
-        return [(args[0], args[1])]
+        return [(resolve_thread(store, args[0]), resolve_thread(store, args[1]))]
     pairs: list[tuple[str, str]] = []
     for arg in args:
         a, sep, b = arg.partition(":")
         if not sep:  # a source: every replay of it
-            pairs.extend((arg, replay) for replay in replays_of(store, arg))
+            source = resolve_thread(store, arg)
+            pairs.extend((source, replay) for replay in replays_of(store, source))
             continue
         if not a or not b:
             raise UsageError(f"--batch takes pairs A:B or sources, not {arg!r}")
-        pairs.append((a, b))
+        pairs.append((resolve_thread(store, a), resolve_thread(store, b)))
     if not pairs:
         raise UsageError("--batch found nothing to compare (pairs A:B, or a replayed source)")
     return pairs
@@ -77,17 +79,18 @@ def _diff_of(store: Store, a: str, b: str) -> TrajectoryDiff:
 
 def trajectory_diff(home: str | None, as_json: bool, args: Sequence[str], batch: bool) -> None:
     """``threadlog diff --trajectory A B`` and ``--batch A1:B1 A2:B2 …``."""
-    with open_disk_store(home) as store:
+    with open_disk_store(home, create=False) as store:
         pairs = _pairs(store, args, batch)
         diffs = [_diff_of(store, a, b) for a, b in pairs]
     if batch:
         rows = [_row(d) for d in diffs]
         if as_json:
-            sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
+            print_json(rows)
             return
         table = Table("A", "B", "outcome A", "outcome B", "steps", "tokens", "diverges at")
         for row in rows:
-            table.add_row(
+            _add_row(
+                table,
                 short(row["a"], 13),
                 short(row["b"], 13),
                 str(row["outcome_a"]),
@@ -96,13 +99,13 @@ def trajectory_diff(home: str | None, as_json: bool, args: Sequence[str], batch:
                 f"{row['tokens_a']} / {row['tokens_b']}",
                 row["divergence"] or "-",
             )
-        Console(highlight=False, width=120).print(table)
+        Console(highlight=False, emoji=False, width=_width()).print(table)
         return
     (found,) = diffs
     if as_json:
-        sys.stdout.write(orjson.dumps(found.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+        print_json(found.to_dict())
         return
-    print_diff(found, Console(highlight=False, width=120))
+    print_diff(found, Console(highlight=False, emoji=False, width=_width()))
 
 
 def _row(d: TrajectoryDiff) -> dict[str, Any]:
@@ -120,6 +123,16 @@ def _row(d: TrajectoryDiff) -> dict[str, Any]:
         "cost_b": tb["cost"],
         "divergence": d.divergence.message if d.divergence else None,
     }
+
+
+def _width() -> int:
+    """120 columns on a terminal; in a pipe, room for every cell whole."""
+    return 120 if is_terminal() else 100_000
+
+
+def _add_row(table: Table, *cells: Any) -> None:
+    """A row of user and model text: plain `Text`, never markup."""
+    table.add_row(*(Text(clean(cell, one_line=True)) for cell in cells))
 
 
 def _calls(step: dict[str, Any] | None) -> str:
@@ -141,24 +154,25 @@ def print_diff(found: TrajectoryDiff, console: Console) -> None:
         tokens = " / ".join(
             str(s["input_tokens"] + s["output_tokens"]) if s else "-" for s in (a, b)
         )
-        table.add_row(str(row["index"]), _calls(a), _calls(b), tokens, "" if row["same"] else "≠")
+        _add_row(table, str(row["index"]), _calls(a), _calls(b), tokens, "" if row["same"] else "≠")
     console.print(table)
     ta, tb = found.a.totals(), found.b.totals()
     for name, t in (("A", ta), ("B", tb)):
         console.print(
             f"{name} {found.a.thread if name == 'A' else found.b.thread}: {t['steps']} steps, "
             f"{t['tool_calls']} tool calls, {t['input_tokens'] + t['output_tokens']} tokens, "
-            f"cost {t['cost']:g}, {t['seconds']:.3f} s, outcome {t['outcome']}"
+            f"cost {t['cost']:g}, {t['seconds']:.3f} s, outcome {t['outcome']}",
+            markup=False,
         )
     if found.divergence is None:
         console.print("the trajectories do not diverge")
     else:
-        console.print(f"diverges at {found.divergence.message}")
+        console.print(text(f"diverges at {found.divergence.message}"), soft_wrap=True)
 
 
 @cli.command()
 @store_options
-@click.argument("thread")
+@click.argument("thread", type=THREAD)
 @click.option(
     "--model",
     "model_spec",
@@ -209,7 +223,8 @@ def replay(
     from threadlog.runtime.replay import replay_thread
 
     model = model_from_spec(model_spec)
-    with open_disk_store(home) as store:
+    with open_disk_store(home, create=False) as store:
+        thread = resolve_thread(store, thread)
         result = asyncio.run(
             replay_thread(
                 store,
@@ -236,19 +251,21 @@ def replay(
             "divergence": found.to_dict()["divergence"],
             "totals": found.to_dict()["totals"],
         }
-        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+        print_json(body)
         return
-    console = Console(highlight=False, width=120)
+    console = Console(highlight=False, emoji=False, width=_width())
     where = "in memory" if ephemeral else "in the store"
-    console.print(f"replay [bold]{result.thread}[/bold] of {thread} ({where})")
+    console.print(f"replay {result.thread} of {thread} ({where})", markup=False)
     console.print(
         f"recorded results reused: {len(result.served)}, unmatched calls denied: "
         f"{len(result.denied)}, run (read-only): {len(result.ran)}"
     )
     if result.stopped:
-        console.print(f"[yellow]stopped[/yellow]: {result.stopped}")
-    for text in result.skipped_inputs:
-        console.print(f"steering never reached (the turn ended sooner): {short(text, 70)}")
+        console.print(text(f"stopped: {result.stopped}", "yellow"), soft_wrap=True)
+    for skipped in result.skipped_inputs:
+        console.print(
+            f"steering never reached (the turn ended sooner): {short(skipped, 70)}", markup=False
+        )
     print_diff(found, console)
     if not ephemeral:
         console.print(f"\n  threadlog diff --trajectory {thread} {result.thread}")

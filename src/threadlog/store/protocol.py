@@ -448,8 +448,9 @@ class Maintenance(Protocol):
         ``thread``): a refused journal, a thread a journal names but cannot restore…"""
         ...
 
-    def rebuild(self) -> int:
-        """Rebuild the index from the logs; the records indexed."""
+    def rebuild(self, *, progress: Callable[[int], None] | None = None) -> int:
+        """Rebuild the index from the logs; the records indexed. ``progress(n)``, if given,
+        is called as the work advances (n more threads done), for a progress bar."""
         ...
 
     def missing_threads(self) -> list[str]:

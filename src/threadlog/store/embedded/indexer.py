@@ -31,6 +31,8 @@ from threadlog.store.embedded.rollout import Scan, scan, scan_file
 from threadlog.store.embedded.schema import DamagedIndex
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from threadlog.model.envelope import Record
     from threadlog.store.embedded.fork import Forked
     from threadlog.store.embedded.index import Index, IndexedThread
@@ -86,14 +88,17 @@ class Indexer:
             if batches:
                 self.index.apply(batches)
 
-    def catch_up(self) -> int:
-        """Bring the index up to date with the rollouts; returns the records applied."""
+    def catch_up(self, progress: Callable[[int], None] | None = None) -> int:
+        """Bring the index up to date with the rollouts; returns the records applied.
+        ``progress(1)`` is called after each rollout file is looked at."""
         positions = self.index.positions()
         seen: set[str] = set()
         applied = 0
         batches: list[IndexBatch] = []
         pending = 0
         for thread_id, path in self._layout.rollout_files():
+            if progress is not None and seen:
+                progress(1)
             seen.add(thread_id)
             try:
                 size = os.stat(path).st_size
@@ -143,6 +148,8 @@ class Indexer:
             if pending >= _CATCH_UP_BATCH:
                 self.index.apply(batches, acknowledged=False)
                 batches, pending = [], 0
+        if progress is not None and seen:
+            progress(1)  # the last file's
         if batches:
             self.index.apply(batches, acknowledged=False)
         gone = [tid for tid in positions if tid not in seen]
@@ -150,7 +157,7 @@ class Indexer:
             self.index.forget(gone)
         return applied
 
-    def rebuild(self) -> int:
+    def rebuild(self, progress: Callable[[int], None] | None = None) -> int:
         """Rebuild the index from the rollouts (the caller flushed first); returns the records
         indexed. An index found damaged on the way is set aside and a new one built."""
         with self._drain_lock:
@@ -158,7 +165,7 @@ class Indexer:
                 self.index.clear()
             except DamagedIndex as exc:
                 self.index.replace(exc)
-        return self.catch_up()
+        return self.catch_up(progress)
 
     # -- queries: the backlog first, so that they see every acknowledged record ---------------
 

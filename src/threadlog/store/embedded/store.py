@@ -485,11 +485,12 @@ class EmbeddedStore(Queries, Blobs):
         open); the threads repaired (`Recovery.recover`)."""
         return self._recovery.recover()
 
-    def rebuild(self) -> int:
+    def rebuild(self, *, progress: Callable[[int], None] | None = None) -> int:
         """Rebuild the index from the rollouts; returns the records indexed. An index found
-        damaged on the way is set aside and a new one built."""
+        damaged on the way is set aside and a new one built. ``progress(n)``: n more rollout
+        files done."""
         self.flush()
-        return self._indexer.rebuild()
+        return self._indexer.rebuild(progress)
 
 
 _PLAIN_CUSTOM: set[str] = set()

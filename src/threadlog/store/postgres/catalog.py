@@ -34,6 +34,7 @@ from threadlog.store.embedded.schema import THREAD_COLUMNS, IndexedThread
 from threadlog.store.protocol import Credential, MailboxMessage
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from contextlib import AbstractContextManager
 
     from threadlog.model.commands import Command
@@ -158,7 +159,7 @@ class Tables:
         """What the open found and skipped: nothing (a transaction is never half written)."""
         return []
 
-    def rebuild(self) -> int:
+    def rebuild(self, *, progress: Callable[[int], None] | None = None) -> int:
         """Nothing to rebuild: the projections are written in the transactions that add the
         records. Returns 0."""
         return 0
