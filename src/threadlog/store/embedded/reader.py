@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from threadlog.model.envelope import Record
     from threadlog.model.refs import ArtifactRef
     from threadlog.store._fileops import FileOps
+    from threadlog.store.embedded.checkpoint import Checkpoints
     from threadlog.store.embedded.index import Index
     from threadlog.store.embedded.layout import Layout
     from threadlog.store.embedded.rolloutlog import RolloutLog
@@ -92,6 +93,8 @@ class Reader:
         self._fops = fops
         self._max_record_bytes = max_record_bytes
         self._problems = problems
+        self.checkpoints: Checkpoints | None = None
+        """The store's checkpoints and sparse index (the tail reads seek with them)."""
 
     def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
         """Durable records of a thread with ``ord > after``, verified, in order.
