@@ -130,8 +130,7 @@ class Checkpoints:
         """The thread's checkpoint row, if any (unchecked), or None if the index fails."""
         try:
             rows = self._index.run(
-                "SELECT ord, hash, end_offset, version, state FROM checkpoints "
-                "WHERE thread_id = ?",
+                "SELECT ord, hash, end_offset, version, state FROM checkpoints WHERE thread_id = ?",
                 (thread_id,),
             )
         except StorageError:
@@ -153,7 +152,9 @@ class Checkpoints:
             thread_id, path, row.ord, row.hash, row.end, self._max_record_bytes, durable
         )
         if fast is None:
-            log.info("thread %s: checkpoint at ord %d not usable; reading it whole", thread_id, row.ord)
+            log.info(
+                "thread %s: checkpoint at ord %d not usable; reading it whole", thread_id, row.ord
+            )
             return None
         self._taken[thread_id] = max(self._taken.get(thread_id, 0), row.ord)
         return fast[0], fast[1], row
@@ -169,22 +170,32 @@ class Checkpoints:
             snap = self._index.get_snapshot(thread_id)
         except StorageError:
             snap = None
-        snap_ord = snap.ord if snap is not None else -1
-        tries = ["checkpoint", "snapshot"]
-        if row is None or snap_ord > row.ord:
-            tries.reverse()
-        for kind in tries:
-            if kind == "checkpoint" and row is not None:
-                fast = self.anchored_tail(thread_id, path)
-                if fast is not None:
-                    anchor, scanned, found = fast
-                    return anchor, scanned, lambda: state_of(found, anchor)
-            elif kind == "snapshot" and snap is not None:
-                got = snapshots.anchored_tail(thread_id, path)
-                if got is not None:
-                    at = got[0]
-                    return at, got[1], lambda: snapshots.state_at(thread_id, at)
-        return None
+        snap_first = snap is not None and (row is None or snap.ord > row.ord)
+        fast = None if snap_first or row is None else self._from_checkpoint(thread_id, path)
+        if fast is None and snap is not None:
+            fast = self._from_snapshot(thread_id, path, snapshots)
+        if fast is None and snap_first and row is not None:
+            fast = self._from_checkpoint(thread_id, path)
+        return fast
+
+    def _from_checkpoint(
+        self, thread_id: str, path: str
+    ) -> tuple[Record, Scan, Callable[[], ThreadState | None]] | None:
+        fast = self.anchored_tail(thread_id, path)
+        if fast is None:
+            return None
+        anchor, scanned, row = fast
+        return anchor, scanned, lambda: state_of(row, anchor)
+
+    @staticmethod
+    def _from_snapshot(
+        thread_id: str, path: str, snapshots: SnapshotKeeper
+    ) -> tuple[Record, Scan, Callable[[], ThreadState | None]] | None:
+        got = snapshots.anchored_tail(thread_id, path)
+        if got is None:
+            return None
+        anchor, scanned = got
+        return anchor, scanned, lambda: snapshots.state_at(thread_id, anchor)
 
     def seek(self, thread_id: str, ord_: int) -> tuple[int, int] | None:
         """``(ord, offset)`` of the nearest known line start at or before record ``ord_``

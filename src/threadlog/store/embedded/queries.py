@@ -98,12 +98,20 @@ class Queries:
         """Every thread with a rollout file, from the file system (`Layout.thread_ids`)."""
         return self._layout.thread_ids()
 
-    def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
-        """Durable records of a thread with ``ord > after``, verified, in order (`Reader.read`).
+    def read(
+        self,
+        thread_id: str,
+        after: int = 0,
+        *,
+        limit: int | None = None,
+        before: int | None = None,
+    ) -> list[Record]:
+        """Durable records of a thread with ``after < ord < before``, verified, in order
+        (`Reader.read`; ``limit`` as `Store.read`).
 
         A torn tail (an interrupted write) is not returned; damage raises `IntegrityError`.
         """
-        return self._reader.read(thread_id, after, limit=limit)
+        return self._reader.read(thread_id, after, limit=limit, before=before)
 
     def follow(self, thread_id: str, after: int = 0, *, interval: float = 0.2) -> Iterator[Record]:
         """`Store.follow`: the durable records after ``after``, then each new one."""

@@ -41,6 +41,7 @@ from threadlog.model.reducer import replay
 from threadlog.store.artifact_check import first_bad_artifact, worse
 from threadlog.store.embedded.leases import read_durable_end
 from threadlog.store.embedded.rollout import Scan, scan, scan_file
+from threadlog.store.embedded.tailread import read_window, select
 from threadlog.store.protocol import VerifyReport
 
 if TYPE_CHECKING:
@@ -96,21 +97,30 @@ class Reader:
         self.checkpoints: Checkpoints | None = None
         """The store's checkpoints and sparse index (the tail reads seek with them)."""
 
-    def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
-        """Durable records of a thread with ``ord > after``, verified, in order.
+    def read(
+        self,
+        thread_id: str,
+        after: int = 0,
+        *,
+        limit: int | None = None,
+        before: int | None = None,
+    ) -> list[Record]:
+        """Durable records of a thread with ``after < ord < before``, verified, in order.
 
         A torn tail (an interrupted write) is not returned; damage raises `IntegrityError`.
-        With ``limit``, from the start of the log, only the lines needed are read and verified
-        (damage further on is not looked for).
+        ``limit`` keeps the first ones, or with ``before`` the ones nearest it. With
+        ``limit`` from the start of the log, only the lines needed are read and verified;
+        a window after an ordinal or before one is read from the end of the file or from the
+        sparse index (`threadlog.store.embedded.tailread`; damage elsewhere is not looked for).
         """
         path = self._layout.path_of(thread_id)
         rollout = self._logs.get(thread_id)
         fresh = rollout.take_fresh() if rollout is not None else None
         if fresh:  # just verified by opening the thread (and synced), only this store writes it
-            return fresh[after:] if limit is None else fresh[after : after + limit]
+            return select(fresh, after, before, limit)
         known = self.acknowledged(thread_id)
         end = self.durable_end(thread_id)
-        records = self._read_file(path, thread_id, after, limit, end, known)
+        records = self._read_file(path, thread_id, after, limit, end, known, before)
         if end is None:
             # Durable before visible: no live writer says how far the file is durable, and a
             # killed one may have left records it never synced; sync the file now that it is
@@ -179,12 +189,27 @@ class Reader:
         limit: int | None,
         end: int | None,
         known: AckMark | None,
+        before: int | None = None,
     ) -> list[Record]:
-        if limit is not None and after == 0:
+        if limit is not None and after == 0 and before is None:
             head = self._read_head(path, thread_id, limit, end)
             if head is not None:
                 return head
-        if after > 0 and self._snapshots.covers(thread_id, after):
+        if after > 0 or before is not None:
+            window = read_window(
+                path,
+                thread_id,
+                after,
+                before,
+                limit,
+                end=end,
+                known=known,
+                checkpoints=self.checkpoints,
+                max_record_bytes=self._max_record_bytes,
+            )
+            if window is not None:
+                return window
+        if after > 0 and before is None and self._snapshots.covers(thread_id, after):
             fast = self._snapshots.anchored_tail(thread_id, path, end)
             if fast is not None:  # read only what follows the snapshot's anchor
                 lost = lost_acknowledged(thread_id, fast[1], known, fast[0])
@@ -193,6 +218,8 @@ class Reader:
                 records = [r for r in fast[1].records if r.ord > after]
                 return records[:limit] if limit is not None else records
         scanned = self.scan_whole(path, thread_id, end, known)
+        if before is not None:
+            return select(scanned.records, after, before, limit)
         records = scanned.records[after:] if after > 0 else scanned.records
         return records[:limit] if limit is not None else records
 

@@ -25,6 +25,7 @@ from threadlog.store._home import default_home
 from threadlog.store.embedded.aio import AsyncCommits
 from threadlog.store.embedded.artifacts import ArtifactStore
 from threadlog.store.embedded.blobs import Blobs
+from threadlog.store.embedded.checkpoint import Checkpoints
 from threadlog.store.embedded.credentials import CredentialFile
 from threadlog.store.embedded.fork import Forker
 from threadlog.store.embedded.index import Index
@@ -43,7 +44,6 @@ from threadlog.store.embedded.reader import Reader
 from threadlog.store.embedded.recovery import Recovery
 from threadlog.store.embedded.retention import Tombstones
 from threadlog.store.embedded.rolloutlog import LogClosed
-from threadlog.store.embedded.checkpoint import Checkpoints
 from threadlog.store.embedded.snapshots import SnapshotKeeper
 from threadlog.store.embedded.transfer import Importer
 from threadlog.store.embedded.writers import OpenLogs
