@@ -31,18 +31,13 @@ from typing import TYPE_CHECKING
 
 from threadlog.errors import (
     IntegrityError,
-    InvalidTransition,
     StorageError,
     ThreadNotFound,
-    UsageError,
 )
-from threadlog.model.eventdata import from_data
-from threadlog.model.reducer import replay
-from threadlog.store.artifact_check import first_bad_artifact, worse
 from threadlog.store.embedded.leases import read_durable_end
 from threadlog.store.embedded.rollout import Scan, scan, scan_file
 from threadlog.store.embedded.tailread import read_window, select
-from threadlog.store.protocol import VerifyReport
+from threadlog.store.embedded.verify import verify_log
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -57,6 +52,7 @@ if TYPE_CHECKING:
     from threadlog.store.embedded.rolloutlog import RolloutLog
     from threadlog.store.embedded.schema import AckMark
     from threadlog.store.embedded.snapshots import SnapshotKeeper
+    from threadlog.store.protocol import VerifyReport
 
 __all__ = ["Reader", "lost_acknowledged"]
 
@@ -298,37 +294,19 @@ class Reader:
         event is legal for the reducer; with ``check_artifact``, that every blob a record
         references is there and sound). Reports; never repairs."""
         path = self._layout.path_of(thread_id)
-        try:
-            known = self.acknowledged(thread_id)
-            scanned = scan_file(path, thread_id, end=self.durable_end(thread_id))
-        except FileNotFoundError:
-            if thread_id not in self.missing_threads():
-                raise ThreadNotFound(thread_id) from None
-            scanned = Scan()
-        error: IntegrityError | InvalidTransition | None = scanned.error
-        if error is None:
-            error = lost_acknowledged(thread_id, scanned, known)
-        if error is None:
-            # a crashed store's journal holds records of the thread that could not be replayed
-            journal = next((p for p in self._problems if p["thread"] == thread_id), None)
-            if journal is not None:
-                last_ord = scanned.records[-1].ord if scanned.records else 0
-                error = IntegrityError(thread_id, last_ord + 1, journal["message"])
-        if error is None and not scanned.records:
-            raise ThreadNotFound(thread_id)  # never born: its first record was never acknowledged
-        if error is None and check_events:
-            try:
-                replay(scanned.records)
-            except (InvalidTransition, IntegrityError) as exc:
-                error = exc
-            except UsageError as exc:  # data that does not fit its type
-                bad = _first_undecodable(scanned.records)
-                error = InvalidTransition(str(exc), ord=bad)
-        if check_artifact is not None and scanned.error is None:
-            error = worse(error, first_bad_artifact(thread_id, scanned.records, check_artifact))
-        last = scanned.records[-1].ord if scanned.records else 0
-        return VerifyReport(
-            thread_id, error is None, len(scanned.records), last, scanned.torn, error
+        known = self.acknowledged(thread_id)
+        end = self.durable_end(thread_id)
+        journal = next((p for p in self._problems if p["thread"] == thread_id), None)
+        return verify_log(
+            thread_id,
+            path,
+            end=end,
+            known=known,
+            journal_problem=journal["message"] if journal is not None else None,
+            missing=not os.path.exists(path) and thread_id in self.missing_threads(),
+            check_events=check_events,
+            check_artifact=check_artifact,
+            lost=lost_acknowledged,
         )
 
 
@@ -367,13 +345,4 @@ def lost_acknowledged(
             "another hash): the file was replaced",
             offset=scanned.offsets[at],
         )
-    return None
-
-
-def _first_undecodable(records: list[Record]) -> int | None:
-    for record in records:
-        try:
-            from_data(record.type, record.data)
-        except UsageError:
-            return record.ord
     return None

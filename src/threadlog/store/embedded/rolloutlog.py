@@ -278,8 +278,10 @@ class RolloutLog:
     def offset_after(self, ord_: int) -> int | None:
         """The byte offset just after record ``ord_`` if it is written, else None."""
         with self._lock:
-            if ord_ > self.durable_ord or ord_ < self._first_ord - 1:
+            if ord_ > self.durable_ord or ord_ < 0:
                 return None
+            if ord_ < self._first_ord - 1:  # before a snapshot's or checkpoint's anchor
+                self._complete_prefix()
             index = ord_ + 1 - self._first_ord
             return self._offsets[index] if index < len(self._offsets) else self.size
 
