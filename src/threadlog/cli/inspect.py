@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from threadlog.cli import EXIT_FAILED, cli, handle_errors, remote, store_options
+from threadlog.cli._fetch import last_records, records_for_show
 from threadlog.cli._store import DiskStore, location, open_disk_store
 from threadlog.errors import InvalidTransition, UsageError
 from threadlog.store.protocol import VerifyReport
@@ -131,7 +132,7 @@ def show(home: str | None, as_json: bool, thread: str, last_n: int, as_tree: boo
       threadlog show THREAD --tree
     """
     with open_store(home) as store:
-        records = store.read(thread)
+        records, whole = records_for_show(store, thread, last_n, whole=as_tree and not as_json)
         state = store.state(thread)
         info = store.thread_info(thread)
         turns = store.turns(thread)
@@ -190,7 +191,8 @@ def show(home: str | None, as_json: bool, thread: str, last_n: int, as_tree: boo
         console.print(table)
     sessions = _sessions(records)
     if sessions:
-        table = Table(title="sessions", box=None, header_style="bold", title_justify="left")
+        title = "sessions" if whole else f"sessions (in the last {len(records):,} records)"
+        table = Table(title=title, box=None, header_style="bold", title_justify="left")
         for name in ("session", "source", "host", "pid", "ords"):
             table.add_column(name)
         for s in sessions:
@@ -255,8 +257,21 @@ def _records_table(records: list[Record], *, title: str) -> Table:
     help="Only records with a larger ordinal (a cursor).",
 )
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many records.")
+@click.option(
+    "--last",
+    "last_n",
+    type=click.IntRange(min=0),
+    help="Only the latest this many records (after --after), read from the end of the log.",
+)
 @handle_errors
-def events(home: str | None, as_json: bool, thread: str, after: int, limit: int | None) -> None:
+def events(
+    home: str | None,
+    as_json: bool,
+    thread: str,
+    after: int,
+    limit: int | None,
+    last_n: int | None,
+) -> None:
     """Print a thread's records as JSON lines, one envelope per line.
 
     The output is the log itself (each line verifies on its own), so it can be piped into jq
@@ -265,9 +280,13 @@ def events(home: str | None, as_json: bool, thread: str, after: int, limit: int 
     \b
     Example:
       threadlog events THREAD --after 40 | jq -c '{ord, type}'
+      threadlog events THREAD --last 5
     """
     with open_store(home) as store:
-        records = store.read(thread, after, limit=limit)
+        if last_n is not None:
+            records = last_records(store, thread, last_n, after=after)[:limit]
+        else:
+            records = store.read(thread, after, limit=limit)
     out = sys.stdout.buffer
     for record in records:
         out.write(orjson.dumps(record.to_dict()) + b"\n")

@@ -197,10 +197,11 @@ class Checkpoints:
         anchor, scanned = got
         return anchor, scanned, lambda: snapshots.state_at(thread_id, anchor)
 
-    def seek(self, thread_id: str, ord_: int) -> tuple[int, int] | None:
-        """``(ord, offset)`` of the nearest known line start at or before record ``ord_``
-        (a sparse entry, or the line after the checkpoint): a hint the caller checks."""
-        best: tuple[int, int] | None = None
+    def seek(self, thread_id: str, ord_: int) -> tuple[int, int, str | None] | None:
+        """``(ord, offset, prev)`` of the nearest known line start at or before record
+        ``ord_`` (a sparse entry, or the line after the checkpoint, which must then be
+        chained on ``prev``, the checkpoint's hash): a hint the caller checks."""
+        best: tuple[int, int, str | None] | None = None
         try:
             rows = self._index.run(
                 "SELECT ord, offset FROM sparse_offsets WHERE thread_id = ? AND ord <= ? "
@@ -210,23 +211,30 @@ class Checkpoints:
         except StorageError:
             rows = []
         if rows:
-            best = (rows[0][0], rows[0][1])
+            best = (rows[0][0], rows[0][1], None)
         row = self.get(thread_id)
-        if row is not None and row.ord < ord_ and (best is None or best[0] < row.ord + 1):
-            best = (row.ord + 1, row.end)
+        if row is not None and row.ord < ord_ and (best is None or best[0] <= row.ord + 1):
+            best = (row.ord + 1, row.end, row.hash)
         return best
 
 
 def state_of(row: Checkpoint, anchor: Record) -> ThreadState | None:
     """The reduced state a checkpoint holds, if it is this threadlog's and describes exactly
     the log up to ``anchor``; else None (the caller reduces the file)."""
+    state = state_at(row)
+    return state if state is not None and state.last_hash == anchor.hash else None
+
+
+def state_at(row: Checkpoint) -> ThreadState | None:
+    """The reduced state a checkpoint row holds (a fresh copy), if this threadlog's and its
+    own ord and hash; else None. Only the caller can check the row against the rollout."""
     if row.version != snapshot.SNAPSHOT_VERSION:
         return None
     loaded = snapshot.load(row.state)
     if loaded is None:
         return None
     state = loaded[0]
-    if state.last_ord != anchor.ord or state.last_hash != anchor.hash:
+    if state.last_ord != row.ord or state.last_hash != row.hash:
         return None
     return state
 

@@ -114,13 +114,21 @@ def _window(
             lo = max(lo, hi - limit + 1)
         else:
             hi = min(hi, lo + limit - 1)
+    marks = [known[:2]] if known is not None else []
+    if checkpoints is not None:
+        row = checkpoints.get(thread_id)
+        if row is not None:
+            marks.append((row.ord, row.hash))
+    if any(ord_ == last.ord and digest != last.hash for ord_, digest in marks):
+        return None
     if lo > hi:
         return []
     lines: list[Record]
+    anchor: str | None = None  # the hash the first line read must be chained on
     if last.ord - lo < NEAR_END:
         lines = [last]
         for _, line in backwards:
-            if lines[-1].ord <= lo:
+            if lines[-1].ord < lo:  # (one line before the window: it may be a mark)
                 break
             lines.append(parse_line(line))
         lines.reverse()
@@ -128,6 +136,7 @@ def _window(
         start = checkpoints.seek(thread_id, lo) if checkpoints is not None else None
         if start is None or lo - start[0] > 2 * SPARSE_EVERY:
             return None
+        anchor = start[2]
         lines = []
         for _, line in _lines_forward(f, start[1], size):
             record = parse_line(line)
@@ -136,13 +145,8 @@ def _window(
                 break
         if not lines or lines[0].ord != start[0]:
             return None
-    if not _chained(lines, thread_id, copied):
+    if not _chained(lines, thread_id, copied) or (anchor is not None and lines[0].prev != anchor):
         return None
-    marks = [known[:2]] if known is not None else []
-    if checkpoints is not None:
-        row = checkpoints.get(thread_id)
-        if row is not None:
-            marks.append((row.ord, row.hash))
     first = lines[0].ord
     for ord_, digest in marks:
         if first <= ord_ <= lines[-1].ord and lines[ord_ - first].hash != digest:
