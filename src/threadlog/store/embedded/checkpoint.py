@@ -116,7 +116,11 @@ class Checkpoints:
 
     def tick(self) -> None:
         """The committer's turn: checkpoint every open log `CHECKPOINT_EVERY` records on."""
-        for rollout in list(self._logs.values()):
+        try:
+            logs = list(self._logs.values())
+        except RuntimeError:  # the table changed under the copy: next time
+            return
+        for rollout in logs:
             if rollout.durable_ord - self._taken.get(rollout.thread_id, 0) >= CHECKPOINT_EVERY:
                 self.take(rollout)
 
