@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from threadlog import EmbeddedStore, IntegrityError, UsageError
+from threadlog.store.embedded import checkpoint, streamscan
 from threadlog.store.embedded import reader as reader_module
 from threadlog.store.embedded import recovery as recovery_module
-from threadlog.store.embedded import streamscan
 from threadlog.store.embedded.rollout import scan_file
 
 if TYPE_CHECKING:
@@ -395,3 +396,33 @@ def _rechained(records: list[Any], reuse: tuple[int, int]) -> list[bytes]:
         )
         lines.append(line)
     return lines
+
+
+def test_the_sparse_index_points_at_its_records(copy: tuple[str, str]) -> None:
+    home, thread = copy
+    with EmbeddedStore(home) as store:
+        rows = store.index.run(
+            "SELECT ord, offset FROM sparse_offsets WHERE thread_id = ? ORDER BY ord", (thread,)
+        )
+        path = store.path_of(thread)
+    assert [r[0] for r in rows] == [1000, 2000, 3000, 4000, 5000]
+    with open(path, "rb") as f:
+        for ord_, offset in rows:
+            f.seek(offset)
+            assert f'"ord":{ord_},'.encode() in f.readline()
+
+
+def test_the_committer_checkpoints_a_busy_thread(
+    home: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(checkpoint, "CHECKPOINT_EVERY", 50)
+    with EmbeddedStore(home, commit_interval=0.01) as store:
+        thread = store.create_thread("a")
+        for i in range(120):
+            store.append(thread, "custom.n", {"i": i}, durable=False)
+        deadline = time.monotonic() + 10
+        rows: list[Any] = []
+        while time.monotonic() < deadline and not rows:
+            rows = store.index.run("SELECT ord FROM checkpoints WHERE thread_id = ?", (thread,))
+            time.sleep(0.01)
+        assert rows and rows[0][0] >= 50  # taken while the thread is still open
