@@ -125,6 +125,8 @@ def test_the_last_records_are_read_without_the_whole_log(
         assert [r.ord for r in last] == list(range(RECORDS - 4, RECORDS + 1))
         middle = store.read(thread, after=3100, limit=3)  # from the sparse index
         assert [r.ord for r in middle] == [3101, 3102, 3103]
+        early = store.read(thread, after=10, before=14)  # from the start of the file
+        assert [r.ord for r in early] == [11, 12, 13]
         assert store.state(thread).last_ord == RECORDS  # from the checkpoint
         # and for the thread's writer, the window stops at the durable end
         store.append(thread, "custom.n", {"i": -1})

@@ -134,6 +134,8 @@ def _window(
         lines.reverse()
     else:
         start = checkpoints.seek(thread_id, lo) if checkpoints is not None else None
+        if start is None and lo <= 2 * SPARSE_EVERY:
+            start = (1, 0, None)  # near the start of the file
         if start is None or lo - start[0] > 2 * SPARSE_EVERY:
             return None
         anchor = start[2]
