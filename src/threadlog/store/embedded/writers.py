@@ -4,8 +4,9 @@ A thread is opened for writing on its first append (or `acquire`), and stays ope
 released, evicted or the store closes. Opening one (`OpenLogs.get`) is where its file is made
 safe to build on, under its single-writer lease (`threadlog.store.embedded.leases`):
 
-1. its records are read back: from a snapshot's anchor when one is usable and no dead journal
-   exists, otherwise whole, after replaying its records from any dead journal
+1. its records are read back: from the later of the store's checkpoint and the runtime's
+   snapshot when one is usable and no dead journal exists (`threadlog.store.embedded.
+   checkpoint`), otherwise whole, after replaying its records from any dead journal
    (`Recovery.recover_thread`);
 2. damage refuses the thread (`IntegrityError`), and so does a log that lost records the
    index saw acknowledged, or one a newer threadlog wrote (`check_writable_format`);
