@@ -17,7 +17,9 @@ holds it to three rules:
 
 Shortcuts that keep those rules: the scan a thread was just opened for writing with (one read
 after an open is usually a session replaying it), the first ``limit`` lines alone for a read
-from the start, and the tail after a snapshot's anchor for a read after it. `Reader.follow`
+from the start, a window read from the end of the file or the sparse index for a read after
+or before an ordinal (`threadlog.store.embedded.tailread`), and the tail after a snapshot's
+anchor. `Reader.verify` streams the file (`threadlog.store.embedded.verify`). `Reader.follow`
 tails a thread that another process may be writing. `Reader.verify` reports instead of
 raising, and also replays the events through the reducer.
 """
