@@ -154,6 +154,14 @@ def test_a_writers_first_append_starts_from_the_latest_snapshot(
         return reduce_log(thread_id, records, state)
 
     monkeypatch.setattr(writers, "reduce_log", spy)
+    with open_store(home) as store:  # the store's own checkpoint (taken at close) is later
+        with pytest.raises(UsageError, match="already ended"):
+            store.append(thread, "turn.ended", {"turn_id": "t1", "outcome": "completed"})
+        assert reduced == [(0, True)]  # the checkpoint's state, nothing after it
+        store.index.run("DELETE FROM checkpoints")
+    reduced.clear()
+    with open_store(home) as store:
+        store.index.run("DELETE FROM checkpoints")  # (the close took one again)
     with open_store(home) as store:
         with pytest.raises(UsageError, match="already ended"):
             store.append(thread, "turn.ended", {"turn_id": "t1", "outcome": "completed"})

@@ -23,6 +23,7 @@ from rich.text import Text
 
 from threadlog.cli import EXIT_FAILED, cli, handle_errors, remote, store_options
 from threadlog.cli._describe import activity, describe, thread_row
+from threadlog.cli._fetch import last_records
 from threadlog.cli._out import (
     abbreviate,
     clean,
@@ -111,8 +112,13 @@ def ls(home: str | None, as_json: bool, principal: str | None, limit: int | None
         click.echo("… more threads not shown (--limit N to see more)", err=not is_terminal())
 
 
-def fetch_events(store: DiskStore, thread: str, after: int, limit: int | None) -> list[Record]:
-    """The records ``events`` prints: ``ord > after``, at most ``limit``."""
+def fetch_events(
+    store: DiskStore, thread: str, after: int, limit: int | None, last_n: int | None = None
+) -> list[Record]:
+    """The records ``events`` prints: ``ord > after``, at most ``limit``; with ``last_n``,
+    only the latest that many, read from the end of the log."""
+    if last_n is not None:
+        return last_records(store, thread, last_n, after=after)[:limit]
     return store.read(thread, after, limit=limit)
 
 
@@ -127,8 +133,21 @@ def fetch_events(store: DiskStore, thread: str, after: int, limit: int | None) -
     help="Only records with a larger ordinal (a cursor).",
 )
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many records.")
+@click.option(
+    "--last",
+    "last_n",
+    type=click.IntRange(min=0),
+    help="Only the latest this many records (after --after), read from the end of the log.",
+)
 @handle_errors
-def events(home: str | None, as_json: bool, thread: str, after: int, limit: int | None) -> None:
+def events(
+    home: str | None,
+    as_json: bool,
+    thread: str,
+    after: int,
+    limit: int | None,
+    last_n: int | None,
+) -> None:
     """Print a thread's records as JSON lines, one envelope per line.
 
     The output is the log itself (each line verifies on its own), so it can be piped into jq
@@ -137,11 +156,12 @@ def events(home: str | None, as_json: bool, thread: str, after: int, limit: int 
     \b
     Example:
       threadlog events THREAD --after 40 | jq -c '{ord, type}'
+      threadlog events THREAD --last 5
       threadlog events THREAD --json | jq length
     """
     with open_store(home) as store:
         thread = resolve_thread(store, thread)
-        records = fetch_events(store, thread, after, limit)
+        records = fetch_events(store, thread, after, limit, last_n)
     if as_json:
         print_json([r.to_dict() for r in records])
         return

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from threadlog.cli import EXIT_STORE, cli, fail, handle_errors, store_options
 from threadlog.cli._describe import describe, thread_row
+from threadlog.cli._fetch import records_for_show
 from threadlog.cli._out import clean, console, is_terminal, print_json, progress, short, table
 from threadlog.cli._store import THREAD, DiskStore, open_disk_store, resolve_thread
 from threadlog.errors import IntegrityError
@@ -39,21 +40,19 @@ class Shown:
     thread: dict[str, Any]
     turns: list[dict[str, Any]]
     calls: list[dict[str, Any]]
+    complete: bool = True
+    """Whether ``records`` is the whole log (else the latest ones only)."""
 
 
-def fetch_records(store: DiskStore, thread: str) -> list[Record]:
-    """Every record of the thread (the tree and the sessions need them all)."""
-    return store.read(thread)
-
-
-def fetch_for_show(store: DiskStore, thread: str) -> Shown:
-    """Read what ``show`` prints."""
-    records = fetch_records(store, thread)
+def fetch_for_show(store: DiskStore, thread: str, last_n: int, *, whole: bool) -> Shown:
+    """Read what ``show`` prints: every record with ``whole`` (the tree), else only the
+    latest (`threadlog.cli._fetch.records_for_show`)."""
+    records, complete = records_for_show(store, thread, last_n, whole=whole)
     state = store.state(thread)
     info = store.thread_info(thread)
     turns = store.turns(thread)
     calls = store.tool_calls(thread)
-    return Shown(records, state, thread_row(store, info, calls), turns, calls)
+    return Shown(records, state, thread_row(store, info, calls), turns, calls, complete)
 
 
 @cli.command()
@@ -97,7 +96,7 @@ def show(
         thread = resolve_thread(store, thread)
         try:
             with progress("reading the thread", quiet=as_json):
-                shown = fetch_for_show(store, thread)
+                shown = fetch_for_show(store, thread, last_n, whole=as_tree)
         except IntegrityError as exc:
             fail(
                 f"{exc} (the log is damaged: `threadlog verify {thread}` shows where; "
@@ -238,7 +237,9 @@ def _print_show(shown: Shown, last_n: int) -> None:
                 )
                 for s in sessions
             ],
-            title="sessions",
+            title="sessions"
+            if shown.complete
+            else f"sessions (in the last {len(shown.records):,} records)",
             out=screen,
         )
     if last_n:

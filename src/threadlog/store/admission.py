@@ -84,6 +84,10 @@ class Admission:
                 self.forget()
                 raise
 
+    def peek(self) -> ThreadState | None:
+        """The state as it stands (the caller holds the writer lock), None if not built."""
+        return self._state if self._ready else None
+
     def forget(self) -> None:
         """Drop the state (a record it holds was not written after all); the next `admit`
         builds it again from the log."""

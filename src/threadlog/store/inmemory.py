@@ -250,15 +250,22 @@ class MemoryStore(MemoryBlobs, MemoryMailbox, MemoryCredentials, MemoryTransfer)
                 after = records[-1].ord
             time.sleep(interval)
 
-    def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
+    def read(
+        self,
+        thread_id: str,
+        after: int = 0,
+        *,
+        limit: int | None = None,
+        before: int | None = None,
+    ) -> list[Record]:
         """As `EmbeddedStore.read`."""
         with self._lock:
             records = self._threads.get(thread_id)
             if records is None:
                 raise ThreadNotFound(thread_id)
-            out = records[max(after, 0) :]
+            out = records[max(after, 0) : None if before is None else max(before - 1, 0)]
         if limit is not None:
-            out = out[:limit]
+            out = out[:limit] if before is None else (out[-limit:] if limit > 0 else [])
         return [_copy(r, js) for r, js in out]
 
     def state(self, thread_id: str) -> ThreadState:

@@ -198,8 +198,19 @@ class Store(Protocol):
         """`append` for asyncio: waits for durability without blocking the event loop."""
         ...
 
-    def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
-        """Durable records with ``ord > after`` in order, at most ``limit``. Raises
+    def read(
+        self,
+        thread_id: str,
+        after: int = 0,
+        *,
+        limit: int | None = None,
+        before: int | None = None,
+    ) -> list[Record]:
+        """Durable records with ``after < ord < before`` (``before=None``: no upper bound), in
+        ascending order. ``limit`` keeps at most that many: the first ones, or, with
+        ``before``, the ones nearest ``before`` — so ``read(t, before=2**62, limit=5)`` is the
+        thread's last five records, read without reading the log from its start. A
+        ``before`` past the last record reads up to the end. Raises `ThreadNotFound`, and
         `IntegrityError` for damage."""
         ...
 

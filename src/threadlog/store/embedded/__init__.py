@@ -26,8 +26,9 @@ How a record flows, append → journal → rollout → index:
 A store that crashes leaves its journal: the next open replays it into the rollouts
 (`recovery`, `deadjournals`) and catches the index up from the files (`indexer`). Reads scan
 the rollout itself, never past what is durable, and check it against what the index saw
-acknowledged (`reader`, `rollout`); a snapshot's anchor lets them start in the middle
-(`snapshots`). A fork copies a prefix of a rollout byte for byte into a new one (`fork`); a
+acknowledged (`reader`, `rollout`); a snapshot's anchor or the store's own checkpoint lets
+them start in the middle (`snapshots`, `checkpoint`), and a window at the end of a long
+thread is read from the end of the file or the sparse index (`tailread`). A fork copies a prefix of a rollout byte for byte into a new one (`fork`); a
 thread copied from another store is written whole as a new rollout (`transfer`).
 
 Modules
@@ -42,6 +43,9 @@ Modules
 ``rollout``      scanning a rollout: a torn tail versus damage
 ``reader``       reads, follow, verify, durable-before-visible, the acknowledged marks
 ``snapshots``    snapshots over index rows, and the anchor check that makes them safe
+``checkpoint``   the store's own checkpoints (ord, offset, hash, state) and sparse index
+``tailread``     a window of records read from the end or the sparse index, verified
+``streamscan``   scanning a whole rollout a chunk at a time; ``verify`` streamed on it
 ``fork``         byte-for-byte forks, verified while they are written
 ``transfer``     threads copied from another store adopted verbatim (`Transfer`)
 ``recovery``     replaying dead journals on open and per thread; unborn threads; repairs

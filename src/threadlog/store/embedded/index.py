@@ -72,6 +72,9 @@ def _translated(method: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+_THREAD_TABLES = ("threads", "turns", "tool_calls", "memories")
+
+
 class Index:
     """One SQLite connection, shared by the store's threads under a lock."""
 
@@ -314,6 +317,15 @@ class Index:
             )
 
     @_translated
+    def run(self, sql: str, args: Sequence[Any] = (), *, many: bool = False) -> list[Any]:
+        """One statement on the store's side tables (`threadlog.store.embedded.checkpoint`)."""
+        with self._lock:
+            if many:
+                self._db.executemany(sql, args)
+                return []
+            return self._db.execute(sql, args).fetchall()
+
+    @_translated
     def get_snapshot(self, thread_id: str) -> SnapshotRow | None:
         """The thread's snapshot, if any."""
         with self._lock:
@@ -329,7 +341,7 @@ class Index:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                for table in ("threads", "turns", "tool_calls", "memories", "snapshots"):
+                for table in (*_THREAD_TABLES, "snapshots", "checkpoints", "sparse_offsets"):
                     self._db.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
                 self._db.execute("COMMIT")
             except BaseException:
@@ -364,6 +376,8 @@ class Index:
                 "acknowledged",
                 "snapshots",
                 "thread_meta",
+                "checkpoints",
+                "sparse_offsets",
             ):
                 self._db.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
 

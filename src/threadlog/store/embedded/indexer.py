@@ -221,8 +221,16 @@ class Committer:
     a failed commit poisons the journal (the appends' own waits raise it), and an index that
     falls behind catches up on the next open."""
 
-    def __init__(self, journal: Journal, indexer: Indexer, interval: float) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        indexer: Indexer,
+        interval: float,
+        after: Callable[[], None] | None = None,
+    ) -> None:
         self._journal = journal
+        self._after = after
+        """Run after each drain (the store's checkpoints, `threadlog.store.embedded.checkpoint`)."""
         self._indexer = indexer
         self._interval = interval
         self._stop = threading.Event()
@@ -250,3 +258,8 @@ class Committer:
                 log.warning("index update failed (%s); it will catch up on the next open", exc)
             except Exception:
                 log.exception("index update failed; it will catch up on the next open")
+            if self._after is not None:
+                try:
+                    self._after()
+                except Exception:
+                    log.exception("taking checkpoints failed; opens read the whole log")

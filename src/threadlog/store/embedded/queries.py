@@ -16,6 +16,7 @@ from threadlog.errors import UsageError
 from threadlog.model import codec
 from threadlog.model.legality import replay_log
 from threadlog.model.refs import resolve as resolve_refs
+from threadlog.store.embedded.checkpoint import state_at
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from threadlog.model.refs import ArtifactRef
     from threadlog.model.state import ThreadState
     from threadlog.store.embedded.artifacts import ArtifactStore
+    from threadlog.store.embedded.checkpoint import Checkpoints
     from threadlog.store.embedded.credentials import CredentialFile
     from threadlog.store.embedded.index import IndexedThread
     from threadlog.store.embedded.indexer import Indexer
@@ -47,6 +49,7 @@ class Queries:
     _layout: Layout
     _reader: Reader
     _snapshots: SnapshotKeeper
+    _checkpoints: Checkpoints
     _recovery: Recovery
     _indexer: Indexer
     _mailbox: MailboxDir
@@ -98,12 +101,20 @@ class Queries:
         """Every thread with a rollout file, from the file system (`Layout.thread_ids`)."""
         return self._layout.thread_ids()
 
-    def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
-        """Durable records of a thread with ``ord > after``, verified, in order (`Reader.read`).
+    def read(
+        self,
+        thread_id: str,
+        after: int = 0,
+        *,
+        limit: int | None = None,
+        before: int | None = None,
+    ) -> list[Record]:
+        """Durable records of a thread with ``after < ord < before``, verified, in order
+        (`Reader.read`; ``limit`` as `Store.read`).
 
         A torn tail (an interrupted write) is not returned; damage raises `IntegrityError`.
         """
-        return self._reader.read(thread_id, after, limit=limit)
+        return self._reader.read(thread_id, after, limit=limit, before=before)
 
     def follow(self, thread_id: str, after: int = 0, *, interval: float = 0.2) -> Iterator[Record]:
         """`Store.follow`: the durable records after ``after``, then each new one."""
@@ -116,6 +127,13 @@ class Queries:
     def state(self, thread_id: str) -> ThreadState:
         """The thread's state, reduced from its log; `IntegrityError` (with its ordinal) if
         the log holds an event the reducer refuses (written by an older threadlog)."""
+        row = self._checkpoints.get(thread_id)
+        if row is not None:
+            base = state_at(row)  # the store's checkpoint, then the records after it
+            if base is not None:
+                tail = self.read(thread_id, after=row.ord)
+                if not tail or tail[0].prev == row.hash:
+                    return replay_log(thread_id, tail, base)
         return replay_log(thread_id, self.read(thread_id))
 
     def durable_end(self, thread_id: str) -> int | None:

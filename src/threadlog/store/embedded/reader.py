@@ -17,7 +17,9 @@ holds it to three rules:
 
 Shortcuts that keep those rules: the scan a thread was just opened for writing with (one read
 after an open is usually a session replaying it), the first ``limit`` lines alone for a read
-from the start, and the tail after a snapshot's anchor for a read after it. `Reader.follow`
+from the start, a window read from the end of the file or the sparse index for a read after
+or before an ordinal (`threadlog.store.embedded.tailread`), and the tail after a snapshot's
+anchor. `Reader.verify` streams the file (`threadlog.store.embedded.verify`). `Reader.follow`
 tails a thread that another process may be writing. `Reader.verify` reports instead of
 raising, and also replays the events through the reducer.
 """
@@ -31,17 +33,13 @@ from typing import TYPE_CHECKING
 
 from threadlog.errors import (
     IntegrityError,
-    InvalidTransition,
     StorageError,
     ThreadNotFound,
-    UsageError,
 )
-from threadlog.model.eventdata import from_data
-from threadlog.model.reducer import replay
-from threadlog.store.artifact_check import first_bad_artifact, worse
 from threadlog.store.embedded.leases import read_durable_end
 from threadlog.store.embedded.rollout import Scan, scan, scan_file
-from threadlog.store.protocol import VerifyReport
+from threadlog.store.embedded.tailread import read_window, select
+from threadlog.store.embedded.verify import verify_log
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -50,11 +48,13 @@ if TYPE_CHECKING:
     from threadlog.model.envelope import Record
     from threadlog.model.refs import ArtifactRef
     from threadlog.store._fileops import FileOps
+    from threadlog.store.embedded.checkpoint import Checkpoints
     from threadlog.store.embedded.index import Index
     from threadlog.store.embedded.layout import Layout
     from threadlog.store.embedded.rolloutlog import RolloutLog
     from threadlog.store.embedded.schema import AckMark
     from threadlog.store.embedded.snapshots import SnapshotKeeper
+    from threadlog.store.protocol import VerifyReport
 
 __all__ = ["Reader", "lost_acknowledged"]
 
@@ -92,22 +92,33 @@ class Reader:
         self._fops = fops
         self._max_record_bytes = max_record_bytes
         self._problems = problems
+        self.checkpoints: Checkpoints | None = None
+        """The store's checkpoints and sparse index (the tail reads seek with them)."""
 
-    def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
-        """Durable records of a thread with ``ord > after``, verified, in order.
+    def read(
+        self,
+        thread_id: str,
+        after: int = 0,
+        *,
+        limit: int | None = None,
+        before: int | None = None,
+    ) -> list[Record]:
+        """Durable records of a thread with ``after < ord < before``, verified, in order.
 
         A torn tail (an interrupted write) is not returned; damage raises `IntegrityError`.
-        With ``limit``, from the start of the log, only the lines needed are read and verified
-        (damage further on is not looked for).
+        ``limit`` keeps the first ones, or with ``before`` the ones nearest it. With
+        ``limit`` from the start of the log, only the lines needed are read and verified;
+        a window after an ordinal or before one is read from the end of the file or from the
+        sparse index (`threadlog.store.embedded.tailread`; damage elsewhere is not looked for).
         """
         path = self._layout.path_of(thread_id)
         rollout = self._logs.get(thread_id)
         fresh = rollout.take_fresh() if rollout is not None else None
         if fresh:  # just verified by opening the thread (and synced), only this store writes it
-            return fresh[after:] if limit is None else fresh[after : after + limit]
+            return select(fresh, after, before, limit)
         known = self.acknowledged(thread_id)
         end = self.durable_end(thread_id)
-        records = self._read_file(path, thread_id, after, limit, end, known)
+        records = self._read_file(path, thread_id, after, limit, end, known, before)
         if end is None:
             # Durable before visible: no live writer says how far the file is durable, and a
             # killed one may have left records it never synced; sync the file now that it is
@@ -176,12 +187,27 @@ class Reader:
         limit: int | None,
         end: int | None,
         known: AckMark | None,
+        before: int | None = None,
     ) -> list[Record]:
-        if limit is not None and after == 0:
+        if limit is not None and after == 0 and before is None:
             head = self._read_head(path, thread_id, limit, end)
             if head is not None:
                 return head
-        if after > 0 and self._snapshots.covers(thread_id, after):
+        if after > 0 or before is not None:
+            window = read_window(
+                path,
+                thread_id,
+                after,
+                before,
+                limit,
+                end=end,
+                known=known,
+                checkpoints=self.checkpoints,
+                max_record_bytes=self._max_record_bytes,
+            )
+            if window is not None:
+                return window
+        if after > 0 and before is None and self._snapshots.covers(thread_id, after):
             fast = self._snapshots.anchored_tail(thread_id, path, end)
             if fast is not None:  # read only what follows the snapshot's anchor
                 lost = lost_acknowledged(thread_id, fast[1], known, fast[0])
@@ -190,6 +216,8 @@ class Reader:
                 records = [r for r in fast[1].records if r.ord > after]
                 return records[:limit] if limit is not None else records
         scanned = self.scan_whole(path, thread_id, end, known)
+        if before is not None:
+            return select(scanned.records, after, before, limit)
         records = scanned.records[after:] if after > 0 else scanned.records
         return records[:limit] if limit is not None else records
 
@@ -268,37 +296,19 @@ class Reader:
         event is legal for the reducer; with ``check_artifact``, that every blob a record
         references is there and sound). Reports; never repairs."""
         path = self._layout.path_of(thread_id)
-        try:
-            known = self.acknowledged(thread_id)
-            scanned = scan_file(path, thread_id, end=self.durable_end(thread_id))
-        except FileNotFoundError:
-            if thread_id not in self.missing_threads():
-                raise ThreadNotFound(thread_id) from None
-            scanned = Scan()
-        error: IntegrityError | InvalidTransition | None = scanned.error
-        if error is None:
-            error = lost_acknowledged(thread_id, scanned, known)
-        if error is None:
-            # a crashed store's journal holds records of the thread that could not be replayed
-            journal = next((p for p in self._problems if p["thread"] == thread_id), None)
-            if journal is not None:
-                last_ord = scanned.records[-1].ord if scanned.records else 0
-                error = IntegrityError(thread_id, last_ord + 1, journal["message"])
-        if error is None and not scanned.records:
-            raise ThreadNotFound(thread_id)  # never born: its first record was never acknowledged
-        if error is None and check_events:
-            try:
-                replay(scanned.records)
-            except (InvalidTransition, IntegrityError) as exc:
-                error = exc
-            except UsageError as exc:  # data that does not fit its type
-                bad = _first_undecodable(scanned.records)
-                error = InvalidTransition(str(exc), ord=bad)
-        if check_artifact is not None and scanned.error is None:
-            error = worse(error, first_bad_artifact(thread_id, scanned.records, check_artifact))
-        last = scanned.records[-1].ord if scanned.records else 0
-        return VerifyReport(
-            thread_id, error is None, len(scanned.records), last, scanned.torn, error
+        known = self.acknowledged(thread_id)
+        end = self.durable_end(thread_id)
+        journal = next((p for p in self._problems if p["thread"] == thread_id), None)
+        return verify_log(
+            thread_id,
+            path,
+            end=end,
+            known=known,
+            journal_problem=journal["message"] if journal is not None else None,
+            missing=not os.path.exists(path) and thread_id in self.missing_threads(),
+            check_events=check_events,
+            check_artifact=check_artifact,
+            lost=lost_acknowledged,
         )
 
 
@@ -337,13 +347,4 @@ def lost_acknowledged(
             "another hash): the file was replaced",
             offset=scanned.offsets[at],
         )
-    return None
-
-
-def _first_undecodable(records: list[Record]) -> int | None:
-    for record in records:
-        try:
-            from_data(record.type, record.data)
-        except UsageError:
-            return record.ord
     return None

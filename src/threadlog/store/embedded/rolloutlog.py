@@ -278,10 +278,37 @@ class RolloutLog:
     def offset_after(self, ord_: int) -> int | None:
         """The byte offset just after record ``ord_`` if it is written, else None."""
         with self._lock:
-            if ord_ > self.durable_ord or ord_ < self._first_ord - 1:
+            if ord_ > self.durable_ord or ord_ < 0:
                 return None
+            if ord_ < self._first_ord - 1:  # before a snapshot's or checkpoint's anchor
+                self._complete_prefix()
             index = ord_ + 1 - self._first_ord
             return self._offsets[index] if index < len(self._offsets) else self.size
+
+    def checkpoint_view(
+        self, dump: Callable[[ThreadState], bytes], *, sparse_after: int, every: int
+    ) -> tuple[int, str, int, bytes, list[tuple[int, int]]] | None:
+        """``(ord, hash, end, dump(state), sparse)`` for a checkpoint at the durable end
+        (`threadlog.store.embedded.checkpoint`): ``sparse`` the ``(ord, offset)`` of every
+        ``every``-th record after ``sparse_after`` the log knows the offset of. None unless
+        everything admitted is in the file and the reduced state is built."""
+        with self._lock:
+            state = self.admission.peek()
+            if (
+                state is None
+                or self._unwritten
+                or self.durable_ord != self.last_ord
+                or self.last_hash is None
+                or state.last_ord != self.last_ord
+            ):
+                return None
+            first = max(sparse_after + 1, self._first_ord)
+            first += -first % every
+            sparse = [
+                (o, self._offsets[o - self._first_ord])
+                for o in range(first, self.durable_ord + 1, every)
+            ]
+            return self.last_ord, self.last_hash, self.size, dump(state), sparse
 
     def written(self, records: list[Record], nbytes: int) -> None:
         """Called by the journal leader once ``records`` are durable and in the file."""

@@ -134,6 +134,20 @@ CREATE TABLE IF NOT EXISTS snapshots (
     version     TEXT NOT NULL,
     payload     BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS checkpoints (
+    thread_id   TEXT PRIMARY KEY,
+    ord         INTEGER NOT NULL,
+    hash        TEXT NOT NULL,
+    end_offset  INTEGER NOT NULL,
+    version     TEXT NOT NULL,
+    state       BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sparse_offsets (
+    thread_id   TEXT NOT NULL,
+    ord         INTEGER NOT NULL,
+    offset      INTEGER NOT NULL,
+    PRIMARY KEY (thread_id, ord)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tool_calls (
     thread_id   TEXT NOT NULL,
     call_id     TEXT NOT NULL,
@@ -228,7 +242,16 @@ def connect(path: str, timeout: float) -> sqlite3.Connection:
         row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         if row is not None and row[0] != str(SCHEMA_VERSION):
             # Projections of another schema: drop the rows; catch-up rebuilds them.
-            for table in ("threads", "turns", "tool_calls", "memories", "snapshots", "thread_meta"):
+            for table in (
+                "threads",
+                "turns",
+                "tool_calls",
+                "memories",
+                "snapshots",
+                "thread_meta",
+                "checkpoints",
+                "sparse_offsets",
+            ):
                 db.execute(f"DELETE FROM {table}")
         db.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema', ?)",

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from threadlog.store.embedded.layout import Layout
     from threadlog.store.embedded.rolloutlog import RolloutLog
 
-__all__ = ["SnapshotKeeper"]
+__all__ = ["SnapshotKeeper", "tail_after"]
 
 
 class SnapshotKeeper:
@@ -112,38 +112,55 @@ class SnapshotKeeper:
         snap = self._index.get_snapshot(thread_id)
         if snap is None:
             return None
-        ord_, digest, end = snap.ord, snap.hash, snap.end
-        max_record_bytes = self._max_record_bytes
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if end > size:
-                    return None
-                start = max(0, end - max_record_bytes - 1)
-                first = f.readline(max_record_bytes + 1)
-                f.seek(start)
-                head = f.read(end - start)
-                tail = f.read() if durable is None else f.read(max(0, durable - end))
-        except FileNotFoundError:
-            return None
-        cut = head.rfind(b"\n", 0, len(head) - 1)
-        if cut < 0 and start > 0:
-            return None
-        try:
-            anchor = parse_line(head[cut + 1 :])
-            created = parse_line(first)
-            copied = inherited_prefix(created)
-        except (BadRecord, ValueError):
-            return None
-        if anchor.ord != ord_ or anchor.hash != digest or created.thread != thread_id:
-            return None
-        if anchor.thread != thread_id and not (
-            copied and anchor.ord <= copied.until and anchor.thread in copied.threads
-        ):
-            return None
-        scanned = scan(
-            tail, thread_id, base_offset=end, start_ord=ord_ + 1, prev_hash=digest, copied=copied
+        return tail_after(
+            thread_id, path, snap.ord, snap.hash, snap.end, self._max_record_bytes, durable
         )
-        if scanned.error is not None:
-            return None  # let the full scan find and report it
-        return anchor, scanned
+
+
+def tail_after(
+    thread_id: str,
+    path: str,
+    ord_: int,
+    digest: str,
+    end: int,
+    max_record_bytes: int,
+    durable: int | None = None,
+) -> tuple[Record, Scan] | None:
+    """The record ``ord_`` ending at byte ``end``, verified against the rollout (that ord,
+    that hash ``digest``, a record of this thread or of one it inherited from, the file's
+    ord 1 this thread's), and the scan of what follows it up to ``durable``; None at any
+    doubt (the caller then reads the whole file). Used for snapshots' anchors and the store's
+    own checkpoints (`threadlog.store.embedded.checkpoint`)."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if end > size:
+                return None
+            start = max(0, end - max_record_bytes - 1)
+            first = f.readline(max_record_bytes + 1)
+            f.seek(start)
+            head = f.read(end - start)
+            tail = f.read() if durable is None else f.read(max(0, durable - end))
+    except FileNotFoundError:
+        return None
+    cut = head.rfind(b"\n", 0, len(head) - 1)
+    if cut < 0 and start > 0:
+        return None
+    try:
+        anchor = parse_line(head[cut + 1 :])
+        created = parse_line(first)
+        copied = inherited_prefix(created)
+    except (BadRecord, ValueError):
+        return None
+    if anchor.ord != ord_ or anchor.hash != digest or created.thread != thread_id:
+        return None
+    if anchor.thread != thread_id and not (
+        copied and anchor.ord <= copied.until and anchor.thread in copied.threads
+    ):
+        return None
+    scanned = scan(
+        tail, thread_id, base_offset=end, start_ord=ord_ + 1, prev_hash=digest, copied=copied
+    )
+    if scanned.error is not None:
+        return None  # let the full scan find and report it
+    return anchor, scanned

@@ -25,6 +25,7 @@ from threadlog.store._home import default_home
 from threadlog.store.embedded.aio import AsyncCommits
 from threadlog.store.embedded.artifacts import ArtifactStore
 from threadlog.store.embedded.blobs import Blobs
+from threadlog.store.embedded.checkpoint import Checkpoints
 from threadlog.store.embedded.credentials import CredentialFile
 from threadlog.store.embedded.fork import Forker
 from threadlog.store.embedded.index import Index
@@ -120,9 +121,11 @@ class EmbeddedStore(Queries, Blobs):
         # the table of open logs: changed by the writers only, read without a lock here
         self._logs: dict[str, RolloutLog] = {}
         self._snapshots = SnapshotKeeper(layout, self.index, self._logs, journal, max_record_bytes)
+        self._checkpoints = Checkpoints(self.index, self._logs, max_record_bytes)
         self._reader = Reader(
             layout, self.index, self._logs, self._snapshots, fops, max_record_bytes, self.problems
         )
+        self._reader.checkpoints = self._checkpoints
         self._writers = OpenLogs(
             self._logs,
             layout=layout,
@@ -133,6 +136,7 @@ class EmbeddedStore(Queries, Blobs):
             snapshots=self._snapshots,
             max_open_threads=self.max_open_threads,
             max_record_bytes=max_record_bytes,
+            checkpoints=self._checkpoints,
         )
         self._indexer = Indexer(self.index, layout, self._reader, self._recovery)
         self._forker = Forker(
@@ -155,7 +159,9 @@ class EmbeddedStore(Queries, Blobs):
                 raise StorageError(f"cannot open the store at {self.home}: {exc}") from exc
             raise
         _OPEN_STORES.add(self)
-        self._committer = Committer(journal, self._indexer, commit_interval)
+        self._committer = Committer(
+            journal, self._indexer, commit_interval, after=self._checkpoints.tick
+        )
         self._committer.start()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -258,6 +264,7 @@ class EmbeddedStore(Queries, Blobs):
             return False
         self.flush()
         self._writers.release(thread_id)
+        self._checkpoints.forget(thread_id)
         return self._tombstones.delete(thread_id, self.index)
 
     def deleted(self, thread_id: str) -> bool:

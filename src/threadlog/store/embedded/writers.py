@@ -4,8 +4,9 @@ A thread is opened for writing on its first append (or `acquire`), and stays ope
 released, evicted or the store closes. Opening one (`OpenLogs.get`) is where its file is made
 safe to build on, under its single-writer lease (`threadlog.store.embedded.leases`):
 
-1. its records are read back: from a snapshot's anchor when one is usable and no dead journal
-   exists, otherwise whole, after replaying its records from any dead journal
+1. its records are read back: from the later of the store's checkpoint and the runtime's
+   snapshot when one is usable and no dead journal exists (`threadlog.store.embedded.
+   checkpoint`), otherwise whole, after replaying its records from any dead journal
    (`Recovery.recover_thread`);
 2. damage refuses the thread (`IntegrityError`), and so does a log that lost records the
    index saw acknowledged, or one a newer threadlog wrote (`check_writable_format`);
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
     from threadlog.model.state import ThreadState
     from threadlog.store._fileops import FileOps
+    from threadlog.store.embedded.checkpoint import Checkpoints
     from threadlog.store.embedded.journal import Journal
     from threadlog.store.embedded.layout import Layout
     from threadlog.store.embedded.reader import Reader
@@ -83,8 +85,10 @@ class OpenLogs:
         snapshots: SnapshotKeeper,
         max_open_threads: int,
         max_record_bytes: int,
+        checkpoints: Checkpoints | None = None,
     ) -> None:
         self.logs = logs
+        self._checkpoints = checkpoints
         self.leases: dict[str, Lease] = {}
         self.lock = threading.Lock()
         self._changed = threading.Condition(self.lock)
@@ -232,6 +236,7 @@ class OpenLogs:
         for rollout in victims:
             rollout.close()
             self._journal.sync_rollout(rollout)
+            self._checkpoint(rollout)
             self._fops.close(rollout.fd)
             del self.logs[rollout.thread_id]
             self.leases.pop(rollout.thread_id).release()
@@ -262,6 +267,7 @@ class OpenLogs:
                             self.leases[thread_id] = lease
                         lease = None
                     raise
+                self._checkpoint(rollout)
                 self._fops.close(rollout.fd)
             if lease is not None:
                 lease.release()
@@ -276,11 +282,18 @@ class OpenLogs:
         with self.lock:
             for rollout in self.logs.values():
                 rollout.closed = True
+                if self._journal.error is None:
+                    self._checkpoint(rollout)
                 self._fops.close(rollout.fd)
             self.logs.clear()
             for lease in self.leases.values():
                 lease.release()
             self.leases.clear()
+
+    def _checkpoint(self, rollout: RolloutLog) -> None:
+        """Checkpoint a log being closed, all of it in the file (`checkpoint`)."""
+        if self._checkpoints is not None:
+            self._checkpoints.take(rollout)
 
     def abandon(self) -> None:
         """In a ``fork()``ed child: close this process's copies of the rollouts' descriptors,
@@ -314,13 +327,19 @@ class OpenLogs:
         return rollout
 
     def _open_leased(self, thread_id: str, path: str, lease: Lease) -> RolloutLog:
-        if self._recovery.has_dead_journals():
-            fast = None
-        else:
-            fast = self._snapshots.anchored_tail(thread_id, path)
+        fast = None
+        if not self._recovery.has_dead_journals():
+            if self._checkpoints is not None:  # the later of its checkpoint and snapshot
+                fast = self._checkpoints.open_from(thread_id, path, self._snapshots)
+            else:
+                got = self._snapshots.anchored_tail(thread_id, path)
+                if got is not None:
+                    at = got[0]
+                    fast = (at, got[1], lambda: self._snapshots.state_at(thread_id, at))
         anchor: Record | None = None
+        base: Callable[[], ThreadState | None] | None = None
         if fast is not None:
-            anchor, scanned = fast
+            anchor, scanned, base = fast
         else:
             scanned = self._recovery.recover_thread(thread_id, path)
         if scanned.error is not None:
@@ -356,20 +375,24 @@ class OpenLogs:
             anchor=anchor,
             load_prefix=lambda: scan_file(path, thread_id),
             publish=lease.publish,
-            first_state=self._first_state(thread_id, anchor, scanned.records),
+            first_state=self._first_state(thread_id, anchor, scanned.records, base),
         )
 
     def _first_state(
-        self, thread_id: str, anchor: Record | None, records: list[Record]
+        self,
+        thread_id: str,
+        anchor: Record | None,
+        records: list[Record],
+        base_state: Callable[[], ThreadState | None] | None,
     ) -> Callable[[], ThreadState | None] | None:
         """How a log opened on ``records`` (after ``anchor``, if any) builds its reduced state
         at its first append: from the records the open read, on the snapshot's state if the
-        open started at one; None (reduce the file) if that state cannot be had."""
-        if anchor is None:
+        open started at one (or at a checkpoint: ``base_state``)."""
+        if anchor is None or base_state is None:
             return lambda: reduce_log(thread_id, records)
 
         def from_snapshot() -> ThreadState | None:
-            base = self._snapshots.state_at(thread_id, anchor)
+            base = base_state()
             if base is None:  # not ours after all: the whole file, as it was opened
                 upto = records[-1].ord if records else anchor.ord
                 full = scan_file(self._layout.path_of(thread_id), thread_id)

@@ -49,7 +49,12 @@ class Live:
     if TYPE_CHECKING:
 
         def read(
-            self, thread_id: str, after: int = 0, *, limit: int | None = None
+            self,
+            thread_id: str,
+            after: int = 0,
+            *,
+            limit: int | None = None,
+            before: int | None = None,
         ) -> list[Record]: ...
 
     def follow(self, thread_id: str, after: int = 0, *, interval: float = 0.2) -> Iterator[Record]:

@@ -59,16 +59,28 @@ class Logs:
 
         def check_artifact(self, ref: ArtifactRef) -> str | None: ...
 
-    def _rows(self, thread_id: str, after: int = 0, limit: int | None = None) -> list[Any]:
-        """``(ord, line)`` rows after ``after``; `ThreadNotFound` for no such thread."""
+    def _rows(
+        self, thread_id: str, after: int = 0, limit: int | None = None, before: int | None = None
+    ) -> list[Any]:
+        """``(ord, line)`` rows with ``after < ord < before``, ascending (``limit`` keeps the
+        first ones, or with ``before`` those nearest it); `ThreadNotFound` for no such
+        thread."""
         if not is_uuid(thread_id):
             raise ThreadNotFound(thread_id)
         with self._conn() as conn:
-            rows = conn.execute(
-                "SELECT ord, line FROM events WHERE thread_id = %s AND ord > %s "
-                "ORDER BY ord LIMIT %s",
-                (thread_id, max(after, 0), limit),
-            ).fetchall()
+            if before is None:
+                rows = conn.execute(
+                    "SELECT ord, line FROM events WHERE thread_id = %s AND ord > %s "
+                    "ORDER BY ord LIMIT %s",
+                    (thread_id, max(after, 0), limit),
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    "SELECT ord, line FROM events WHERE thread_id = %s AND ord > %s "
+                    "AND ord < %s ORDER BY ord DESC LIMIT %s",
+                    (thread_id, max(after, 0), before, limit),
+                ).fetchall()
+                rows.reverse()
             if not rows:
                 found = conn.execute(
                     "SELECT 1 FROM threads WHERE thread_id = %s", (thread_id,)
@@ -77,17 +89,26 @@ class Logs:
                     raise ThreadNotFound(thread_id)
         return rows
 
-    def read(self, thread_id: str, after: int = 0, *, limit: int | None = None) -> list[Record]:
-        """Durable records with ``ord > after``, in order, at most ``limit``; each row's
-        line parsed and its hash checked (`IntegrityError` naming the ordinal)."""
+    def read(
+        self,
+        thread_id: str,
+        after: int = 0,
+        *,
+        limit: int | None = None,
+        before: int | None = None,
+    ) -> list[Record]:
+        """Durable records with ``after < ord < before``, in order, at most ``limit`` (the
+        first ones, or with ``before`` those nearest it); each row's line parsed and its hash
+        checked (`IntegrityError` naming the ordinal), the ords consecutive."""
         if limit is not None and limit <= 0:
             if limit < 0:
                 raise UsageError("limit must be >= 0")
             self._rows(thread_id, 0, 1)  # ThreadNotFound still
             return []
         records = []
-        expect = max(after, 0) + 1
-        for ord_, line in self._rows(thread_id, after, limit):
+        rows = self._rows(thread_id, after, limit, before)
+        expect = max(after, 0) + 1 if before is None or limit is None or not rows else rows[0][0]
+        for ord_, line in rows:
             if ord_ != expect:
                 raise IntegrityError(thread_id, expect, f"ord {expect} is missing from the log")
             records.append(decode_line(thread_id, ord_, line))

@@ -43,7 +43,12 @@ class Transfers:
         def exists(self, thread_id: str) -> bool: ...
 
         def read(
-            self, thread_id: str, after: int = 0, *, limit: int | None = None
+            self,
+            thread_id: str,
+            after: int = 0,
+            *,
+            limit: int | None = None,
+            before: int | None = None,
         ) -> list[Record]: ...
 
         def import_thread(self, lines: list[bytes]) -> str: ...

@@ -2,7 +2,8 @@
 
 A new thread's first record is its ``thread.created``; each append gets the next ordinal,
 links to the previous record's hash, and (by default) takes the previous record as its
-parent. ``read(after=, limit=)`` pages through the log by ordinal. Data is copied on the way in
+parent. ``read(after=, limit=)`` pages through the log by ordinal; ``read(before=, limit=)``
+pages backwards (the records nearest ``before``, ascending: the last N of a thread). Data is copied on the way in
 and out: neither the caller's objects nor a record handed out alias the log.
 """
 
@@ -12,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from threadlog.errors import UsageError
+from threadlog.errors import ThreadNotFound, UsageError
 from threadlog.model.envelope import FORMAT_VERSION, Record
 from threadlog.model.reducer import replay
 from threadlog.store.protocol import Store
-from threadlog.testing.contract._common import OTHER_ID, check_chain
+from threadlog.testing.contract._common import MISSING_THREAD, OTHER_ID, check_chain
 
 __all__ = ["AppendReadTests"]
 
@@ -65,6 +66,32 @@ class AppendReadTests:
         assert store.read(thread, limit=2) == everything[:2]
         assert store.read(thread, after=1, limit=2) == everything[1:3]
         assert store.read(thread, limit=0) == []
+
+    def test_read_before_keeps_the_records_nearest_it(self, store: Store) -> None:
+        thread = store.create_thread("a")
+        for i in range(7):
+            store.append(thread, "custom.n", {"i": i})
+        everything = store.read(thread)  # ords 1..8
+        assert store.read(thread, before=9) == everything
+        assert store.read(thread, before=2**62) == everything
+        assert store.read(thread, before=5) == everything[:4]
+        assert store.read(thread, before=9, limit=3) == everything[5:]  # the last three
+        assert store.read(thread, before=2**62, limit=3) == everything[5:]
+        assert store.read(thread, before=6, limit=2) == everything[3:5]
+        assert store.read(thread, after=3, before=6) == everything[3:5]
+        assert store.read(thread, after=3, before=6, limit=10) == everything[3:5]
+        assert store.read(thread, after=4, before=6, limit=1) == everything[4:5]
+        assert store.read(thread, before=3, limit=100) == everything[:2]
+        assert store.read(thread, before=2, limit=1) == everything[:1]
+        assert store.read(thread, before=1) == []
+        assert store.read(thread, after=5, before=6) == []
+        assert store.read(thread, after=6, before=3) == []
+        assert store.read(thread, before=9, limit=0) == []
+        assert store.read(thread, before=100, limit=8) == everything
+
+    def test_read_before_a_thread_that_does_not_exist(self, store: Store) -> None:
+        with pytest.raises(ThreadNotFound):
+            store.read(MISSING_THREAD, before=5, limit=2)
 
     def test_read_after_a_negative_ordinal_returns_everything(self, store: Store) -> None:
         # BUG (memory): MemoryStore.read slices records[after:], so after=-1 returns the last

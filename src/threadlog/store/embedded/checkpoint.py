@@ -1,0 +1,247 @@
+"""The store's own verification checkpoints and its sparse ordinal → offset index.
+
+Theory of operation
+-------------------
+A *checkpoint* is kept per thread in the index (table ``checkpoints``): the ordinal, hash and
+end offset of a record this store wrote and had verified, and the thread's reduced
+`ThreadState` after it (what an append is checked against, `threadlog.store.admission`).
+Opening a thread for writing starts from it the way it starts from a runtime snapshot
+(`threadlog.store.embedded.snapshots.tail_after`): the line ending at that offset must parse
+and carry that ord and hash, the file's ord 1 must be this thread's, and only what follows it
+is scanned, chained onto it. When a runtime snapshot exists too, the later of the two is
+tried first. Any doubt (no row, another threadlog's format, a file shorter than the offset, a
+line that does not match, damage after it) returns None and the caller reads the whole file:
+a checkpoint is an optimisation, never the truth, and lost with the index it costs one full
+read.
+
+Checkpoints are taken off the append path: by the background committer every
+`CHECKPOINT_EVERY` records a log has made durable since its last one, and when a log is
+released, evicted or closed. Taking one holds the log's lock for as long as it takes to
+serialize the state, and only when everything the log admitted is in the file (the state
+then describes exactly the records up to the durable end).
+
+The *sparse index* (table ``sparse_offsets``) keeps the line offset of every
+`SPARSE_EVERY`-th record, written with each checkpoint from the offsets the log knows. A
+read after an ordinal seeks to the nearest entry before it (`Checkpoints.seek`) and scans
+from there; the entry is only a hint: the reader checks that the line there parses and holds
+that ordinal, and reads from the start of the file otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, NamedTuple
+
+from threadlog.errors import StorageError
+from threadlog.model import snapshot
+from threadlog.model.context import Context
+from threadlog.store.embedded.snapshots import tail_after
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from threadlog.model.envelope import Record
+    from threadlog.model.state import ThreadState
+    from threadlog.store.embedded.index import Index
+    from threadlog.store.embedded.rollout import Scan
+    from threadlog.store.embedded.rolloutlog import RolloutLog
+    from threadlog.store.embedded.snapshots import SnapshotKeeper
+
+__all__ = ["CHECKPOINT_EVERY", "SPARSE_EVERY", "Checkpoint", "Checkpoints"]
+
+log = logging.getLogger("threadlog.store")
+
+CHECKPOINT_EVERY = 10_000
+"""Records a log makes durable before the committer takes its next checkpoint."""
+
+SPARSE_EVERY = 1000
+"""One sparse-index entry per this many records (ords 1000, 2000, ...)."""
+
+
+class Checkpoint(NamedTuple):
+    """A thread's checkpoint row: record ``ord`` has ``hash`` and ends at byte ``end``."""
+
+    ord: int
+    hash: str
+    end: int
+    version: str
+    state: bytes
+
+
+class Checkpoints:
+    """Takes, checks and serves the store's checkpoints and sparse index (module docstring).
+
+    Args:
+        index: where both are kept.
+        logs: the threads this store has open for writing (read only here).
+        max_record_bytes: the longest line a rollout may hold.
+    """
+
+    def __init__(self, index: Index, logs: dict[str, RolloutLog], max_record_bytes: int) -> None:
+        self._index = index
+        self._logs = logs
+        self._max_record_bytes = max_record_bytes
+        self._taken: dict[str, int] = {}
+        """Per thread, the ord of the last checkpoint this store took or opened from."""
+
+    # -- taking ------------------------------------------------------------------------------
+
+    def take(self, rollout: RolloutLog) -> bool:
+        """Checkpoint ``rollout`` at its durable end, if its state can be had; never raises
+        (a checkpoint not taken costs a longer open, nothing more)."""
+        thread_id = rollout.thread_id
+        last = self._taken.get(thread_id, 0)
+        try:
+            view = rollout.checkpoint_view(_dump_state, sparse_after=last, every=SPARSE_EVERY)
+            if view is None or view[0] <= last:
+                return False
+            ord_, digest, end, payload, sparse = view
+            if sparse:
+                self._index.run(
+                    "INSERT OR REPLACE INTO sparse_offsets (thread_id, ord, offset) "
+                    "VALUES (?, ?, ?)",
+                    [(thread_id, o, off) for o, off in sparse],
+                    many=True,
+                )
+            self._index.run(
+                "INSERT OR REPLACE INTO checkpoints "
+                "(thread_id, ord, hash, end_offset, version, state) VALUES (?, ?, ?, ?, ?, ?)",
+                (thread_id, ord_, digest, end, snapshot.SNAPSHOT_VERSION, payload),
+            )
+        except StorageError as exc:
+            log.warning("thread %s: no checkpoint taken (%s)", thread_id, exc)
+            return False
+        self._taken[thread_id] = ord_
+        return True
+
+    def tick(self) -> None:
+        """The committer's turn: checkpoint every open log `CHECKPOINT_EVERY` records on."""
+        try:
+            logs = list(self._logs.values())
+        except RuntimeError:  # the table changed under the copy: next time
+            return
+        for rollout in logs:
+            if rollout.durable_ord - self._taken.get(rollout.thread_id, 0) >= CHECKPOINT_EVERY:
+                self.take(rollout)
+
+    def forget(self, thread_id: str) -> None:
+        """Forget what this store took of a thread (deleted, or its log found damaged)."""
+        self._taken.pop(thread_id, None)
+
+    # -- using -------------------------------------------------------------------------------
+
+    def get(self, thread_id: str) -> Checkpoint | None:
+        """The thread's checkpoint row, if any (unchecked), or None if the index fails."""
+        try:
+            rows = self._index.run(
+                "SELECT ord, hash, end_offset, version, state FROM checkpoints WHERE thread_id = ?",
+                (thread_id,),
+            )
+        except StorageError:
+            return None
+        if not rows:
+            return None
+        ord_, digest, end, version, state = rows[0]
+        return Checkpoint(ord_, digest, end, version, bytes(state))
+
+    def anchored_tail(
+        self, thread_id: str, path: str, durable: int | None = None
+    ) -> tuple[Record, Scan, Checkpoint] | None:
+        """The checkpoint's record (verified against the rollout) and the scan of what
+        follows it; None when there is no usable checkpoint (see the module docstring)."""
+        row = self.get(thread_id)
+        if row is None or row.version != snapshot.SNAPSHOT_VERSION:
+            return None
+        fast = tail_after(
+            thread_id, path, row.ord, row.hash, row.end, self._max_record_bytes, durable
+        )
+        if fast is None:
+            log.info(
+                "thread %s: checkpoint at ord %d not usable; reading it whole", thread_id, row.ord
+            )
+            return None
+        self._taken[thread_id] = max(self._taken.get(thread_id, 0), row.ord)
+        return fast[0], fast[1], row
+
+    def open_from(
+        self, thread_id: str, path: str, snapshots: SnapshotKeeper
+    ) -> tuple[Record, Scan, Callable[[], ThreadState | None]] | None:
+        """Where opening a thread for writing may start: the later of this checkpoint and
+        the runtime's snapshot that checks out against the rollout, as ``(anchor, scan of
+        what follows, how to get the state at the anchor)``; None for neither."""
+        row = self.get(thread_id)
+        try:
+            snap = self._index.get_snapshot(thread_id)
+        except StorageError:
+            snap = None
+        snap_first = snap is not None and (row is None or snap.ord > row.ord)
+        fast = None if snap_first or row is None else self._from_checkpoint(thread_id, path)
+        if fast is None and snap is not None:
+            fast = self._from_snapshot(thread_id, path, snapshots)
+        if fast is None and snap_first and row is not None:
+            fast = self._from_checkpoint(thread_id, path)
+        return fast
+
+    def _from_checkpoint(
+        self, thread_id: str, path: str
+    ) -> tuple[Record, Scan, Callable[[], ThreadState | None]] | None:
+        fast = self.anchored_tail(thread_id, path)
+        if fast is None:
+            return None
+        anchor, scanned, row = fast
+        return anchor, scanned, lambda: state_of(row, anchor)
+
+    @staticmethod
+    def _from_snapshot(
+        thread_id: str, path: str, snapshots: SnapshotKeeper
+    ) -> tuple[Record, Scan, Callable[[], ThreadState | None]] | None:
+        got = snapshots.anchored_tail(thread_id, path)
+        if got is None:
+            return None
+        anchor, scanned = got
+        return anchor, scanned, lambda: snapshots.state_at(thread_id, anchor)
+
+    def seek(self, thread_id: str, ord_: int) -> tuple[int, int, str | None] | None:
+        """``(ord, offset, prev)`` of the nearest known line start at or before record
+        ``ord_`` (a sparse entry, or the line after the checkpoint, which must then be
+        chained on ``prev``, the checkpoint's hash): a hint the caller checks."""
+        best: tuple[int, int, str | None] | None = None
+        try:
+            rows = self._index.run(
+                "SELECT ord, offset FROM sparse_offsets WHERE thread_id = ? AND ord <= ? "
+                "ORDER BY ord DESC LIMIT 1",
+                (thread_id, ord_),
+            )
+        except StorageError:
+            rows = []
+        if rows:
+            best = (rows[0][0], rows[0][1], None)
+        row = self.get(thread_id)
+        if row is not None and row.ord < ord_ and (best is None or best[0] <= row.ord + 1):
+            best = (row.ord + 1, row.end, row.hash)
+        return best
+
+
+def state_of(row: Checkpoint, anchor: Record) -> ThreadState | None:
+    """The reduced state a checkpoint holds, if it is this threadlog's and describes exactly
+    the log up to ``anchor``; else None (the caller reduces the file)."""
+    state = state_at(row)
+    return state if state is not None and state.last_hash == anchor.hash else None
+
+
+def state_at(row: Checkpoint) -> ThreadState | None:
+    """The reduced state a checkpoint row holds (a fresh copy), if this threadlog's and its
+    own ord and hash; else None. Only the caller can check the row against the rollout."""
+    if row.version != snapshot.SNAPSHOT_VERSION:
+        return None
+    loaded = snapshot.load(row.state)
+    if loaded is None:
+        return None
+    state = loaded[0]
+    if state.last_ord != row.ord or state.last_hash != row.hash:
+        return None
+    return state
+
+
+def _dump_state(state: ThreadState) -> bytes:
+    return snapshot.dump(state, Context())
