@@ -43,7 +43,7 @@ def open_and_close(home: str, thread: str) -> tuple[int, Any]:
         async with Runtime(home) as runtime:
             usable = runtime.store.load_snapshot(thread, snapshot.SNAPSHOT_VERSION)  # type: ignore[attr-defined]
             session = await runtime.open(thread)
-            assert session._snapshot_ord == (usable[0] if usable else 0)
+            assert session.base_ord == (usable[0] if usable else 0)
             rollout = runtime.store._logs[thread]  # type: ignore[attr-defined]
             return rollout._first_ord, session.state
 
