@@ -314,11 +314,13 @@ class Index:
             )
 
     @_translated
-    def get_snapshot(self, thread_id: str) -> SnapshotRow | None:
-        """The thread's snapshot, if any."""
+    def get_snapshot(self, thread_id: str, *, payload: bool = True) -> SnapshotRow | None:
+        """The thread's snapshot, if any; without ``payload``, its anchor only (the payload
+        is then ``b""``: a long thread's snapshot is megabytes, its anchor a few bytes)."""
+        what = "payload" if payload else "x''"
         with self._lock:
             row = self._db.execute(
-                "SELECT ord, hash, end_offset, version, payload FROM snapshots WHERE thread_id = ?",
+                f"SELECT ord, hash, end_offset, version, {what} FROM snapshots WHERE thread_id = ?",
                 (thread_id,),
             ).fetchone()
         return SnapshotRow(row[0], row[1], row[2], row[3], bytes(row[4])) if row else None
