@@ -51,7 +51,7 @@ def open_and_close(home: str, thread: str) -> tuple[int, Any]:
 
 
 def test_a_closed_session_leaves_a_snapshot_and_reopening_reads_only_the_tail(home: str) -> None:
-    thread, _ = build(home, 1200)
+    thread, _ = build(home, 2400)
     first_ord, state = open_and_close(home, thread)  # no snapshot yet: full replay, then saved
     assert first_ord == 1
     with open_store(home) as store:
@@ -68,7 +68,7 @@ def test_a_closed_session_leaves_a_snapshot_and_reopening_reads_only_the_tail(ho
 
 
 def test_ids_in_the_snapshotted_prefix_still_deduplicate(home: str) -> None:
-    thread, explicit = build(home, 600)
+    thread, explicit = build(home, 2100)
     open_and_close(home, thread)
     with open_store(home) as store:
         store.acquire(thread)
@@ -85,7 +85,7 @@ def test_ids_in_the_snapshotted_prefix_still_deduplicate(home: str) -> None:
 
 
 def test_a_snapshot_whose_anchor_does_not_verify_is_ignored(home: str) -> None:
-    thread, _ = build(home, 600)
+    thread, _ = build(home, 2100)
     open_and_close(home, thread)
     with open_store(home) as store:
         ord_, hash_, end, version, payload = store.index.get_snapshot(thread)  # type: ignore[misc]

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from threadlog import UsageError, open_store
-from threadlog.runtime import Runtime
+from threadlog.runtime import Runtime, SnapshotPolicy
 from threadlog.store.embedded import rolloutlog
 
 
@@ -18,7 +18,7 @@ def test_a_parent_before_the_anchor_is_found_in_bounded_windows(
     monkeypatch.setattr(rolloutlog, "_FIRST_LINE", 100)  # shorter than the first line
 
     async def build() -> str:
-        async with Runtime(home) as runtime:
+        async with Runtime(home, snapshots=SnapshotPolicy(on_close=1)) as runtime:
             session = await runtime.create("u")
             for i in range(600):
                 await session.append("custom.x", {"i": i, "pad": "y" * 200})

@@ -59,12 +59,14 @@ class SnapshotPolicy:
             count). The default keeps a killed session's tail under ~20 ms of reducing.
         every_seconds: after this long since the last snapshot, if a record came since
             (None: never by time).
-        on_close: a closing session saves one when this many records came since the last.
+        on_close: a closing session saves one when this many records came since the last
+            (fewer cost a resume less to reduce than the snapshot costs to write: its size
+            is the state's, which grows with the thread).
     """
 
     every_records: int | None = 2_000
     every_seconds: float | None = 60.0
-    on_close: int = 500
+    on_close: int = 2_000
 
     @classmethod
     def off(cls) -> SnapshotPolicy:

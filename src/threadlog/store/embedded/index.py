@@ -314,10 +314,14 @@ class Index:
             )
 
     @_translated
-    def get_snapshot(self, thread_id: str, *, payload: bool = True) -> SnapshotRow | None:
+    def get_snapshot(self, thread_id: str, *, payload: bool | str = True) -> SnapshotRow | None:
         """The thread's snapshot, if any; without ``payload``, its anchor only (the payload
-        is then ``b""``: a long thread's snapshot is megabytes, its anchor a few bytes)."""
-        what = "payload" if payload else "x''"
+        is then ``b""``: a long thread's snapshot is megabytes, its anchor a few bytes);
+        with ``payload="line"``, its payload's first line only (without the newline)."""
+        if payload == "line":
+            what = "substr(payload, 1, instr(payload, x'0a') - 1)"
+        else:
+            what = "payload" if payload else "x''"
         with self._lock:
             row = self._db.execute(
                 f"SELECT ord, hash, end_offset, version, {what} FROM snapshots WHERE thread_id = ?",

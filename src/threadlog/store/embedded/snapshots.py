@@ -96,12 +96,12 @@ class SnapshotKeeper:
         """The reduced state the thread's snapshot holds (a fresh copy), if the snapshot is
         anchored at ``anchor`` and in this threadlog's format; else None. The store checks
         appends against it (`threadlog.store.admission`)."""
-        snap = self._index.get_snapshot(thread_id)
+        snap = self._index.get_snapshot(thread_id, payload="line")  # the state's line
         if snap is None or (snap.ord, snap.hash) != (anchor.ord, anchor.hash):
             return None
         if snap.version != snapshot.SNAPSHOT_VERSION:
             return None
-        return snapshot.load_state(snap.payload)  # the state's line only
+        return snapshot.load_state(snap.payload + b"\n")
 
     def covers(self, thread_id: str, after: int) -> bool:
         """Whether the thread has a snapshot whose anchor is at or before ord ``after``."""
