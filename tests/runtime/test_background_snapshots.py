@@ -11,6 +11,8 @@ import textwrap
 import threading
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from threadlog import _clock, open_store
 from threadlog.model import snapshot
 from threadlog.model.nodes import Nodes
@@ -19,9 +21,14 @@ from threadlog.runtime import Runtime, SnapshotPolicy
 from threadlog.store.inmemory import MemoryStore
 
 if TYPE_CHECKING:
-    import pytest
-
     from threadlog.runtime import Session
+
+
+@pytest.fixture(autouse=True)
+def _still_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Time stands still unless a test moves it: a snapshot then costs no time, and the
+    share a snapshot may take (`SnapshotPolicy.max_share`) never delays the next."""
+    monkeypatch.setattr(_clock, "monotonic", lambda: 0.0)
 
 
 def run(coro: Any) -> Any:
@@ -197,7 +204,7 @@ CHILD = textwrap.dedent(
     from threadlog.runtime import Runtime, SnapshotPolicy
 
     async def main():
-        policy = SnapshotPolicy(every_records=40, every_seconds=None, on_close=1)
+        policy = SnapshotPolicy(every_records=40, every_seconds=None, max_share=1.0)
         runtime = Runtime(sys.argv[1], snapshots=policy)
         session = await runtime.create("u")
         for i in range(int(sys.argv[2])):
@@ -231,3 +238,32 @@ def test_a_killed_session_resumes_from_the_snapshot_it_wrote_while_running(home:
     session = run(main())
     with open_store(home) as store:
         assert session.state == replay(store.read(thread))
+
+
+def test_a_costly_snapshot_delays_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [50.0]
+    monkeypatch.setattr(_clock, "monotonic", lambda: now[0])
+    store = MemoryStore()
+    saves = Saves(store)
+    real = saves._real
+
+    def slow(thread_id: str, payload: bytes, **kw: Any) -> bool:
+        now[0] += 1.0  # this save takes a second
+        return real(thread_id, payload, **kw)
+
+    saves._real = slow  # type: ignore[method-assign]
+
+    async def main() -> None:
+        policy = SnapshotPolicy(every_records=2, every_seconds=None, max_share=0.1)
+        runtime = Runtime(store, snapshots=policy)
+        session = await runtime.create("u")
+        await appends(session, 1)  # thread.created, session.opened, 1 record: due
+        assert len(saves.ords) == 1
+        await appends(session, 6)  # past the count, but 1 s of 10 is over
+        assert len(saves.ords) == 1
+        now[0] += 9.0
+        await appends(session, 1)
+        assert saves.ords[-1] == session.state.last_ord and len(saves.ords) == 2
+        await runtime.close()
+
+    run(main())

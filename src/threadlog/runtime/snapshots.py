@@ -23,6 +23,13 @@ with that hash (PostgreSQL: a record its writer has not committed yet). A refuse
 tried once more after `Store.flush`. Serializing costs the loop about a millisecond per
 megabyte of state (orjson); see docs/benchmarks.md for a realistic state's figure.
 
+*Bounded share of the session's time.* A snapshot's cost is the state's size, which grows
+with the thread (the context keeps a node per record), so a fixed count would make a long
+thread's appends pay ever more for them. After a snapshot that took *d* seconds (from
+serializing to saved), the next one waits until *d* / ``max_share`` seconds have passed since
+it started: at most ``max_share`` of the session's time goes to snapshots, and the tail a
+resume reduces stays what the session appends in that time.
+
 *At most one in flight* per session: a threshold crossed while one is being saved waits for
 the next append after it. *Errors never break the session*: a failed or refused snapshot is
 logged and counted (`SnapshotWriter.failed`), the next one is tried after another full
@@ -59,6 +66,8 @@ class SnapshotPolicy:
             count). The default keeps a killed session's tail under ~20 ms of reducing.
         every_seconds: after this long since the last snapshot, if a record came since
             (None: never by time).
+        max_share: the most of the session's time snapshots may take (see the module
+            docstring): a snapshot that took d seconds delays the next by d / max_share.
         on_close: a closing session saves one when this many records came since the last
             (fewer cost a resume less to reduce than the snapshot costs to write: its size
             is the state's, which grows with the thread).
@@ -66,6 +75,7 @@ class SnapshotPolicy:
 
     every_records: int | None = 2_000
     every_seconds: float | None = 60.0
+    max_share: float = 0.05
     on_close: int = 2_000
 
     @classmethod
@@ -97,6 +107,7 @@ class SnapshotWriter:
         """The anchor of the latest snapshot (0: none)."""
         self._tried_ord = base_ord
         self._tried_at = _clock.monotonic()
+        self._not_before = self._tried_at
         self._task: asyncio.Task[None] | None = None
         self.saved = 0
         """Snapshots this writer saved."""
@@ -115,10 +126,13 @@ class SnapshotWriter:
         since = last_ord - self._tried_ord
         if since <= 0:
             return False
+        now = _clock.monotonic()
+        if now < self._not_before:
+            return False
         every, seconds = self.policy.every_records, self.policy.every_seconds
         if every is not None and since >= every:
             return True
-        return seconds is not None and _clock.monotonic() - self._tried_at >= seconds
+        return seconds is not None and now - self._tried_at >= seconds
 
     def schedule(self, state: ThreadState, context: Context) -> None:
         """Start a snapshot of ``state`` and ``context`` (the caller checked `due`); returns
@@ -128,6 +142,7 @@ class SnapshotWriter:
         self._task = asyncio.get_running_loop().create_task(self._run(state, context))
 
     async def _run(self, state: ThreadState, context: Context) -> None:
+        started = self._tried_at
         try:
             last_hash = state.last_hash
             if last_hash is None:
@@ -153,6 +168,8 @@ class SnapshotWriter:
                 self._thread_id,
             )
         finally:
+            took = _clock.monotonic() - started
+            self._not_before = started + took / max(self.policy.max_share, 1e-6)
             self._task = None
 
     def _save(self, payload: bytes, ord_: int, last_hash: str) -> bool:
