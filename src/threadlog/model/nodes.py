@@ -4,15 +4,18 @@
 from a snapshot of a long thread would build a million of them before the session could
 append anything, though resuming rarely looks at them: recovery and appends only add nodes;
 only a model request (the path from the leaf), a branch or a label reads old ones. So
-`Nodes` holds the snapshot's nodes as the JSON object they were saved as (``raw``) and decodes
-it on the first read that needs it; nodes added since live in the dict itself. `raw_json`
-serializes all of them without decoding the prefix (a snapshot of a resumed session).
+`Nodes` holds the snapshot's nodes as they were saved (``packed``: their JSON object,
+zlib-compressed, about a fifth of its size) and decodes them on the first read that needs
+it; nodes added since live in the dict itself. `parts` gives all of them without decoding
+the snapshot's (a snapshot of a resumed session), and `merge` makes them one packed object
+again (in a worker thread: it is bytes only).
 
 Every reading method decodes first, so a `Nodes` behaves as the plain dict it stands for.
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -20,7 +23,7 @@ import orjson
 if TYPE_CHECKING:
     from collections.abc import ItemsView, Iterator, KeysView, ValuesView
 
-__all__ = ["Node", "Nodes"]
+__all__ = ["Node", "Nodes", "merge", "pack"]
 
 Node = tuple[str | None, dict[str, Any] | None, dict[str, Any] | None]
 """A record's node: its parent, its model-visible message, its compaction (or None)."""
@@ -30,15 +33,15 @@ class Nodes(dict[str, Node]):
     """``id → Node``, the ones of a snapshot decoded lazily (see the module docstring).
 
     Args:
-        raw: the JSON object of the nodes a snapshot holds (None: none); a memoryview of
-            the snapshot's payload is kept as it is (not copied).
+        packed: the nodes a snapshot holds (`pack`; None: none); a memoryview of the
+            snapshot's payload is kept as it is (not copied).
     """
 
     __slots__ = ("_raw",)
 
-    def __init__(self, raw: bytes | memoryview | None = None) -> None:
+    def __init__(self, packed: bytes | memoryview | None = None) -> None:
         super().__init__()
-        self._raw = raw if raw is not None and raw != b"{}" else None
+        self._raw = packed if packed is not None and len(packed) else None
 
     @property
     def pending(self) -> bool:
@@ -52,7 +55,7 @@ class Nodes(dict[str, Node]):
         self._raw = None
         added = dict(self.items_now())
         dict.clear(self)
-        for key, node in orjson.loads(raw).items():
+        for key, node in orjson.loads(zlib.decompress(raw)).items():
             dict.__setitem__(self, key, (node[0], node[1], node[2]))
         dict.update(self, added)  # added after the snapshot: they come last, as in the log
 
@@ -60,15 +63,10 @@ class Nodes(dict[str, Node]):
         """The nodes decoded so far (those added since the snapshot while it is pending)."""
         return dict.items(self)
 
-    def raw_json(self) -> bytes:
-        """All the nodes as one JSON object, the snapshot's part copied as it is."""
-        added = orjson.dumps(dict(self.items_now()))
-        raw = self._raw
-        if raw is None:
-            return added
-        if added == b"{}":
-            return bytes(raw)
-        return b"".join((raw[:-1], b",", added[1:]))
+    def parts(self) -> tuple[bytes | memoryview | None, bytes]:
+        """All the nodes without decoding the snapshot's: ``(packed, added)``, the
+        snapshot's nodes as loaded (or None) and the JSON object of those added since."""
+        return self._raw, orjson.dumps(dict(self.items_now()))
 
     def __contains__(self, key: object) -> bool:
         if self._raw is not None and not dict.__contains__(self, key):
@@ -130,6 +128,23 @@ class Nodes(dict[str, Node]):
     def __reduce__(self) -> Any:
         self._decode()
         return (_rebuild, (dict(self.items_now()),))
+
+
+def pack(nodes_json: bytes) -> bytes:
+    """A JSON object of nodes, packed (zlib, fast level: it is mostly ids)."""
+    return zlib.compress(nodes_json, 1)
+
+
+def merge(packed: bytes | memoryview | None, added: bytes) -> bytes:
+    """`Nodes.parts` packed as one object: the snapshot's nodes, then those added."""
+    if packed is None:
+        return pack(added)
+    if added == b"{}":
+        return bytes(packed)
+    old = zlib.decompress(packed)
+    if old == b"{}":
+        return pack(added)
+    return pack(b"".join((old[:-1], b",", added[1:])))
 
 
 def _rebuild(items: dict[str, Node]) -> Nodes:

@@ -5,8 +5,8 @@ store keeps it beside the index with N, the hash of record N and the byte offset
 reader checks that the rollout's record N still has that hash, then reduces only the records
 after it. A snapshot of another format (or threadlog version) is ignored, never trusted.
 
-The payload is two JSON documents, one line each: the state with the context's small parts,
-then the context's nodes (one per record: most of a long thread's snapshot). So `load_state`
+The payload is a JSON line, the state with the context's small parts, then the context's
+nodes (one per record: most of a long thread's snapshot), packed (`threadlog.model.nodes`). So `load_state`
 (the store's admission check) reads the first line only, and `load` keeps the nodes serialized
 until something reads them (`threadlog.model.nodes`): resuming a million-record thread does
 not build a million nodes it will not look at.
@@ -20,7 +20,7 @@ import orjson
 
 from threadlog._version import __version__
 from threadlog.model.context import Context
-from threadlog.model.nodes import Nodes
+from threadlog.model.nodes import Nodes, merge
 from threadlog.model.state import (
     InputState,
     MemoryState,
@@ -31,13 +31,13 @@ from threadlog.model.state import (
     TurnState,
 )
 
-__all__ = ["SNAPSHOT_VERSION", "dump", "load", "load_state"]
+__all__ = ["SNAPSHOT_VERSION", "Parts", "dump", "load", "load_state", "pack", "take"]
 
 SNAPSHOT_VERSION = f"4/{__version__}"
 """Snapshots are only used by the code that wrote them (a reducer change must not read an
 old snapshot as if it were its own). 3: the state and context hold large values loaded, not
-their artifact references (`threadlog.runtime.large_values`). 4: two lines, the nodes
-apart."""
+their artifact references (`threadlog.runtime.large_values`). 4: the nodes apart,
+packed."""
 
 _NESTED: dict[str, type[Any]] = {
     "turns": TurnState,
@@ -49,8 +49,14 @@ _NESTED: dict[str, type[Any]] = {
 }
 
 
-def dump(state: ThreadState, context: Context) -> bytes:
-    """Serialize a state and its context (the module docstring says how)."""
+Parts = tuple[bytes, bytes | memoryview | None, bytes]
+"""A snapshot taken but not packed yet (`take`): the first line, the nodes of the snapshot
+the context was loaded from (packed, or None), the JSON object of the other nodes."""
+
+
+def take(state: ThreadState, context: Context) -> Parts:
+    """Serialize a state and its context, all but the packing (`pack`): what must happen
+    where the state is changed (the session's loop); the rest is bytes only."""
     nodes = context.nodes
     head = orjson.dumps(
         {
@@ -59,8 +65,21 @@ def dump(state: ThreadState, context: Context) -> bytes:
             "context": {"leaf": context.leaf, "queued": context._queued, "calls": context._calls},
         }
     )
-    body = nodes.raw_json() if isinstance(nodes, Nodes) else orjson.dumps(nodes)
-    return b"".join((head, b"\n", body))
+    if isinstance(nodes, Nodes):
+        packed, added = nodes.parts()
+        return head, packed, added
+    return head, None, orjson.dumps(nodes)
+
+
+def pack(parts: Parts) -> bytes:
+    """The payload of a snapshot `take` took (any thread: bytes only)."""
+    head, packed, added = parts
+    return b"".join((head, b"\n", merge(packed, added)))
+
+
+def dump(state: ThreadState, context: Context) -> bytes:
+    """Serialize a state and its context (the module docstring says how)."""
+    return pack(take(state, context))
 
 
 def _head(data: bytes) -> tuple[dict[str, Any], int] | None:
@@ -100,7 +119,7 @@ def load(data: bytes) -> tuple[ThreadState, Context] | None:
         state = _state(doc["state"])
         ctx = doc["context"]
         body = memoryview(data)[end + 1 :]
-        if bytes(body[:1]) != b"{" or bytes(body[-1:]) != b"}":
+        if not body:
             return None
         context = Context(
             nodes=Nodes(body), leaf=ctx["leaf"], _queued=ctx["queued"], _calls=ctx["calls"]

@@ -17,7 +17,8 @@ appends: a quiet session writes nothing, and its tail stays short). The clock is
 (a task) and returns. The task serializes the state *on the event loop*, where every change
 to the state is made (`Session._apply` runs there, synchronously), so what it serializes is
 one consistent state, the one after record ``state.last_ord``, without copying it; it then
-saves the bytes in a worker thread, where the store's ``save_snapshot`` makes the anchor
+packs the bytes (`threadlog.model.nodes`: compressing a long thread's nodes is most of the
+work, and zlib releases the GIL) and saves them in a worker thread, where the store's ``save_snapshot`` makes the anchor
 durable first (the embedded store flushes its journal) and refuses an anchor it does not hold
 with that hash (PostgreSQL: a record its writer has not committed yet). A refused save is
 tried once more after `Store.flush`. Serializing costs the loop about a millisecond per
@@ -149,8 +150,8 @@ class SnapshotWriter:
                 return
             ord_ = state.last_ord
             # on the loop: no change to the state can interleave with this (module docstring)
-            payload = snapshot.dump(state, context)
-            if await asyncio.to_thread(self._save, payload, ord_, last_hash):
+            parts = snapshot.take(state, context)  # packed and saved in the worker thread
+            if await asyncio.to_thread(self._save, parts, ord_, last_hash):
                 self.saved += 1
                 self.saved_ord = max(self.saved_ord, ord_)
             else:
@@ -172,7 +173,8 @@ class SnapshotWriter:
             self._not_before = started + took / max(self.policy.max_share, 1e-6)
             self._task = None
 
-    def _save(self, payload: bytes, ord_: int, last_hash: str) -> bool:
+    def _save(self, parts: snapshot.Parts, ord_: int, last_hash: str) -> bool:
+        payload = snapshot.pack(parts)
         store = self._store
         assert isinstance(store, Snapshots)
         version = snapshot.SNAPSHOT_VERSION
@@ -199,7 +201,7 @@ class SnapshotWriter:
         if state.last_ord - self.saved_ord < self.policy.on_close:
             return
         try:
-            if self._save(snapshot.dump(state, context), state.last_ord, state.last_hash):
+            if self._save(snapshot.take(state, context), state.last_ord, state.last_hash):
                 self.saved += 1
                 self.saved_ord = state.last_ord
         except Exception:
