@@ -267,3 +267,17 @@ def test_a_costly_snapshot_delays_the_next(monkeypatch: pytest.MonkeyPatch) -> N
         await runtime.close()
 
     run(main())
+
+
+def test_packed_nodes_merge_with_the_ones_added_in_any_size() -> None:
+    import zlib
+
+    import orjson
+
+    from threadlog.model.nodes import merge, pack
+
+    many = {f"id{i}": [f"id{i - 1}", None, None] for i in range(200_000)}  # several MiB
+    for old in ({}, {"a": [None, None, None]}, many):
+        for added in ({}, {"z": ["a", {"role": "user", "content": "hi"}, None]}):
+            merged = merge(pack(orjson.dumps(old)), orjson.dumps(added))
+            assert orjson.loads(zlib.decompress(merged)) == {**old, **added}

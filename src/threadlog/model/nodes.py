@@ -136,15 +136,30 @@ def pack(nodes_json: bytes) -> bytes:
 
 
 def merge(packed: bytes | memoryview | None, added: bytes) -> bytes:
-    """`Nodes.parts` packed as one object: the snapshot's nodes, then those added."""
+    """`Nodes.parts` packed as one object: the snapshot's nodes, then those added. Streams
+    (a few MiB at a time): the snapshot's nodes are never held unpacked."""
     if packed is None:
         return pack(added)
     if added == b"{}":
         return bytes(packed)
-    old = zlib.decompress(packed)
-    if old == b"{}":
-        return pack(added)
-    return pack(b"".join((old[:-1], b",", added[1:])))
+    source, inflate, deflate = memoryview(packed), zlib.decompressobj(), zlib.compressobj(1)
+    out: list[bytes] = []
+    held = b""  # the last byte seen: the old object's closing brace, once all is read
+    size = 0
+    for start in range(0, len(source), _CHUNK):
+        piece = held + inflate.decompress(source[start : start + _CHUNK])
+        size += len(piece) - len(held)
+        held = piece[-1:]
+        out.append(deflate.compress(piece[:-1]))
+    piece = held + inflate.flush()
+    size += len(piece) - len(held)
+    out.append(deflate.compress(piece[:-1]))  # all but "}"
+    out.append(deflate.compress(added[1:] if size <= 2 else b"," + added[1:]))
+    out.append(deflate.flush())
+    return b"".join(out)
+
+
+_CHUNK = 1 << 20
 
 
 def _rebuild(items: dict[str, Node]) -> Nodes:

@@ -84,6 +84,13 @@ class SnapshotPolicy:
         """No snapshot while the session runs (only at close)."""
         return cls(every_records=None, every_seconds=None)
 
+    @classmethod
+    def never(cls) -> SnapshotPolicy:
+        """No snapshot at all: a brief session (a CLI command appending a few records),
+        for which saving a long thread's state would cost more than it saves. The next
+        session that runs saves one at its first append if the tail is long by then."""
+        return cls(every_records=None, every_seconds=None, on_close=1 << 62)
+
 
 DEFAULT_SNAPSHOTS = SnapshotPolicy()
 
