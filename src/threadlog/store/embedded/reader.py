@@ -102,9 +102,10 @@ class Reader:
         """
         path = self._layout.path_of(thread_id)
         rollout = self._logs.get(thread_id)
-        fresh = rollout.take_fresh() if rollout is not None else None
-        if fresh:  # just verified by opening the thread (and synced), only this store writes it
-            return fresh[after:] if limit is None else fresh[after : after + limit]
+        fresh = rollout.take_fresh(after) if rollout is not None else None
+        if fresh is not None:  # just verified by opening the thread (and synced), only this
+            # store writes it
+            return fresh if limit is None else fresh[:limit]
         known = self.acknowledged(thread_id)
         end = self.durable_end(thread_id)
         records = self._read_file(path, thread_id, after, limit, end, known)

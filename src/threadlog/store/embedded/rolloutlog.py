@@ -124,9 +124,11 @@ class RolloutLog:
         self.closed = False
         self.uses = 0
         """Appends so far (the store evicts the least used idle logs)."""
-        self.fresh: Scan | None = scanned if anchor is None else None
-        """The whole-file scan the log was opened with, kept for the one read that usually
-        follows (a session replaying the thread) and dropped at the first append."""
+        self.fresh: Scan | None = scanned
+        """The scan the log was opened with (the whole file, or what follows a snapshot's
+        anchor), kept for the one read that usually follows (a session replaying the
+        thread, or its tail) and dropped at the first append."""
+        self._fresh_after = anchor.ord if anchor is not None else 0
         self.admission = Admission(thread_id, self._reduced, first_state)
         """The thread's reduced state, which every record is checked against."""
 
@@ -273,13 +275,17 @@ class RolloutLog:
         with self._lock:
             self.closed = True
 
-    def take_fresh(self) -> list[Record] | None:
-        """The records of the opening scan, once, if nothing was appended since."""
+    def take_fresh(self, after: int = 0) -> list[Record] | None:
+        """The records after ord ``after`` from the opening scan, once, if nothing was
+        appended since and the scan holds them all (it starts after the anchor it was
+        opened from); None otherwise."""
         with self._lock:
             scanned, self.fresh = self.fresh, None
             if scanned is None or self.size != scanned.end or self._unwritten:
                 return None
-            return scanned.records
+            if after < self._fresh_after:
+                return None
+            return scanned.records[after - self._fresh_after :]
 
     def _complete_prefix(self) -> None:
         """Load the offsets and ids of the records before ``_first_ord``. Lock held."""
