@@ -21,8 +21,8 @@ packs the bytes (`threadlog.model.nodes`: compressing a long thread's nodes is m
 work, and zlib releases the GIL) and saves them in a worker thread, where the store's ``save_snapshot`` makes the anchor
 durable first (the embedded store flushes its journal) and refuses an anchor it does not hold
 with that hash (PostgreSQL: a record its writer has not committed yet). A refused save is
-tried once more after `Store.flush`. Serializing costs the loop about a millisecond per
-megabyte of state (orjson); see docs/benchmarks.md for a realistic state's figure.
+tried once more after `Store.flush`. Serializing is what the loop pays: a few ms per MB of
+state and context (a 500-turn conversation, 1.7 MB: 3-4 ms; see docs/benchmarks.md).
 
 *Bounded share of the session's time.* A snapshot's cost is the state's size, which grows
 with the thread (the context keeps a node per record), so a fixed count would make a long
