@@ -1,4 +1,5 @@
-"""Wall-clock time and randomness for records and ids (the store's only sources of either)."""
+"""Wall-clock time and randomness for records and ids (the store's only sources of either),
+and the monotonic clock the runtime's cadences read (tests replace ``monotonic``)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,25 @@ import random
 import time
 from datetime import UTC, datetime
 
-__all__ = ["new_id", "new_id_after", "random_bits", "random_bytes", "rfc3339", "wall_ns"]
+__all__ = [
+    "monotonic",
+    "new_id",
+    "new_id_after",
+    "random_bits",
+    "random_bytes",
+    "rfc3339",
+    "wall_ns",
+]
 
 
 def wall_ns() -> int:
     return time.time_ns()
+
+
+def monotonic() -> float:
+    """Seconds of a clock that never goes back (read as ``_clock.monotonic()``, so that a
+    test can replace it)."""
+    return time.monotonic()
 
 
 _second = -1

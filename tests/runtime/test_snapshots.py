@@ -43,7 +43,7 @@ def open_and_close(home: str, thread: str) -> tuple[int, Any]:
         async with Runtime(home) as runtime:
             usable = runtime.store.load_snapshot(thread, snapshot.SNAPSHOT_VERSION)  # type: ignore[attr-defined]
             session = await runtime.open(thread)
-            assert session._snapshot_ord == (usable[0] if usable else 0)
+            assert session.base_ord == (usable[0] if usable else 0)
             rollout = runtime.store._logs[thread]  # type: ignore[attr-defined]
             return rollout._first_ord, session.state
 
@@ -58,7 +58,7 @@ def _no_checkpoints(home: str) -> None:
 
 
 def test_a_closed_session_leaves_a_snapshot_and_reopening_reads_only_the_tail(home: str) -> None:
-    thread, _ = build(home, 1200)
+    thread, _ = build(home, 2400)
     _no_checkpoints(home)
     first_ord, state = open_and_close(home, thread)  # no snapshot yet: full replay, then saved
     assert first_ord == 1
@@ -77,7 +77,7 @@ def test_a_closed_session_leaves_a_snapshot_and_reopening_reads_only_the_tail(ho
 
 
 def test_ids_in_the_snapshotted_prefix_still_deduplicate(home: str) -> None:
-    thread, explicit = build(home, 600)
+    thread, explicit = build(home, 2100)
     open_and_close(home, thread)
     with open_store(home) as store:
         store.acquire(thread)
@@ -94,7 +94,7 @@ def test_ids_in_the_snapshotted_prefix_still_deduplicate(home: str) -> None:
 
 
 def test_a_snapshot_whose_anchor_does_not_verify_is_ignored(home: str) -> None:
-    thread, _ = build(home, 600)
+    thread, _ = build(home, 2100)
     open_and_close(home, thread)
     with open_store(home) as store:
         ord_, hash_, end, version, payload = store.index.get_snapshot(thread)  # type: ignore[misc]

@@ -31,6 +31,7 @@ from threadlog.runtime.forking import fork_point
 from threadlog.runtime.mailbox_watch import apply_command
 from threadlog.runtime.resume import hand_over
 from threadlog.runtime.runtime import Runtime
+from threadlog.runtime.snapshots import SnapshotPolicy
 from threadlog.store._home import default_home
 from threadlog.store.protocol import Mailbox
 
@@ -43,6 +44,10 @@ if TYPE_CHECKING:
     from threadlog.store.protocol import Store
 
 __all__ = ["approve", "cancel", "deny", "fork", "resolve", "resume_cmd", "send"]
+
+BRIEF = SnapshotPolicy.never()
+"""The commands' sessions append a few records: they save no snapshot of a long thread's
+state (which costs its size), and the next session that runs saves one in the background."""
 
 
 def _post(store: Store, thread: str, command: Command) -> str:
@@ -66,7 +71,7 @@ def _act(
     thread = existing_thread(home, thread)
 
     async def run() -> dict[str, Any]:
-        async with Runtime(home, source="cli") as runtime:
+        async with Runtime(home, source="cli", snapshots=BRIEF) as runtime:
             try:
                 session = await runtime.open(thread, resume=False, mailbox=False)
             except LeaseHeld as exc:
@@ -241,7 +246,7 @@ def cancel(home: str | None, as_json: bool, thread: str) -> None:
     thread = existing_thread(home, thread)
 
     async def run() -> dict[str, Any]:
-        async with Runtime(home) as runtime:
+        async with Runtime(home, snapshots=BRIEF) as runtime:
             try:
                 session = await runtime.open(thread, resume=False, mailbox=False)
             except LeaseHeld as exc:
@@ -302,7 +307,7 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
     thread = existing_thread(home, thread)
 
     async def run(target: str) -> dict[str, Any]:
-        async with Runtime(home, source="cli") as runtime:
+        async with Runtime(home, source="cli", snapshots=BRIEF) as runtime:
             session = await runtime.open(target, resume=False, mailbox=False)
             report = await hand_over(session, runtime.store)
             state = session.state

@@ -15,6 +15,7 @@ from threadlog.runtime.models import (
 from threadlog.runtime.resume import RecoveryReport
 from threadlog.runtime.runtime import Runtime
 from threadlog.runtime.session import Session
+from threadlog.runtime.snapshots import SnapshotPolicy
 from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolContext, ToolError, ToolRegistry
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "Runtime",
     "ScriptedModel",
     "Session",
+    "SnapshotPolicy",
     "SubscriberDropped",
     "TextDelta",
     "Tool",

@@ -4,6 +4,12 @@ A missing or altered blob cannot be repaired by recovery (the bytes are gone), a
 stop the thread from going on: recovery reports it (`RecoveryReport.damaged_artifacts`, and a
 warning in the log) so that whoever resumes learns of it now, not when a reader first needs
 the data. `Store.verify` reports the same blobs as damage, with the record's ordinal.
+
+Resume audits the records after the snapshot its session started from (``after``): a blob is
+made durable before the record that references it is appended, so what a crash can leave
+missing is referenced by the records written since the last snapshot; the blobs of the
+prefix are `threadlog verify`'s to check (resuming a million-record thread does not read the
+million records again for them).
 """
 
 from __future__ import annotations
@@ -23,15 +29,18 @@ __all__ = ["damaged_artifacts"]
 log = logging.getLogger("threadlog.runtime")
 
 
-async def damaged_artifacts(store: Store, thread_id: str) -> list[dict[str, Any]]:
-    """``{"ord", "sha256", "problem"}`` for every referenced blob that is missing or does
-    not match its hash (none for a store without the `Artifacts` capability)."""
+async def damaged_artifacts(
+    store: Store, thread_id: str, *, after: int = 0
+) -> list[dict[str, Any]]:
+    """``{"ord", "sha256", "problem"}`` for every blob referenced by a record after ord
+    ``after`` that is missing or does not match its hash (none for a store without the
+    `Artifacts` capability)."""
     if not isinstance(store, Artifacts):
         return []
     check = store.check_artifact
 
     def audit() -> list[dict[str, Any]]:
-        records = store.read(thread_id)
+        records = store.read(thread_id, after=after)
         return [
             {"ord": ord_, "sha256": ref.sha256, "problem": problem}
             for ord_, ref, problem in artifact_problems(records, check)

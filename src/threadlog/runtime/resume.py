@@ -172,6 +172,11 @@ class Resumable(Protocol):
         """Where the session's tools record the processes they start."""
         ...
 
+    @property
+    def base_ord(self) -> int:
+        """The snapshot the session started from (0: it reduced the whole log)."""
+        ...
+
     async def append(
         self, event: Event, *, durable: bool | None = None, id: str | None = None
     ) -> Record:
@@ -358,7 +363,7 @@ async def recover(
     # First end what a dead agent's commands left running, so that the effect of a call
     # of unknown outcome is over before anyone (a reconcile hook, a human) decides on it.
     orphans, notes, over = await _reap_orphans(session)
-    damaged = await damaged_artifacts(store, session.thread_id)
+    damaged = await damaged_artifacts(store, session.thread_id, after=session.base_ord)
     repairs = (
         (taken if taken is not None else store.take_repairs(session.thread_id))
         + orphans

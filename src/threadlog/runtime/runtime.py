@@ -30,6 +30,7 @@ from threadlog.runtime.models import Model, ModelSummarizer, ScriptedModel, Summ
 from threadlog.runtime.resume import Forked, InitialHistory, New, Resumed, recover, reopen
 from threadlog.runtime.retry import RetryPolicy
 from threadlog.runtime.session import Session, SessionBase
+from threadlog.runtime.snapshots import DEFAULT_SNAPSHOTS, SnapshotPolicy
 from threadlog.runtime.tools import BUILTIN_TOOLS, Tool, ToolRegistry
 from threadlog.store.open import open_store
 from threadlog.store.protocol import Snapshots, Store
@@ -76,6 +77,9 @@ class Runtime:
         retry: how a model request that failed transiently (429, 5xx, a dropped
             connection) is tried again (default: 3 tries, backoff with jitter; see
             `threadlog.runtime.retry`).
+        snapshots: when a running session saves a snapshot of its state, so that resuming
+            it after a crash reads only the records since (default: every 2,000 records or
+            60 s; `SnapshotPolicy`, `threadlog.runtime.snapshots`).
     """
 
     def __init__(
@@ -89,11 +93,13 @@ class Runtime:
         summarizer: Summarizer | None = None,
         source: str = "sdk",
         retry: RetryPolicy | None = None,
+        snapshots: SnapshotPolicy | None = None,
     ) -> None:
         """See the class docstring; ``summarizer`` compacts long contexts (default: the
         model's own ``summarize``, else one request to the model)."""
         self.source = check_source(source)
         self.retry = retry or RetryPolicy()
+        self.snapshots = snapshots or DEFAULT_SNAPSHOTS
         if sum((target is not None, store is not None, ephemeral)) > 1:
             raise UsageError("pass one of: a store or a target, store=, ephemeral=True")
         if (
@@ -307,7 +313,15 @@ class Runtime:
             if saved is not None and loaded is not None:
                 base = SessionBase(saved[0], *loaded)
         records = store.read(thread_id, after=base.ord if base else 0)
-        session = Session(self, thread_id, records, base, on_close=self._forget, source=self.source)
+        session = Session(
+            self,
+            thread_id,
+            records,
+            base,
+            on_close=self._forget,
+            source=self.source,
+            snapshots=self.snapshots,
+        )
         self.sessions[thread_id] = session
         return session
 

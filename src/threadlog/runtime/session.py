@@ -32,6 +32,10 @@ each needs, so that none imports this module):
 * `threadlog.runtime.request`: the request a model call sends, and compaction;
 * `threadlog.runtime.resume`: how the session was started, and what recovery repaired.
 
+*Snapshots while it runs* (`threadlog.runtime.snapshots`): after an append that crosses the
+policy's count or time, the state is serialized on the loop and saved in a worker thread; the
+append does not wait for it, and a failed snapshot is logged, never raised.
+
 *Close protocol.* Stop new submissions → cancel the running turn (the model stream and any
 running tool are cancelled; the turn ends ``aborted``) → close child sessions → flush → give
 the lease back.
@@ -45,7 +49,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from threadlog._clock import new_id
 from threadlog.errors import DuplicateEventConflict, RunError, UsageError
-from threadlog.model import snapshot
 from threadlog.model.approvals import check_policy
 from threadlog.model.budget import check_config
 from threadlog.model.context import Context
@@ -67,10 +70,10 @@ from threadlog.runtime.identity import SessionIdentity, stamp
 from threadlog.runtime.large_values import LargeValues
 from threadlog.runtime.plans import PlanCommands
 from threadlog.runtime.resume import abort_undriven
+from threadlog.runtime.snapshots import DEFAULT_SNAPSHOTS, SnapshotPolicy, SnapshotWriter
 from threadlog.runtime.tool_runner import ToolRunner, runs_dir, working_dir
 from threadlog.runtime.tree_commands import TreeCommands
 from threadlog.runtime.turn import TurnDriver
-from threadlog.store.protocol import Snapshots
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -84,9 +87,6 @@ if TYPE_CHECKING:
 __all__ = ["Progress", "Session", "SessionBase", "SessionHost", "SubscriberDropped"]
 
 log = logging.getLogger("threadlog.runtime")
-
-SNAPSHOT_EVERY = 500
-"""A closing session saves a snapshot of its state when this many records came since the last."""
 
 
 class SessionHost(SessionDeps, Protocol):
@@ -118,6 +118,7 @@ class Session(PlanCommands, TreeCommands):
         on_close: called with the session once it is closed (the runtime forgets it).
         source: what opened the session, recorded in its ``session.opened``: ``sdk`` (a
             program, the default), ``cli`` or ``api`` (`threadlog.runtime.identity`).
+        snapshots: when the session saves snapshots of its state (`SnapshotPolicy`).
     """
 
     def __init__(
@@ -129,6 +130,7 @@ class Session(PlanCommands, TreeCommands):
         *,
         on_close: Callable[[Session], None] | None = None,
         source: str = "sdk",
+        snapshots: SnapshotPolicy = DEFAULT_SNAPSHOTS,
     ) -> None:
         self.runtime = runtime
         self.thread_id = thread_id
@@ -143,13 +145,19 @@ class Session(PlanCommands, TreeCommands):
             # (a log holding an event the reducer refuses is damage: IntegrityError, its ord)
             self.state: ThreadState = replay_log(thread_id, records)
             self.context = Context.from_records(records)
-            self._snapshot_ord = 0
+            base_ord = 0
         else:
             # a snapshot of the state after ord `base[0]`, and the records after it
-            self._snapshot_ord, state, self.context = base
+            base_ord, state, self.context = base
             self.state = replay_log(thread_id, records, state)
             for record in records:
                 self.context.apply(record)
+        self.base_ord = base_ord
+        """The ordinal of the snapshot this session started from (0: the whole log)."""
+        self.replayed = len(records)
+        """How many records the session reduced when it opened (after ``base_ord``)."""
+        self.snapshots = SnapshotWriter(runtime.store, thread_id, snapshots, base_ord)
+        """The snapshots this session saves while it runs (`threadlog.runtime.snapshots`)."""
         self._on_close = on_close
         self._bus = Bus(thread_id, lambda after: runtime.store.read(thread_id, after))
         self._runner = ToolRunner(self, publish=self._bus.publish)
@@ -198,7 +206,7 @@ class Session(PlanCommands, TreeCommands):
         try:
             # Every record continues the active leaf: after a branch (leaf.moved) the
             # conversation goes on from there, and the old branch stays as it was.
-            return await self.runtime.store.aappend(
+            record = await self.runtime.store.aappend(
                 self.thread_id,
                 event,
                 data,
@@ -215,6 +223,10 @@ class Session(PlanCommands, TreeCommands):
             # The state may hold a record that never became durable: stop this session.
             self._broken = exc
             raise
+        snapshots = self.snapshots
+        if snapshots.due(self.state.last_ord) and not self._closing:
+            snapshots.schedule(self.state, self.context)  # serialized and saved off this call
+        return record
 
     def _apply(self, record: Record) -> None:
         # The one decode of the record (the store does not decode a typed event): it checks
@@ -431,23 +443,6 @@ class Session(PlanCommands, TreeCommands):
 
     # -- closing ---------------------------------------------------------------------------
 
-    def _save_snapshot(self) -> None:
-        store = self.runtime.store
-        if not isinstance(store, Snapshots) or self.state.last_hash is None:
-            return
-        try:
-            store.save_snapshot(
-                self.thread_id,
-                snapshot.dump(self.state, self.context),
-                ord=self.state.last_ord,
-                hash=self.state.last_hash,
-                version=snapshot.SNAPSHOT_VERSION,
-            )
-        except Exception:
-            log.exception(
-                "thread %s: could not save a snapshot (resume will replay the log)", self.thread_id
-            )
-
     def _check_open(self) -> None:
         if self._closing or self._closed:
             raise UsageError(f"session {self.thread_id} is closed")
@@ -468,8 +463,9 @@ class Session(PlanCommands, TreeCommands):
         try:
             if self._announced and self._broken is None:
                 await self._write(self.identity.closed(), None, None, None)
-            if self._broken is None and self.state.last_ord - self._snapshot_ord >= SNAPSHOT_EVERY:
-                await asyncio.to_thread(self._save_snapshot)
+            await self.snapshots.wait()
+            if self._broken is None:
+                await asyncio.to_thread(self.snapshots.save_now, self.state, self.context)
             await asyncio.to_thread(store.release, self.thread_id)
         finally:
             self._bus.detach(store)

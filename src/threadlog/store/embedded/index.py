@@ -326,14 +326,36 @@ class Index:
             return self._db.execute(sql, args).fetchall()
 
     @_translated
-    def get_snapshot(self, thread_id: str) -> SnapshotRow | None:
-        """The thread's snapshot, if any."""
+    def get_snapshot(self, thread_id: str, *, payload: bool | str = True) -> SnapshotRow | None:
+        """The thread's snapshot, if any; without ``payload``, its anchor only (the payload
+        is then ``b""``: a long thread's snapshot is megabytes, its anchor a few bytes);
+        with ``payload="line"``, its payload's first line only (without the newline), read
+        from the blob a chunk at a time."""
+        what = "payload" if payload is True else "x''"
         with self._lock:
             row = self._db.execute(
-                "SELECT ord, hash, end_offset, version, payload FROM snapshots WHERE thread_id = ?",
+                f"SELECT ord, hash, end_offset, version, {what}, rowid FROM snapshots "
+                "WHERE thread_id = ?",
                 (thread_id,),
             ).fetchone()
-        return SnapshotRow(row[0], row[1], row[2], row[3], bytes(row[4])) if row else None
+            if row is None:
+                return None
+            data = bytes(row[4])
+            if payload == "line":
+                data = self._first_line(row[5])
+        return SnapshotRow(row[0], row[1], row[2], row[3], data)
+
+    def _first_line(self, rowid: int) -> bytes:
+        """A snapshot payload's first line (lock held)."""
+        head = bytearray()
+        with self._db.blobopen("snapshots", "payload", rowid, readonly=True) as blob:
+            while True:
+                chunk = blob.read(1 << 16)
+                cut = chunk.find(b"\n")
+                if cut >= 0 or not chunk:
+                    head += chunk if cut < 0 else chunk[:cut]
+                    return bytes(head)
+                head += chunk
 
     @_translated
     def reset_thread(self, thread_id: str, *, damage: str | None = None) -> None:

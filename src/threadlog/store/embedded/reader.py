@@ -113,8 +113,9 @@ class Reader:
         """
         path = self._layout.path_of(thread_id)
         rollout = self._logs.get(thread_id)
-        fresh = rollout.take_fresh() if rollout is not None else None
-        if fresh:  # just verified by opening the thread (and synced), only this store writes it
+        fresh = rollout.take_fresh(after) if rollout is not None else None
+        if fresh is not None:  # just verified by opening the thread (and synced), only this
+            # store writes it
             return select(fresh, after, before, limit)
         known = self.acknowledged(thread_id)
         end = self.durable_end(thread_id)

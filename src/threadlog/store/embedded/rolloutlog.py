@@ -51,6 +51,11 @@ if TYPE_CHECKING:
 
 __all__ = ["Enqueue", "LogClosed", "RolloutLog"]
 
+_SEARCH_CHUNK = 4 * 1024 * 1024
+"""How much of a prefix `RolloutLog._find_in_prefix` reads at a time."""
+_FIRST_LINE = 1024 * 1024
+"""How much of the file's start it reads for the first record (the root)."""
+
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
@@ -119,9 +124,11 @@ class RolloutLog:
         self.closed = False
         self.uses = 0
         """Appends so far (the store evicts the least used idle logs)."""
-        self.fresh: Scan | None = scanned if anchor is None else None
-        """The whole-file scan the log was opened with, kept for the one read that usually
-        follows (a session replaying the thread) and dropped at the first append."""
+        self.fresh: Scan | None = scanned
+        """The scan the log was opened with (the whole file, or what follows a snapshot's
+        anchor), kept for the one read that usually follows (a session replaying the
+        thread, or its tail) and dropped at the first append."""
+        self._fresh_after = anchor.ord if anchor is not None else 0
         self.admission = Admission(thread_id, self._reduced, first_state)
         """The thread's reduced state, which every record is checked against."""
 
@@ -224,22 +231,43 @@ class RolloutLog:
 
         A byte search, confirmed by parsing the one line it lands in, instead of the whole
         scan `_complete_prefix` does: a session resumed from a snapshot names its conversation
-        leaf, often before the anchor, as the parent of its first record.
+        leaf, often before the anchor, as the parent of its first record. The leaf is
+        usually the root (a thread with no entry yet) or near the anchor, so the first line
+        is tried, then the prefix backwards from the anchor, a few MiB at a time (the memory
+        a search holds does not grow with the thread).
         """
-        prefix = os.pread(self.fd, self._prefix_end, 0)
         needle = b'"id":"' + id_.encode("utf-8", "replace") + b'"'
-        pos = prefix.find(needle)
+        first = os.pread(self.fd, min(self._prefix_end, _FIRST_LINE), 0)
+        cut = first.find(b"\n")
+        if cut >= 0 and self._found(first[: cut + 1], needle, id_):
+            return
+        hi, size = self._prefix_end, _SEARCH_CHUNK
+        while hi > 0:
+            lo = max(0, hi - size)
+            chunk = os.pread(self.fd, hi - lo, lo)
+            start = 0 if lo == 0 else chunk.find(b"\n") + 1
+            if start == 0 and lo > 0:
+                size *= 2  # one line longer than the window: widen it
+                continue
+            if self._found(chunk[start:], needle, id_):
+                return
+            hi, size = lo + start, _SEARCH_CHUNK
+
+    def _found(self, lines: bytes, needle: bytes, id_: str) -> bool:
+        """Whether whole ``lines`` hold the record ``id_`` (then indexed). Lock held."""
+        pos = lines.rfind(needle)
         while pos >= 0:
-            start = prefix.rfind(b"\n", 0, pos) + 1
-            end = prefix.find(b"\n", pos) + 1 or len(prefix)
+            start = lines.rfind(b"\n", 0, pos) + 1
+            end = lines.find(b"\n", pos) + 1 or len(lines)
             try:
-                record = parse_line(prefix[start:end])
+                record = parse_line(lines[start:end])
             except BadRecord:
                 record = None
             if record is not None and record.id == id_ and record.ord < self._first_ord:
                 self._ids[id_] = record.ord
-                return
-            pos = prefix.find(needle, end)
+                return True
+            pos = lines.rfind(needle, 0, start)
+        return False
 
     def close(self) -> None:
         """Refuse further submissions (they raise `LogClosed`); waits for one under way.
@@ -247,13 +275,17 @@ class RolloutLog:
         with self._lock:
             self.closed = True
 
-    def take_fresh(self) -> list[Record] | None:
-        """The records of the opening scan, once, if nothing was appended since."""
+    def take_fresh(self, after: int = 0) -> list[Record] | None:
+        """The records after ord ``after`` from the opening scan, once, if nothing was
+        appended since and the scan holds them all (it starts after the anchor it was
+        opened from); None otherwise."""
         with self._lock:
             scanned, self.fresh = self.fresh, None
             if scanned is None or self.size != scanned.end or self._unwritten:
                 return None
-            return scanned.records
+            if after < self._fresh_after:
+                return None
+            return scanned.records[after - self._fresh_after :]
 
     def _complete_prefix(self) -> None:
         """Load the offsets and ids of the records before ``_first_ord``. Lock held."""

@@ -81,27 +81,31 @@ class SnapshotKeeper:
         """``(ord, payload)`` of the thread's snapshot, if it is of ``version`` and its anchor
         record is still in the rollout (read up to ``durable_end(thread_id)``) with the same
         hash."""
-        snap = self._index.get_snapshot(thread_id)
+        snap = self._index.get_snapshot(thread_id, payload=False)
         if snap is None or snap.version != version:
             return None
         path = self._layout.path_of(thread_id)
         if self.anchored_tail(thread_id, path, durable_end(thread_id)) is None:
             return None
-        return snap.ord, snap.payload
+        full = self._index.get_snapshot(thread_id)
+        if full is None or (full.ord, full.hash, full.version) != (snap.ord, snap.hash, version):
+            return None  # replaced meanwhile: the caller reads the whole log
+        return full.ord, full.payload
 
     def state_at(self, thread_id: str, anchor: Record) -> ThreadState | None:
         """The reduced state the thread's snapshot holds (a fresh copy), if the snapshot is
         anchored at ``anchor`` and in this threadlog's format; else None. The store checks
         appends against it (`threadlog.store.admission`)."""
-        snap = self._index.get_snapshot(thread_id)
+        snap = self._index.get_snapshot(thread_id, payload="line")  # the state's line
         if snap is None or (snap.ord, snap.hash) != (anchor.ord, anchor.hash):
             return None
-        loaded = snapshot.load(snap.payload) if snap.version == snapshot.SNAPSHOT_VERSION else None
-        return loaded[0] if loaded is not None else None
+        if snap.version != snapshot.SNAPSHOT_VERSION:
+            return None
+        return snapshot.load_state(snap.payload + b"\n")
 
     def covers(self, thread_id: str, after: int) -> bool:
         """Whether the thread has a snapshot whose anchor is at or before ord ``after``."""
-        snap = self._index.get_snapshot(thread_id)
+        snap = self._index.get_snapshot(thread_id, payload=False)
         return snap is not None and snap.ord <= after
 
     def anchored_tail(
@@ -109,7 +113,7 @@ class SnapshotKeeper:
     ) -> tuple[Record, Scan] | None:
         """The thread's snapshot anchor (verified against the rollout) and the scan of what
         follows it; None when there is no usable snapshot."""
-        snap = self._index.get_snapshot(thread_id)
+        snap = self._index.get_snapshot(thread_id, payload=False)
         if snap is None:
             return None
         return tail_after(
