@@ -224,6 +224,18 @@ class Journal:
             self._sleep(0)
             self._mutex.acquire()
 
+    def commit_if_idle(self) -> bool:
+        """Lead a commit of everything queued, unless another one is running: never waits
+        for one. True if everything queued so far is now durable, False if another thread's
+        commit is running (the caller then waits with `wait`). Raises what the commit raised.
+        """
+        with self._mutex:
+            self.check()
+            if self._flushing:
+                return False
+            self._flush_locked()
+            return True
+
     def flush(self) -> None:
         """Make everything queued so far durable."""
         self.wait(self._submitted)
