@@ -11,9 +11,9 @@ The report is four ratios, each against a raw figure measured in the same round:
 * **64 asyncio tasks**: 64 tasks on one event loop, each appending to its own thread / the same
   raw 64 threads.
 
-The measurements of a round are interleaved (raw, threadlog, raw, threadlog) so that disk noise
-hits both alike; each ratio is the median of ``--rounds`` rounds (at least 3), shown with its
-range. ``--more`` adds the absolute figures of the other paths (group commit on one thread,
+Each comparison is measured in slices that alternate between raw and threadlog (raw first, then
+threadlog first), so that the disk's noise, which drifts over seconds on a shared machine, hits
+both alike; each ratio is the median of ``--rounds`` rounds (at least 3), shown with its range. ``--more`` adds the absolute figures of the other paths (group commit on one thread,
 buffered appends, reading a 100,000-event thread, ``threadlog ls``, rebuilding the index).
 
 Usage::
@@ -53,15 +53,21 @@ PAYLOAD = {"text": "x" * 480, "n": 1}  # 500 bytes of event data
 
 @dataclass
 class Sizes:
-    single: int = 3000
-    per_writer: int = 200
+    single: int = 2000
+    """durable appends of one writer per comparison and round"""
+    per_writer: int = 100
+    """durable appends of each of the ``writers`` per comparison and round"""
+    slices: int = 10
+    """how many alternating slices a comparison is measured in"""
     writers: int = 64
     buffered: int = 100_000
     big_thread: int = 100_000
     ls_threads: int = 10_000
 
 
-QUICK = Sizes(single=200, per_writer=20, writers=8, buffered=2000, big_thread=2000, ls_threads=200)
+QUICK = Sizes(
+    single=200, per_writer=20, slices=4, writers=8, buffered=2000, big_thread=2000, ls_threads=200
+)
 
 
 def record_line(store_dir: str) -> bytes:
@@ -160,32 +166,62 @@ RATIOS = ("single", "aappend", "threads_64", "tasks_64")
 """The four ratios, in the order they are reported."""
 
 
+def paired(
+    raw: Callable[[int], float], tl: Callable[[int], float], n: int, slices: int
+) -> tuple[float, float]:
+    """``(raw rate, threadlog rate)`` over ``n`` units each, measured in ``slices`` slices
+    that alternate between the two (raw first, then threadlog first), so that the disk's
+    noise, which drifts over seconds on a shared machine, hits both alike."""
+    each = max(1, n // slices)
+    raw_t = tl_t = 0.0
+    for i in range(slices):
+        order = ((raw, True), (tl, False)) if i % 2 == 0 else ((tl, False), (raw, True))
+        for fn, is_raw in order:
+            elapsed = each / fn(each)
+            if is_raw:
+                raw_t += elapsed
+            else:
+                tl_t += elapsed
+    total = each * slices
+    return total / raw_t, total / tl_t
+
+
 def ratio_rounds(sizes: Sizes, workdir: str, rounds: int) -> dict[str, Any]:
-    """``rounds`` interleaved rounds of the four comparisons; every rate and ratio per round."""
+    """``rounds`` rounds of the four comparisons; every rate and ratio per round."""
     line = record_line(os.path.join(workdir, "probe"))
     raw_dir = os.path.join(workdir, "raw")
     os.mkdir(raw_dir)
-    w, per = sizes.writers, sizes.per_writer
+    w, per, sl = sizes.writers, sizes.per_writer, sizes.slices
     per_round: list[dict[str, float]] = []
     with open_store(os.path.join(workdir, "store")) as store:
         one = store.create_thread("bench")
         many = [store.create_thread("bench") for _ in range(w)]
         tl_single(store, one, sizes.single // 10)  # warm up (imports, caches, the index)
         tl_aappend(store, one, sizes.single // 10)
+
+        def raw_1(n: int) -> float:
+            return raw_single(raw_dir, line, n)
+
+        def raw_w(k: int) -> float:
+            return raw_threads(raw_dir, line, w, k)
+
         for _ in range(rounds):
             f: dict[str, float] = {}
-            f["raw_1"] = raw_single(raw_dir, line, sizes.single)
-            f["tl_1"] = tl_single(store, one, sizes.single)
-            f["raw_1b"] = raw_single(raw_dir, line, sizes.single)
-            f["tl_aappend"] = tl_aappend(store, one, sizes.single)
-            f["raw_64"] = raw_threads(raw_dir, line, w, per)
-            f["tl_64_threads"] = tl_threads(store, many, per)
-            f["raw_64b"] = raw_threads(raw_dir, line, w, per)
-            f["tl_64_tasks"] = tl_tasks(store, many, per)
-            # each threadlog figure against the mean of the raw runs either side of it
-            f["single"] = f["tl_1"] / ((f["raw_1"] + f["raw_1b"]) / 2)
+            f["raw_1"], f["tl_1"] = paired(
+                raw_1, lambda n: tl_single(store, one, n), sizes.single, sl
+            )
+            f["raw_1b"], f["tl_aappend"] = paired(
+                raw_1, lambda n: tl_aappend(store, one, n), sizes.single, sl
+            )
+            f["raw_64"], f["tl_64_threads"] = paired(
+                raw_w, lambda k: tl_threads(store, many, k), per, sl
+            )
+            f["raw_64b"], f["tl_64_tasks"] = paired(
+                raw_w, lambda k: tl_tasks(store, many, k), per, sl
+            )
+            f["single"] = f["tl_1"] / f["raw_1"]
             f["aappend"] = f["tl_aappend"] / f["raw_1b"]
-            f["threads_64"] = f["tl_64_threads"] / ((f["raw_64"] + f["raw_64b"]) / 2)
+            f["threads_64"] = f["tl_64_threads"] / f["raw_64"]
             f["tasks_64"] = f["tl_64_tasks"] / f["raw_64b"]
             per_round.append(f)
     return {"record_bytes": len(line), "rounds": per_round}
