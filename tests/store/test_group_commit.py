@@ -8,6 +8,7 @@ that commit, and that a failed sync reaches every waiter.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import threading
@@ -180,3 +181,28 @@ def test_a_failed_commit_on_the_loop_fails_every_waiting_task(tmp_path: Path) ->
     with pytest.raises(StorageError):
         asyncio.run(store.aappend(threads[0], "custom.x", {}, durable=True))  # fail-stop
     store.close()
+
+
+def test_a_cancelled_first_waiter_leaves_the_others_committed(tmp_path: Path) -> None:
+    syncs = Syncs()
+    with EmbeddedStore(str(tmp_path), commit_interval=COMMIT_INTERVAL, fops=syncs) as store:
+        threads = [store.create_thread("p") for _ in range(4)]
+
+        async def main() -> None:
+            before = syncs.done
+            tasks = [
+                asyncio.ensure_future(store.aappend(t, "custom.x", {}, durable=True))
+                for t in threads
+            ]
+            await asyncio.sleep(0)  # each queued its record; the first leads this turn's commit
+            assert syncs.done == before  # nothing committed yet
+            tasks[0].cancel()  # before its turn comes
+            records = await asyncio.wait_for(asyncio.gather(*tasks[1:]), 30)
+            assert syncs.done > before  # committed all the same, by the handed-on job
+            assert [r.ord for r in records] == [2, 2, 2]
+            with contextlib.suppress(asyncio.CancelledError):
+                await tasks[0]
+            assert tasks[0].cancelled()
+
+        asyncio.run(main())
+        assert [len(store.read(t)) for t in threads] == [2, 2, 2, 2]  # first's was queued
