@@ -18,6 +18,7 @@ import pytest
 
 from threadlog import EmbeddedStore, StorageError
 from threadlog.store._fileops import FileOps
+from threadlog.store.embedded import aio
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -117,25 +118,43 @@ def test_64_threads_each_return_after_the_sync_covering_their_record(tmp_path: P
             assert [r.data for r in store.read(thread)][1:] == [{"i": i} for i in range(20)]
 
 
-def test_a_lone_aappend_commits_on_the_loop(tmp_path: Path) -> None:
-    syncs = Syncs()
-    with EmbeddedStore(str(tmp_path), commit_interval=COMMIT_INTERVAL, fops=syncs) as store:
-        t = store.create_thread("p")
-        loop_thread: list[int] = []
+def commit_thread(store: EmbeddedStore, thread: str) -> tuple[int, int]:
+    """``(the loop's thread, the thread that committed)`` for one lone ``aappend``."""
+    committers: list[int] = []
 
-        def listener(_thread: str, _records: object) -> None:
-            loop_thread.append(threading.get_ident())
+    def listener(_thread: str, _records: object) -> None:
+        committers.append(threading.get_ident())
 
-        store.add_listener(listener)
+    store.add_listener(listener)
 
-        async def main() -> int:
-            before = syncs.done
-            await store.aappend(t, "custom.x", {}, durable=True)
-            assert syncs.done == before + 1
-            return threading.get_ident()
+    async def main() -> int:
+        await store.aappend(thread, "custom.x", {}, durable=True)
+        return threading.get_ident()
 
+    try:
         ident = asyncio.run(main())
-        assert loop_thread == [ident]  # no hop to a worker thread
+    finally:
+        store.remove_listener(listener)
+    (committer,) = committers
+    return ident, committer
+
+
+def test_a_lone_aappend_commits_on_the_loop_while_syncs_are_fast(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(aio, "LOOP_SYNC_SECONDS", 3600.0)  # every sync counts as fast
+    with EmbeddedStore(str(tmp_path), commit_interval=COMMIT_INTERVAL) as store:
+        loop_thread, committer = commit_thread(store, store.create_thread("p"))
+        assert committer == loop_thread  # no hop to a worker thread
+
+
+def test_a_slow_disk_keeps_the_commit_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(aio, "LOOP_SYNC_SECONDS", 0.0)  # every sync counts as slow
+    with EmbeddedStore(str(tmp_path), commit_interval=COMMIT_INTERVAL) as store:
+        loop_thread, committer = commit_thread(store, store.create_thread("p"))
+        assert committer != loop_thread
 
 
 def test_aappend_waits_out_another_threads_commit_then_commits_its_own(tmp_path: Path) -> None:
@@ -163,7 +182,11 @@ def test_aappend_waits_out_another_threads_commit_then_commits_its_own(tmp_path:
         assert [r.ord for r in store.read(u)] == [1, 2]
 
 
-def test_a_failed_commit_on_the_loop_fails_every_waiting_task(tmp_path: Path) -> None:
+@pytest.mark.parametrize("on_loop", [True, False])
+def test_a_failed_commit_fails_every_waiting_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_loop: bool
+) -> None:
+    monkeypatch.setattr(aio, "LOOP_SYNC_SECONDS", 3600.0 if on_loop else 0.0)
     syncs = Syncs()
     store = EmbeddedStore(str(tmp_path), commit_interval=COMMIT_INTERVAL, fops=syncs)
     threads = [store.create_thread("p") for _ in range(8)]

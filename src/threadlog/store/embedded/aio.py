@@ -14,12 +14,14 @@ asyncio.sleep(0)`` (no future of its own, no extra loop turn: a lone ``aappend``
 of the loop, not two); the tasks that come during that turn wait on futures. If it is cancelled
 during the turn, the job is handed to a loop callback, so the others are still committed.
 
-When no commit is running, the job leads it *on the loop* (`Journal.commit_if_idle`): one
-``write`` and one ``fdatasync`` (~0.15 ms here) block the loop, where a hop to a worker thread
-and back cost more than the fsync itself (a lone ``aappend`` took 1.75x the time of
-``append``), and the loop would have nothing to run meanwhile but the tasks that wait for that
-very commit. Only when another thread's commit is running does the job wait for it in a small
-thread pool, so that the loop never sleeps on another thread's fsync.
+When no commit is running and the disk's recent fdatasyncs were fast (under
+`LOOP_SYNC_SECONDS` on average, `Journal.sync_seconds`), the job leads the commit *on the
+loop* (`Journal.commit_if_idle`): one ``write`` and one ``fdatasync`` (~0.15 ms on the
+reference machine) block the loop, where a hop to a worker thread and back cost more than the
+fsync itself (a lone ``aappend`` took 1.75x the time of ``append``), and the loop would have
+nothing to run meanwhile but the tasks that wait for that very commit. When another thread's
+commit is running, or the disk is slow, the job waits (and leads) in a small thread pool
+instead: the loop never sleeps on another thread's fsync, nor on a slow one.
 """
 
 from __future__ import annotations
@@ -32,7 +34,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from threadlog.store.embedded.journal import Journal
 
-__all__ = ["AsyncCommits"]
+__all__ = ["LOOP_SYNC_SECONDS", "AsyncCommits"]
+
+LOOP_SYNC_SECONDS = 0.0005
+"""Commit on the loop only while the recent fdatasyncs averaged less than this: a slow disk's
+sync (milliseconds) would hold every other task of the loop up, and next to it the hop to a
+worker thread costs little."""
 
 
 class _Turn:
@@ -92,7 +99,7 @@ class AsyncCommits:
         (``turn.due`` stays set until that job settles them)."""
         journal = self._journal
         try:
-            idle = journal.commit_if_idle()
+            idle = journal.commit_if_idle(slower_than=LOOP_SYNC_SECONDS)
         except Exception as exc:  # the commit failed (the journal is poisoned): waiters raise it
             _finish(turn, exc)
             return exc

@@ -106,6 +106,8 @@ class Journal:
         self.path: str | None = None
         self._size = 0
         self._dirty: dict[str, RolloutLog] = {}
+        self.sync_seconds = 0.0
+        """A moving average of the recent fdatasyncs' durations (1/8 weight to the latest)."""
         self.closed = False
 
     @property
@@ -224,11 +226,15 @@ class Journal:
             self._sleep(0)
             self._mutex.acquire()
 
-    def commit_if_idle(self) -> bool:
+    def commit_if_idle(self, slower_than: float | None = None) -> bool:
         """Lead a commit of everything queued, unless another one is running: never waits
         for one. True if everything queued so far is now durable, False if another thread's
-        commit is running (the caller then waits with `wait`). Raises what the commit raised.
+        commit is running, or if the recent fdatasyncs took longer than ``slower_than``
+        seconds on average (`sync_seconds`); the caller then waits with `wait`. Raises what
+        the commit raised.
         """
+        if slower_than is not None and self.sync_seconds > slower_than:
+            return False
         with self._mutex:
             self.check()
             if self._flushing:
@@ -317,14 +323,14 @@ class Journal:
             self._checkpoint(reopen=True)
 
     def _fdatasync(self, fd: int) -> None:
-        """``fdatasync``, timed when metrics are on (`threadlog._hooks`)."""
-        metrics = _hooks.METRICS
-        if metrics is None:
-            self._fops.fdatasync(fd)
-            return
+        """``fdatasync``, timed: `sync_seconds`, and the metric when metrics are on."""
         start = time.perf_counter()
         self._fops.fdatasync(fd)
-        metrics.observe("threadlog_fsync_seconds", time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        self.sync_seconds += (elapsed - self.sync_seconds) / 8
+        metrics = _hooks.METRICS
+        if metrics is not None:
+            metrics.observe("threadlog_fsync_seconds", elapsed)
 
     def _open_new(self) -> None:
         """Create a journal file: temp name, lock, rename into place, fsync the directory."""
