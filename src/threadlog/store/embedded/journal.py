@@ -223,8 +223,10 @@ class Journal:
     def _wait_idle(self) -> None:
         """Wait (lock held, and held again on return) until no commit is running."""
         while self._flushing:
-            self._sleep(0)
-            self._mutex.acquire()
+            try:
+                self._sleep(0)
+            finally:
+                self._mutex.acquire()  # also when interrupted: the caller's ``with`` releases it
 
     def commit_if_idle(self, slower_than: float | None = None) -> bool:
         """Lead a commit of everything queued, unless another one is running: never waits
