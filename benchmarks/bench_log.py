@@ -13,12 +13,13 @@ The report is four ratios, each against a raw figure measured in the same round:
 
 Each comparison is measured in slices that alternate between raw and threadlog (raw first, then
 threadlog first), so that the disk's noise, which drifts over seconds on a shared machine, hits
-both alike; each ratio is the median of ``--rounds`` rounds (at least 3), shown with its range. ``--more`` adds the absolute figures of the other paths (group commit on one thread,
+both alike; each ratio is the median of ``--rounds`` rounds (at least 3), shown with its
+range. ``--more`` adds the absolute figures of the other paths (group commit on one thread,
 buffered appends, reading a 100,000-event thread, ``threadlog ls``, rebuilding the index).
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_log.py            # the four ratios (about 30 s)
+    .venv/bin/python benchmarks/bench_log.py            # the four ratios (~15 s, quiet disk)
     .venv/bin/python benchmarks/bench_log.py --more     # and the other figures
     .venv/bin/python benchmarks/bench_log.py --quick    # tiny sizes, a smoke test
 
