@@ -8,6 +8,8 @@ import random
 import time
 from datetime import UTC, datetime
 
+from threadlog.model.ids import uuid7_from_bits
+
 __all__ = [
     "monotonic",
     "new_id",
@@ -65,8 +67,6 @@ random_bits = _rng.getrandbits
 
 def new_id(ns: int | None = None) -> str:
     """A fresh UUIDv7 for the time ``ns`` (default: now), with PRNG randomness."""
-    from threadlog.model.ids import uuid7_from_bits
-
     return uuid7_from_bits((time.time_ns() if ns is None else ns) // 1_000_000, random_bits(74))
 
 

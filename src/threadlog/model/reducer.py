@@ -203,6 +203,8 @@ def _call(state: ThreadState, call_id: str, what: str) -> ToolCallState:
 
 
 def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
+    if event.__class__ is Custom:  # an application's own event (the common case): no rule
+        return
     ord_ = record.ord
     match event:
         case ThreadCreated():

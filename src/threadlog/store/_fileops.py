@@ -113,7 +113,14 @@ class FileOps:
 
     def write_all(self, fd: int, data: bytes | memoryview) -> None:
         """Write every byte, looping over short writes; a zero-byte write is an error."""
-        view = memoryview(data)
+        if not data:
+            return
+        n = self.write(fd, data)
+        if n == len(data):  # the usual case: one write, no view
+            return
+        if n <= 0:
+            raise OSError(errno.EIO, "write wrote nothing")
+        view = memoryview(data)[n:]
         while view:
             n = self.write(fd, view)
             if n <= 0:

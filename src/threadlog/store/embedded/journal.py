@@ -13,10 +13,13 @@ hand-offs: on a 2-core machine per-file fsyncs from 64 threads top out near 20k/
 *Leader/follower.* `Journal.wait(seq)` blocks until journal sequence ``seq`` is durable. The
 first waiter that finds no flush running becomes the leader: it takes every queued line, writes
 and fsyncs the journal without holding the lock, copies the lines into their rollouts, marks
-them durable and wakes the rest. A waiter whose record came in during that flush leads the
-next one. `RolloutLog.submit` (`threadlog.store.embedded.rolloutlog`) assigns the ordinal and
-queues the line *under the rollout's lock*, so each thread's records reach the journal (and its
-rollout) in ordinal order.
+them durable and wakes the waiters *that commit covered*, each on a gate of its own (a lock it
+sleeps on): a waiter whose record came in during the flush is not woken to find it still
+pending and sleep again (with 64 threads, waking all of them cost ~40 futex calls per append).
+One of those, the oldest, is woken instead to lead the next commit. A woken waiter returns
+without taking the journal's lock again. `RolloutLog.submit`
+(`threadlog.store.embedded.rolloutlog`) assigns the ordinal and queues the line *under the
+rollout's lock*, so each thread's records reach the journal (and its rollout) in ordinal order.
 
 *Checkpoints.* When the journal passes ``rotate_bytes``, and when the store closes, the leader
 fsyncs every rollout written since the last checkpoint and only then deletes the old journal
@@ -47,6 +50,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from threading import Lock
 from typing import TYPE_CHECKING, NoReturn
 
 from threadlog import _hooks
@@ -91,7 +95,8 @@ class Journal:
         self._on_failure = on_failure
         self._rotate_bytes = rotate_bytes
         self._mutex = threading.Lock()
-        self._cond = threading.Condition(self._mutex)
+        self._sleepers: list[tuple[int, Lock]] = []
+        """Waiters asleep on their gates, with the sequence each waits for, oldest first."""
         self._pending: list[tuple[RolloutLog, bytes, Record]] = []
         self._submitted = 0
         self.durable_seq = 0
@@ -101,6 +106,8 @@ class Journal:
         self.path: str | None = None
         self._size = 0
         self._dirty: dict[str, RolloutLog] = {}
+        self.sync_seconds = 0.0
+        """A moving average of the recent fdatasyncs' durations (1/8 weight to the latest)."""
         self.closed = False
 
     @property
@@ -112,22 +119,22 @@ class Journal:
         return bool(self._pending)
 
     def _poison(self, what: str, failure: BaseException) -> NoReturn:
-        """Fail-stop (A4): no write is acknowledged after this one failed. Condition held."""
+        """Fail-stop (A4): no write is acknowledged after this one failed. Lock held."""
         first = self._poisoned is None
         self._poisoned = error = StorageError(
             f"{what} and the store stopped acknowledging writes ({failure}); "
             "close and reopen the store to continue"
         )
         log.error("journal %s: %s", self.path, failure)
-        self._cond.notify_all()  # every waiter wakes and raises it (`check`)
+        self._wake_all()  # every waiter wakes and raises it (`check`)
         if first and self._on_failure is not None:
-            self._cond.release()  # the callback may call into the store
+            self._mutex.release()  # the callback may call into the store
             try:
                 self._on_failure(error)
             except Exception:
                 log.exception("a store failure listener failed")
             finally:
-                self._cond.acquire()
+                self._mutex.acquire()
         raise error from failure
 
     @property
@@ -142,7 +149,7 @@ class Journal:
 
     def enqueue(self, rollout: RolloutLog, line: bytes, record: Record) -> int:
         """Queue a line (the caller holds ``rollout``'s lock); returns its sequence number."""
-        with self._mutex:  # the condition's own lock, without the Python-level wrapper
+        with self._mutex:
             self.check()
             if self.closed:
                 raise StorageError("the store's journal is closed")
@@ -152,13 +159,90 @@ class Journal:
 
     def wait(self, seq: int) -> None:
         """Block until ``seq`` is durable, leading a group commit when none is running."""
-        with self._cond:
+        if self.durable_seq >= seq:
+            return
+        mutex = self._mutex
+        mutex.acquire()
+        held = True
+        try:
             while self.durable_seq < seq:
                 self.check()
-                if self._flushing:
-                    self._cond.wait()
-                else:
+                if not self._flushing:
                     self._flush_locked()
+                    continue
+                held = False
+                self._sleep(seq)  # returns without the lock
+                if self.durable_seq >= seq:
+                    return
+                mutex.acquire()  # woken to lead the next commit, or to raise the failure
+                held = True
+        finally:
+            if held:
+                mutex.release()
+
+    def _sleep(self, seq: int) -> None:
+        """Sleep (lock held, released here) until a commit covering ``seq`` ends, this waiter
+        is picked to lead the next one, or the journal fails. Returns without the lock."""
+        gate = threading.Lock()
+        gate.acquire()
+        self._sleepers.append((seq, gate))
+        self._mutex.release()
+        try:
+            gate.acquire()  # released by the leader that wakes this waiter
+        except BaseException:  # interrupted (KeyboardInterrupt): leave, passing the lead on
+            with self._mutex:
+                try:
+                    self._sleepers.remove((seq, gate))
+                except ValueError:  # already woken: maybe to lead, so pass that on
+                    self._wake_leader()
+            raise
+
+    def _wake_covered(self) -> None:
+        """After a commit (lock held): wake the waiters it made durable, and the oldest of the
+        rest to lead the next commit."""
+        durable = self.durable_seq
+        keep = []
+        for entry in self._sleepers:
+            if entry[0] <= durable:
+                entry[1].release()
+            else:
+                keep.append(entry)
+        self._sleepers = keep
+        self._wake_leader()
+
+    def _wake_leader(self) -> None:
+        """Wake the oldest sleeper, to lead the commit of what is queued (lock held)."""
+        if self._sleepers and not self._flushing:
+            self._sleepers.pop(0)[1].release()
+
+    def _wake_all(self) -> None:
+        sleepers, self._sleepers = self._sleepers, []
+        for _, gate in sleepers:
+            gate.release()
+
+    def _wait_idle(self) -> None:
+        """Wait (lock held, and held again on return) until no commit is running."""
+        while self._flushing:
+            try:
+                self._sleep(0)
+            finally:
+                self._mutex.acquire()  # also when interrupted: the caller's ``with`` releases it
+
+    def commit_if_idle(self, slower_than: float | None = None) -> bool:
+        """Lead a commit of everything queued, unless another one is running: never waits
+        for one. True if everything queued so far is now durable, False if another thread's
+        commit is running, or if the recent fdatasyncs took longer than ``slower_than``
+        seconds on average (`sync_seconds`); the caller then waits with `wait`. Raises what
+        the commit raised.
+        """
+        if slower_than is not None and self.sync_seconds > slower_than:
+            return False
+        with self._mutex:
+            self.check()
+            if self._flushing:
+                return False
+            self._flush_locked()
+            return True
 
     def flush(self) -> None:
         """Make everything queued so far durable."""
@@ -172,18 +256,18 @@ class Journal:
         upto = self._submitted
         self._flushing = True
         failure: BaseException | None = None
-        self._cond.release()
+        self._mutex.release()
         try:
             self._commit(batch)
         except BaseException as exc:
             failure = exc
         finally:
-            self._cond.acquire()
+            self._mutex.acquire()
             self._flushing = False
         if failure is not None:
             self._poison("append failed", failure)
         self.durable_seq = upto
-        self._cond.notify_all()
+        self._wake_covered()
         metrics = _hooks.METRICS
         if metrics is not None:
             metrics.observe("threadlog_commit_records", len(batch))
@@ -241,14 +325,14 @@ class Journal:
             self._checkpoint(reopen=True)
 
     def _fdatasync(self, fd: int) -> None:
-        """``fdatasync``, timed when metrics are on (`threadlog._hooks`)."""
-        metrics = _hooks.METRICS
-        if metrics is None:
-            self._fops.fdatasync(fd)
-            return
+        """``fdatasync``, timed: `sync_seconds`, and the metric when metrics are on."""
         start = time.perf_counter()
         self._fops.fdatasync(fd)
-        metrics.observe("threadlog_fsync_seconds", time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        self.sync_seconds += (elapsed - self.sync_seconds) / 8
+        metrics = _hooks.METRICS
+        if metrics is not None:
+            metrics.observe("threadlog_fsync_seconds", elapsed)
 
     def _open_new(self) -> None:
         """Create a journal file: temp name, lock, rename into place, fsync the directory."""
@@ -292,9 +376,8 @@ class Journal:
 
     def sync_rollout(self, rollout: RolloutLog) -> None:
         """Before a rollout is closed on its own: make its file durable (leader role held)."""
-        with self._cond:
-            while self._flushing:
-                self._cond.wait()
+        with self._mutex:
+            self._wait_idle()
             self.check()
             self._flush_locked()
             try:
@@ -320,12 +403,11 @@ class Journal:
 
         A poisoned journal is left on disk for the next open to replay.
         """
-        with self._cond:
+        with self._mutex:
             if self.closed:
                 return
             self.closed = True  # from now on nothing is queued (an append racing close fails)
-            while self._flushing:
-                self._cond.wait()
+            self._wait_idle()
             try:
                 if self._poisoned is None:
                     self._flush_locked()
