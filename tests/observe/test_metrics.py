@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from threadlog import _hooks
-from threadlog.cli.demo import _run
+from threadlog.cli.demo import _run, _workspace
 from threadlog.observe import metrics as m
 from threadlog.runtime.models import Reply, ScriptedModel
 from threadlog.runtime.runtime import Runtime
@@ -31,7 +32,11 @@ def test_metrics_are_off_by_default_and_cost_one_none_test() -> None:
 
 def test_the_demo_run_records_its_appends(tmp_path: Path, installed: None) -> None:
     metrics = m.install()
-    asyncio.run(_run(str(tmp_path), True, 0.0, Console(file=io.StringIO())))
+    workspace = _workspace()
+    try:
+        asyncio.run(_run(str(tmp_path), True, False, 0.0, Console(file=io.StringIO()), workspace))
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
     assert metrics.count("threadlog_append_seconds") >= 30
     assert metrics.count("threadlog_fsync_seconds") >= 1
     assert metrics.count("threadlog_commit_records") >= 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from threadlog.cli import cli
-from threadlog.cli.demo import _run
+from threadlog.cli.demo import _run, _workspace
 from threadlog.observe import live
 from threadlog.observe.sdk import SdkSpanSink
 from threadlog.observe.spans import spans_of
@@ -35,7 +36,13 @@ def exporter() -> Any:
 
 
 def _demo(home: Path) -> str:
-    thread, ok = asyncio.run(_run(str(home), True, 0.0, Console(file=io.StringIO())))
+    workspace = _workspace()
+    try:
+        thread, ok, _ = asyncio.run(
+            _run(str(home), True, False, 0.0, Console(file=io.StringIO()), workspace)
+        )
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
     assert ok
     return thread
 

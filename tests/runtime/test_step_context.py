@@ -13,6 +13,7 @@ import pytest
 from threadlog.model import ContextMismatch, codec, step_context
 from threadlog.model.envelope import Record
 from threadlog.runtime import Reply, Runtime, ScriptedModel, Tool, ToolCallSpec, ToolContext
+from threadlog.runtime.snapshots import SnapshotPolicy
 from threadlog.store.protocol import Store
 
 
@@ -159,21 +160,19 @@ def test_an_80_step_turn_stores_about_twice_the_bytes_of_a_40_step_one(
     assert ratio <= 2.1, ratio  # it was 2.95 when every step recorded its whole context
 
 
-def test_a_session_opened_from_a_snapshot_goes_on_by_reference(
-    home: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr("threadlog.runtime.session.SNAPSHOT_EVERY", 1)
+def test_a_session_opened_from_a_snapshot_goes_on_by_reference(home: str, tmp_path: Path) -> None:
+    snapshots = SnapshotPolicy(on_close=1)  # the closing session saves one
 
     async def main() -> tuple[list[Record], list[dict[str, Any]]]:
         model = ScriptedModel([*tool_steps(2), Reply("one"), Reply("two")])
-        async with Runtime(home, model=model, tools=[NOOP]) as runtime:
+        async with Runtime(home, model=model, tools=[NOOP], snapshots=snapshots) as runtime:
             session = await runtime.create("u", cwd=str(tmp_path))
             thread = session.thread_id
             await session.submit("first")
             await session.wait_idle(10)
         async with Runtime(home, model=model, tools=[NOOP]) as runtime:
             session = await runtime.open(thread)
-            assert session._snapshot_ord > 0  # the context came from the snapshot
+            assert session.base_ord > 0  # the context came from the snapshot
             await session.submit("second")
             await session.wait_idle(10)
             return log(runtime.store, thread), [r.snapshot() for r in model.requests]

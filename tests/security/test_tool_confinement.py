@@ -29,6 +29,7 @@ from threadlog.runtime.tools import (
     run_command,
     write_file,
 )
+from threadlog.store import _fileops
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -127,9 +128,9 @@ def test_reading_a_fifo_is_refused_instead_of_hanging(ctx: ToolContext, ws: Path
 
 
 def fsynced_dirs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Record the inode of every directory passed to os.fsync."""
+    """Record the inode of every directory the durable fsync (`store._fileops`) syncs."""
     seen: list[int] = []
-    real = os.fsync
+    real = _fileops._SYNC
 
     def fsync(fd: int) -> None:
         st = os.fstat(fd)
@@ -137,7 +138,7 @@ def fsynced_dirs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
             seen.append(st.st_ino)
         real(fd)
 
-    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(_fileops, "_SYNC", fsync)
     return seen
 
 
