@@ -205,9 +205,16 @@ def parse_line(line: bytes) -> Record:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         raise BadRecord(f"not valid JSON: {exc}") from None
-    if obj.__class__ is not dict or obj.keys() != _KEYS:
+    # Ten keys, and each of the ten looked up below: exactly the envelope's fields (cheaper
+    # than comparing the key set, on every line of every read).
+    if obj.__class__ is not dict or len(obj) != _NKEYS:
         raise BadRecord("not an object with exactly the envelope's fields")
-    hash_ = obj.pop("hash")  # what remains is the hashed content
+    try:
+        hash_ = obj.pop("hash")  # what remains is the hashed content
+        v, id_, thread, ord_, parent = obj["v"], obj["id"], obj["thread"], obj["ord"], obj["parent"]
+        ts, type_, prev, data = obj["ts"], obj["type"], obj["prev"], obj["data"]
+    except KeyError:
+        raise BadRecord("not an object with exactly the envelope's fields") from None
     head = line[:body_end]
     check = hashlib.sha256(head)
     check.update(b"}")
@@ -216,8 +223,6 @@ def parse_line(line: bytes) -> Record:
     canon = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
     if len(canon) != body_end + 1 or not canon.startswith(head):
         raise BadRecord("record bytes are not canonical JSON")
-    v, id_, thread, ord_, parent = obj["v"], obj["id"], obj["thread"], obj["ord"], obj["parent"]
-    ts, type_, prev = obj["ts"], obj["type"], obj["prev"]
     if v.__class__ is not int or ord_.__class__ is not int or ord_ < 1:
         raise BadRecord("v and ord must be integers, ord >= 1")
     if not (id_.__class__ is str and thread.__class__ is str and ts.__class__ is str):
@@ -231,8 +236,13 @@ def parse_line(line: bytes) -> Record:
         raise BadRecord("parent must be a string or null")
     if prev is not None and prev.__class__ is not str:
         raise BadRecord("prev must be a string or null")
-    return Record(v, id_, thread, ord_, parent, ts, type_, obj["data"], prev, hash_)
+    return _new_record(Record, (v, id_, thread, ord_, parent, ts, type_, data, prev, hash_))
 
+
+_NKEYS: Final = len(_KEYS)
+_new_record = tuple.__new__
+"""Builds a `Record` from its ten fields without the named tuple's Python-level ``__new__``
+(a read builds one per line)."""
 
 _SEEN_TYPES: set[str] = set()
 """Type names `parse_line` has already found valid (a log repeats a few dozen)."""

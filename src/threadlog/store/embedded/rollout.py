@@ -32,6 +32,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from threadlog._gc import paused
 from threadlog.errors import (
     IntegrityError,
 )
@@ -112,6 +113,22 @@ def scan(
     inside its inherited prefix is damaged — unless ``whole`` is False: ``data`` is then only
     the first lines of the file.
     """
+    with paused():  # one dict and one Record per line, no cycles (`threadlog._gc`)
+        return _scan(
+            data, thread_id, base_offset, start_ord, prev_hash, keep_records, copied, whole
+        )
+
+
+def _scan(
+    data: bytes,
+    thread_id: str,
+    base_offset: int,
+    start_ord: int,
+    prev_hash: str | None,
+    keep_records: bool,
+    copied: Copied | None,
+    whole: bool,
+) -> Scan:
     result = Scan(end=base_offset)
     expected = start_ord
     prev = prev_hash
