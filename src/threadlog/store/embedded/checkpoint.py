@@ -171,7 +171,7 @@ class Checkpoints:
         what follows, how to get the state at the anchor)``; None for neither."""
         row = self.get(thread_id)
         try:
-            snap = self._index.get_snapshot(thread_id)
+            snap = self._index.get_snapshot(thread_id, payload=False)  # its anchor only
         except StorageError:
             snap = None
         snap_first = snap is not None and (row is None or snap.ord > row.ord)
