@@ -106,6 +106,8 @@ class RolloutLog:
         self.last_ord = last.ord if last else 0
         self.last_hash: str | None = last.hash if last else None
         self.last_id: str | None = last.id if last else None
+        self.opened_at: tuple[int, str] | None = (anchor.ord, anchor.hash) if anchor else None
+        """The (ord, hash) of the verified record the log was opened from, if any."""
         self._first_ord = anchor.ord + 1 if anchor else 1
         """The first ord whose offset and id are loaded (the prefix is loaded lazily)."""
         self._prefix_end = (scanned.offsets[0] if scanned.offsets else scanned.end) if anchor else 0

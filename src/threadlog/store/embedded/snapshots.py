@@ -84,9 +84,13 @@ class SnapshotKeeper:
         snap = self._index.get_snapshot(thread_id, payload=False)
         if snap is None or snap.version != version:
             return None
-        path = self._layout.path_of(thread_id)
-        if self.anchored_tail(thread_id, path, durable_end(thread_id)) is None:
-            return None
+        rollout = self._logs.get(thread_id)
+        if rollout is None or rollout.opened_at != (snap.ord, snap.hash):
+            # (a log this store opened from this very anchor checked it against the file
+            # then, and only grows under its lease: no second scan of the tail)
+            path = self._layout.path_of(thread_id)
+            if self.anchored_tail(thread_id, path, durable_end(thread_id)) is None:
+                return None
         full = self._index.get_snapshot(thread_id)
         if full is None or (full.ord, full.hash, full.version) != (snap.ord, snap.hash, version):
             return None  # replaced meanwhile: the caller reads the whole log
