@@ -36,7 +36,7 @@ from typing import Any, Literal, get_args
 
 from threadlog.errors import UsageError
 from threadlog.model.events import Resolution  # noqa: TC001 (read by get_type_hints at run time)
-from threadlog.model.typecheck import describe, field_table
+from threadlog.model.typecheck import describe, field_names, field_table
 
 __all__ = [
     "Approve",
@@ -141,7 +141,7 @@ def command_from_data(data: object) -> Command:
             f"unknown command kind {kind!r:.80}: expected one of {', '.join(sorted(_KINDS))}"
         )
     table = field_table(cls, skip="kind")
-    names = {f.name for f in table}
+    names = field_names(cls, skip="kind")
     for key in data:
         if key != "kind" and key not in names:
             raise UsageError(f"{kind}: unknown field {key!r:.80}")

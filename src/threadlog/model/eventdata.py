@@ -13,7 +13,7 @@ from typing import Any
 
 from threadlog.errors import InvalidData, InvalidEventType
 from threadlog.model.events import CATALOGUE, Custom, Event
-from threadlog.model.typecheck import FieldCheck, describe, field_table
+from threadlog.model.typecheck import describe, field_names, field_table
 
 __all__ = ["from_data", "to_data"]
 
@@ -67,7 +67,7 @@ def from_data(type_name: str, data: Any) -> Event:
     if not isinstance(data, dict):
         raise InvalidData(f"{type_name}: data must be an object, not {type(data).__name__}")
     table = field_table(cls, skip="type", refs=True)
-    names = _names(cls, table)
+    names = field_names(cls, skip="type")
     if not names.issuperset(data):
         unknown = next(key for key in data if key not in names)
         raise InvalidData(f"{type_name}: unknown field {unknown!r}")
@@ -80,13 +80,3 @@ def from_data(type_name: str, data: Any) -> Event:
             raise InvalidData(f"{type_name}: field {name!r} must be {describe(hint)}")
     event: Event = cls(**data)
     return event
-
-
-_NAMES: dict[type[Any], frozenset[str]] = {}
-
-
-def _names(cls: type[Any], table: tuple[FieldCheck, ...]) -> frozenset[str]:
-    names = _NAMES.get(cls)
-    if names is None:
-        names = _NAMES[cls] = frozenset(f.name for f in table)
-    return names

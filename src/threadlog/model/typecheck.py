@@ -25,7 +25,7 @@ from threadlog.model.refs import is_artifact_ref
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["FieldCheck", "compile_hint", "describe", "field_table"]
+__all__ = ["FieldCheck", "compile_hint", "describe", "field_names", "field_table"]
 
 
 class FieldCheck(NamedTuple):
@@ -118,6 +118,18 @@ def field_table(cls: type[Any], *, skip: str, refs: bool = False) -> tuple[Field
         )
         _TABLES[key] = table
     return table
+
+
+_NAMES: dict[tuple[type[Any], str], frozenset[str]] = {}
+
+
+def field_names(cls: type[Any], *, skip: str) -> frozenset[str]:
+    """The names of `field_table`'s fields (an object with any other key is refused)."""
+    key = (cls, skip)
+    names = _NAMES.get(key)
+    if names is None:
+        names = _NAMES[key] = frozenset(f.name for f in dataclasses.fields(cls) if f.name != skip)
+    return names
 
 
 def describe(hint: Any, *, text: str = "str") -> str:
