@@ -26,7 +26,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from threadlog.errors import StorageError
 from threadlog.model import codec
@@ -326,7 +326,9 @@ class Index:
             return self._db.execute(sql, args).fetchall()
 
     @_translated
-    def get_snapshot(self, thread_id: str, *, payload: bool | str = True) -> SnapshotRow | None:
+    def get_snapshot(
+        self, thread_id: str, *, payload: bool | Literal["line"] = True
+    ) -> SnapshotRow | None:
         """The thread's snapshot, if any; without ``payload``, its anchor only (the payload
         is then ``b""``: a long thread's snapshot is megabytes, its anchor a few bytes);
         with ``payload="line"``, its payload's first line only (without the newline), read
