@@ -19,15 +19,15 @@ from __future__ import annotations
 import re
 import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import orjson
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
+
+    from rich.console import Console
+    from rich.text import Text
 
 __all__ = [
     "abbreviate",
@@ -82,6 +82,8 @@ def short(value: Any, width: int | None = 60) -> str:
 def text(value: Any, style: str = "", *, width: int | None = None) -> Text:
     """``value`` as a rich `Text` (never parsed as markup), cleaned, one line when ``width``
     is given."""
+    from rich.text import Text  # rich is imported when output is styled, never for --json
+
     string = short(value, width) if width is not None else clean(value)
     return Text(string, style=style)
 
@@ -93,6 +95,8 @@ FORCE_TERMINAL: bool | None = None
 def console(*, stderr: bool = False) -> Console:
     """A console that prints what it is given: no markup in `Text`, no emoji codes, no
     highlighting of numbers and paths."""
+    from rich.console import Console
+
     return Console(
         highlight=False,
         emoji=False,
@@ -113,11 +117,11 @@ def is_terminal() -> bool:
         return False
 
 
-Cell = str | Text | int | None
+Cell: TypeAlias = "str | Text | int | None"
 
 
 def _plain(cell: Cell) -> str:
-    if isinstance(cell, Text):
+    if cell is not None and not isinstance(cell, str | int):  # a rich Text
         cell = cell.plain
     return clean(cell, one_line=True).replace("\t", " ")
 
@@ -142,6 +146,9 @@ def table(
         sys.stdout.write("\n".join(lines) + "\n")
         sys.stdout.flush()
         return
+    from rich.table import Table
+    from rich.text import Text
+
     grid = Table(box=None, header_style="bold", title=title, title_justify="left")
     for name in columns:
         limit = widths.get(name)
