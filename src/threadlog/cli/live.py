@@ -67,11 +67,10 @@ def _act(
     """Apply ``command`` to the thread, after checking it against the thread's state:
     directly (``direct``, by default the session's command) when no process holds it, else
     through its mailbox."""
-    home = home or default_home()
-    thread = existing_thread(home, thread)
+    store, thread = existing_thread(home or default_home(), thread)
 
     async def run() -> dict[str, Any]:
-        async with Runtime(home, source="cli", snapshots=BRIEF) as runtime:
+        async with Runtime(store=store, source="cli", snapshots=BRIEF) as runtime:
             try:
                 session = await runtime.open(thread, resume=False, mailbox=False)
             except LeaseHeld as exc:
@@ -88,7 +87,8 @@ def _act(
                 record = applied
             return {"applied": True, "ord": record.ord, "type": record.type}
 
-    result = asyncio.run(run())
+    with store:
+        result = asyncio.run(run())
     if as_json:
         print_json({"thread": thread, **result})
     elif result["applied"]:
@@ -242,11 +242,10 @@ def cancel(home: str | None, as_json: bool, thread: str) -> None:
     Example:
       threadlog cancel THREAD
     """
-    home = home or default_home()
-    thread = existing_thread(home, thread)
+    store, thread = existing_thread(home or default_home(), thread)
 
     async def run() -> dict[str, Any]:
-        async with Runtime(home, snapshots=BRIEF) as runtime:
+        async with Runtime(store=store, snapshots=BRIEF) as runtime:
             try:
                 session = await runtime.open(thread, resume=False, mailbox=False)
             except LeaseHeld as exc:
@@ -259,7 +258,8 @@ def cancel(home: str | None, as_json: bool, thread: str) -> None:
             await session.cancel(turn_id=turn_id)
             return {"applied": True, "turn_id": turn_id, "outcome": "aborted"}
 
-    result = asyncio.run(run())
+    with store:
+        result = asyncio.run(run())
     if as_json:
         print_json({"thread": thread, **result})
     elif result["applied"]:
@@ -304,10 +304,10 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
       threadlog resume THREAD --salvage
     """
     home = home or default_home()
-    thread = existing_thread(home, thread)
+    store, thread = existing_thread(home, thread)
 
     async def run(target: str) -> dict[str, Any]:
-        async with Runtime(home, source="cli", snapshots=BRIEF) as runtime:
+        async with Runtime(store=store, source="cli", snapshots=BRIEF) as runtime:
             session = await runtime.open(target, resume=False, mailbox=False)
             report = await hand_over(session, runtime.store)
             state = session.state
@@ -327,20 +327,20 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
             }
         return {**report.to_data(), "repaired": True, "running_turn": state.active_turn}
 
-    try:
-        report = asyncio.run(run(thread))
-    except IntegrityError as exc:
-        if not salvage:
-            click.echo(
-                f"error: the log is damaged at ord {exc.ord}"
-                + (f", byte {exc.offset}" if exc.offset is not None else "")
-                + f": {clean(exc.reason)}",
-                err=True,
-            )
-            click.echo(f"  details: threadlog verify {thread}", err=True)
-            click.echo(f"  keep what is valid: threadlog resume {thread} --salvage", err=True)
-            sys.exit(EXIT_STORE)
-        with open_disk_store(home) as store:
+    with store:
+        try:
+            report = asyncio.run(run(thread))
+        except IntegrityError as exc:
+            if not salvage:
+                click.echo(
+                    f"error: the log is damaged at ord {exc.ord}"
+                    + (f", byte {exc.offset}" if exc.offset is not None else "")
+                    + f": {clean(exc.reason)}",
+                    err=True,
+                )
+                click.echo(f"  details: threadlog verify {thread}", err=True)
+                click.echo(f"  keep what is valid: threadlog resume {thread} --salvage", err=True)
+                sys.exit(EXIT_STORE)
             # the valid prefix: whole records before the damage (an illegal event is whole)
             last_ord = min(store.verify(thread, check_events=False).last_ord, exc.ord - 1)
             salvaged = _salvage_of(store, thread, last_ord)
@@ -352,16 +352,16 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
                     kind="salvage",
                     title=f"salvaged from {thread} (ords 1–{last_ord})",
                 )
-        if not as_json:
-            verb = "copied" if made else "already copied"
-            click.echo(f"damaged at ord {exc.ord}: {verb} ords 1–{last_ord} to {salvaged}")
-        report = asyncio.run(run(salvaged))
-        report["salvaged_from"] = {
-            "thread": thread,
-            "ord": last_ord,
-            "damage": str(exc),
-            "reused": not made,
-        }
+            if not as_json:
+                verb = "copied" if made else "already copied"
+                click.echo(f"damaged at ord {exc.ord}: {verb} ords 1–{last_ord} to {salvaged}")
+            report = asyncio.run(run(salvaged))
+            report["salvaged_from"] = {
+                "thread": thread,
+                "ord": last_ord,
+                "damage": str(exc),
+                "reused": not made,
+            }
     if as_json:
         print_json(report)
         return
@@ -385,11 +385,17 @@ def resume_cmd(home: str | None, as_json: bool, thread: str, salvage: bool) -> N
         )
 
 
-def existing_thread(home: str, thread: str) -> str:
-    """The full id of the thread ``thread`` (an id or a unique prefix) names in the existing
-    store at ``home`` (`UsageError` if there is no store there: nothing is created)."""
-    with open_disk_store(home, create=False) as store:
-        return resolve_thread(store, thread)
+def existing_thread(home: str, thread: str) -> tuple[DiskStore, str]:
+    """The existing store at ``home``, opened (`UsageError` if there is no store there:
+    nothing is created), and the full id of the thread ``thread`` (an id or a unique prefix)
+    names in it. The caller closes the store; the command's runtime works on it (one open
+    of the store per command, not one to find the thread and another to act on it)."""
+    store = open_disk_store(home, create=False)
+    try:
+        return store, resolve_thread(store, thread)
+    except BaseException:
+        store.close()
+        raise
 
 
 def _salvage_of(store: DiskStore, thread: str, last_ord: int) -> str | None:
