@@ -428,3 +428,77 @@ def test_the_committer_checkpoints_a_busy_thread(
             rows = store.index.run("SELECT ord FROM checkpoints WHERE thread_id = ?", (thread,))
             time.sleep(0.01)
         assert rows and rows[0][0] >= 50  # taken while the thread is still open
+
+
+# -- follow ----------------------------------------------------------------------------------
+
+
+def _follow(store: EmbeddedStore, thread: str, after: int, count: int) -> list[int]:
+    """The ordinals of the first ``count`` records ``follow`` yields after ``after``."""
+    got: list[int] = []
+    for record in store.follow(thread, after, interval=0.01):
+        got.append(record.ord)
+        if len(got) == count:
+            break
+    return got
+
+
+def test_follow_near_the_end_reads_only_the_end(
+    copy: tuple[str, str], no_whole_scan: None
+) -> None:
+    home, thread = copy
+    with EmbeddedStore(home) as store:
+        assert _follow(store, thread, RECORDS - 3, 3) == [RECORDS - 2, RECORDS - 1, RECORDS]
+        assert _follow(store, thread, 3100, 2) == [3101, 3102]  # from the sparse index
+
+
+def test_follow_from_the_start_reads_a_window_at_a_time(
+    copy: tuple[str, str], no_whole_scan: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reader_module, "FOLLOW_PAGE", 700)  # 5,000 records: 8 windows
+    home, thread = copy
+    with EmbeddedStore(home) as store:
+        assert _follow(store, thread, 0, RECORDS) == list(range(1, RECORDS + 1))
+
+
+def test_follow_yields_new_records_after_the_windows(copy: tuple[str, str]) -> None:
+    home, thread = copy
+    with EmbeddedStore(home) as store, EmbeddedStore(home) as reader:
+        follower = iter(reader.follow(thread, RECORDS - 1, interval=0.01))
+        assert next(follower).ord == RECORDS
+        store.append(thread, "custom.n", {"i": -1})  # written by another store
+        assert next(follower).ord == RECORDS + 1
+
+
+def test_follow_without_a_sparse_index_reads_the_file_once(
+    copy: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, thread = copy
+    with EmbeddedStore(home) as store:
+        store.index.run("DELETE FROM sparse_offsets")
+        store.index.run("DELETE FROM checkpoints")
+        scans: list[str] = []
+        whole = reader_module.Reader.scan_whole
+
+        def counted(self: Any, *args: Any) -> Any:
+            scans.append("whole")
+            return whole(self, *args)
+
+        monkeypatch.setattr(reader_module.Reader, "scan_whole", counted)
+        assert _follow(store, thread, 2500, 3) == [2501, 2502, 2503]
+        assert scans == ["whole"]
+
+
+def test_follow_refuses_a_log_replaced_under_it(copy: tuple[str, str]) -> None:
+    home, thread = copy
+    with EmbeddedStore(home) as store:
+        follower = iter(store.follow(thread, RECORDS - 1, interval=0.01))
+        assert next(follower).ord == RECORDS
+        other = store.create_thread("tester")  # the same data, another thread's records
+        for record in store.read(thread)[1:]:
+            store.append(other, record.type, record.data, durable=False)
+        store.append(other, "custom.n", {"i": -2})
+        shutil.copyfile(store.path_of(other), store.path_of(thread) + ".new")
+    with pytest.raises(IntegrityError):
+        os.replace(store.path_of(thread) + ".new", store.path_of(thread))
+        next(follower)

@@ -56,9 +56,22 @@ if TYPE_CHECKING:
     from threadlog.store.embedded.snapshots import SnapshotKeeper
     from threadlog.store.protocol import VerifyReport
 
-__all__ = ["Reader", "lost_acknowledged"]
+__all__ = ["FOLLOW_PAGE", "Reader", "lost_acknowledged"]
 
 log = logging.getLogger("threadlog.store")
+
+FOLLOW_PAGE = 4096
+"""Records `Reader.follow` reads at a time (one window each: its memory stays bounded)."""
+
+
+def _changed_under(thread_id: str, ord_: int) -> IntegrityError:
+    """The log a follower reads no longer holds the records it yielded (replaced, restored
+    from an older copy): what it yields next would not continue them."""
+    return IntegrityError(
+        thread_id,
+        ord_,
+        "the log changed under a follower: it no longer continues the records already yielded",
+    )
 
 
 class Reader:
@@ -130,10 +143,55 @@ class Reader:
     def follow(self, thread_id: str, after: int = 0, *, interval: float = 0.2) -> Iterator[Record]:
         """`Store.follow`: the durable records after ``after``, then each new one. Reads the
         rollout itself, so it works beside a live writer in another process; it stops where
-        the writer publishes its records durable (`durable_end`)."""
+        the writer publishes its records durable (`durable_end`).
+
+        It reads windows of at most `FOLLOW_PAGE` records (`read_window`: a seek by the
+        sparse index, or back from the end of the file), each chained on the last record it
+        yielded, so following a long thread from near its end reads only its end, and from
+        its start holds one window at a time, never the whole log. A file no window can be
+        read from with certainty (no sparse entry near the cursor, damage) is scanned whole
+        once, which reports damage with its ordinal, and then tailed from its end."""
         path = self._layout.path_of(thread_id)
-        known = self.acknowledged(thread_id)
-        scanned = self.scan_whole(path, thread_id, self.durable_end(thread_id), known)
+        last: Record | None = None
+        while True:
+            end = self.durable_end(thread_id)
+            page = read_window(
+                path,
+                thread_id,
+                after if last is None else last.ord,
+                None,
+                FOLLOW_PAGE,
+                end=end,
+                known=self.acknowledged(thread_id),
+                checkpoints=self.checkpoints,
+                max_record_bytes=self._max_record_bytes,
+            )
+            if page is None:
+                yield from self._follow_file(path, thread_id, after, last, interval)
+                return
+            if page:
+                if last is not None and page[0].prev != last.hash:
+                    raise _changed_under(thread_id, page[0].ord)
+                if end is None:
+                    self.sync_file(path)  # durable before visible (as `read`)
+                yield from page
+                last = page[-1]
+            if len(page) < FOLLOW_PAGE:
+                time.sleep(interval)
+
+    def _follow_file(
+        self, path: str, thread_id: str, after: int, last: Record | None, interval: float
+    ) -> Iterator[Record]:
+        """`follow` from the whole file: scanned once (damage raises), the records after
+        ``last`` (or ordinal ``after``) yielded, then the file tailed from where it ended."""
+        scanned = self.scan_whole(
+            path, thread_id, self.durable_end(thread_id), self.acknowledged(thread_id)
+        )
+        if last is not None:
+            known = scanned.records[last.ord - 1] if last.ord <= len(scanned.records) else None
+            if known is None or known.hash != last.hash:
+                raise _changed_under(thread_id, last.ord)
+            after = last.ord
         yield from scanned.records[after:]
         last = scanned.records[-1]
         ord_, prev, offset = last.ord, last.hash, scanned.end
