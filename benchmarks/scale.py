@@ -14,6 +14,8 @@ process, with its wall time and peak RSS:
 * the first append after opening the store (`EmbeddedStore.append`, opening the thread for
   writing included);
 * reading the last 5 records (``store.read(thread, after=last - 5)``);
+* following the thread from 5 records before its end until the 5th arrives
+  (``store.follow(thread, last - 5)``);
 * ``threadlog verify THREAD``: the whole command (reads and checks every record: it is
   expected to grow with the thread).
 
@@ -137,6 +139,24 @@ READ_LAST = textwrap.dedent(
 )
 
 
+FOLLOW = textwrap.dedent(
+    """
+    import json, sys, time
+    from threadlog import open_store
+    with open_store(sys.argv[1]) as store:
+        last = int(sys.argv[3])
+        start = time.perf_counter()
+        ords = []
+        for record in store.follow(sys.argv[2], last - 5, interval=0.01):
+            ords.append(record.ord)
+            if len(ords) == 5:
+                break
+        took = time.perf_counter() - start
+    print(json.dumps({"seconds": took, "ords": ords}))
+    """
+)
+
+
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -209,6 +229,10 @@ def measure(events: int, work: str) -> dict[str, Any]:
     got = json.loads(read["stdout"])
     assert got["ords"] == list(range(data["ord"] - 4, data["ord"] + 1)), got
     row["read_last_5"] = {"seconds": got["seconds"], "rss_mb": read["rss_mb"]}
+    follow = py(FOLLOW, home, thread, str(data["ord"]))
+    got = json.loads(follow["stdout"])
+    assert got["ords"] == list(range(data["ord"] - 4, data["ord"] + 1)), got
+    row["follow_last_5"] = {"seconds": got["seconds"], "rss_mb": follow["rss_mb"]}
     verify = cli("verify", "--home", home, thread)
     row["threadlog_verify"] = {"seconds": verify["wall"], "rss_mb": verify["rss_mb"]}
     shutil.rmtree(home, ignore_errors=True)
@@ -220,6 +244,7 @@ ROWS = (
     ("runtime_resume", "`Runtime.resume` after kill -9 (in the process)"),
     ("first_append", "first append after opening the store"),
     ("read_last_5", "read the last 5 records"),
+    ("follow_last_5", "follow from 5 records before the end (until the 5th)"),
     ("threadlog_verify", "`threadlog verify` (whole command; reads everything)"),
 )
 

@@ -26,6 +26,12 @@ def test_the_scale_benchmark_runs_and_resumes_from_a_snapshot() -> None:
     assert resumed["base_ord"] == row["snapshot_ord"] > 0
     assert 0 < resumed["replayed"] <= row["events"] - row["snapshot_ord"]
     assert "step_interrupted" in row["resume_repairs"]  # killed in the middle of a model call
-    for key in ("threadlog_resume", "runtime_resume", "first_append", "read_last_5"):
+    for key in (
+        "threadlog_resume",
+        "runtime_resume",
+        "first_append",
+        "read_last_5",
+        "follow_last_5",
+    ):
         assert row[key]["seconds"] > 0 and row[key]["rss_mb"] > 0, key
     assert row["threadlog_verify"]["seconds"] > 0
