@@ -37,18 +37,36 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from threadlog.errors import ConflictError, UsageError
 from threadlog.model.ids import derived_id
 from threadlog.model.tree import ENTRY_TYPES
 
 if TYPE_CHECKING:
-    from threadlog.importers._report import FileReport
-    from threadlog.model.state import ThreadState
-    from threadlog.store.protocol import Store
+    from types import EllipsisType
 
-__all__ = ["Call", "Emitter"]
+    from threadlog.importers._report import FileReport
+    from threadlog.model.envelope import Record
+    from threadlog.model.state import ThreadState
+
+__all__ = ["Call", "Emitter", "Sink"]
+
+
+class Sink(Protocol):
+    """What an emitter appends to: the store, or a new thread's log built in memory
+    (`threadlog.importers._bulk.NewLog`)."""
+
+    def append(
+        self,
+        thread_id: str,
+        type: str,
+        data: Any = None,
+        *,
+        durable: bool | None = None,
+        id: str | None = None,
+        parent: str | None | EllipsisType = ...,
+    ) -> Record: ...
 
 BY = "import"
 """Who approved an imported tool call (the source's harness ran it)."""
@@ -67,7 +85,7 @@ class Call:
 class Emitter:
     """Appends one source session's items to one thread (see the module docstring)."""
 
-    store: Store
+    store: Sink
     thread_id: str
     key: str
     """The thread's import key (format and session id): the namespace of its record ids."""
