@@ -60,7 +60,9 @@ class ThreadBatch(Protocol):
 
     def __len__(self) -> int: ...
 
-    def add(self, thread_id: str, lines: Sequence[bytes]) -> None: ...
+    def add(
+        self, thread_id: str, lines: Sequence[bytes], records: Sequence[Record] | None = None
+    ) -> None: ...
 
     def commit(self) -> list[str]: ...
 
@@ -113,7 +115,9 @@ class NewLog:
             data_json=data_json,
             prev=None,
         )
-        first = Record(1, first_id, self.thread_id, 1, None, ts, "thread.created", data, None, digest)
+        first = Record(
+            1, first_id, self.thread_id, 1, None, ts, "thread.created", data, None, digest
+        )
         self.records: list[Record] = [first]
         self.lines: list[bytes] = [line]
         self._jsons: list[bytes] = [data_json]
@@ -153,7 +157,11 @@ class NewLog:
         if existing is not None:
             stored = self.records[existing - 1]
             want = stored.parent if parent is ... else parent
-            if stored.type == type and stored.parent == want and self._jsons[existing - 1] == data_json:
+            if (
+                stored.type == type
+                and stored.parent == want
+                and self._jsons[existing - 1] == data_json
+            ):
                 return stored
             raise DuplicateEventConflict(self.thread_id, id, existing)
         parent_id = last.id if parent is ... else parent
@@ -224,7 +232,7 @@ class Bulk:
         added: list[str] = []
         try:
             for log in logs:
-                self.batch.add(log.thread_id, log.lines)
+                self.batch.add(log.thread_id, log.lines, log.records)
                 added.append(log.thread_id)
         except BaseException:
             self.batch.drop(added)  # all or none of a file's threads

@@ -68,6 +68,7 @@ class Sink(Protocol):
         parent: str | None | EllipsisType = ...,
     ) -> Record: ...
 
+
 BY = "import"
 """Who approved an imported tool call (the source's harness ran it)."""
 

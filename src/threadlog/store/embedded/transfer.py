@@ -34,9 +34,11 @@ from __future__ import annotations
 import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from threadlog.errors import ConflictError, StorageError, UsageError
+from threadlog.model.projection import PROJECTED
 from threadlog.store.embedded.fork import Forked
 from threadlog.store.transfer import check_import, conflict_message, same_log
 
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from threadlog.store._fileops import FileOps
     from threadlog.store.embedded.layout import Layout
     from threadlog.store.embedded.reader import Reader
+    from threadlog.store.embedded.schema import IndexBatch
 
 __all__ = ["Importer", "NewThreads"]
 
@@ -148,8 +151,8 @@ class NewThreads:
         references escaped, large values moved to the artifact store), as an append does."""
         self.max_record_bytes = max_record_bytes
         """The largest record line the store accepts."""
-        self._pending: list[tuple[str, str, str, int, bytes, bytes]] = []
-        """``(thread id, rollout path, temporary path, fd, first line, the other lines)``."""
+        self._pending: list[tuple[str, str, str, int, Forked]] = []
+        """``(thread id, rollout path, temporary path, fd, what the index is given)``."""
 
     def __enter__(self) -> NewThreads:
         return self
@@ -164,15 +167,23 @@ class NewThreads:
         """Whether ``thread_id`` was added and is not committed yet."""
         return any(p[0] == thread_id for p in self._pending)
 
-    def add(self, thread_id: str, lines: Sequence[bytes]) -> None:
+    def add(
+        self, thread_id: str, lines: Sequence[bytes], records: Sequence[Record] | None = None
+    ) -> None:
         """Write a new thread's rollout ``lines`` (its ``thread.created`` first, each line
         encoded by `encode_record` and admitted by the reducer) to its temporary file.
+        ``records``, the records of those lines if the caller holds them, spare the index
+        parsing the lines again.
 
         Raises `UsageError` (a malformed id, no lines, or a line not of this thread),
         `ConflictError` (the thread exists already), `StorageError`; nothing is added then.
         """
         path = self._layout.path_of(thread_id)
-        if not lines or not lines[0].endswith(b"\n") or f'"thread":"{thread_id}"'.encode() not in lines[0]:
+        if (
+            not lines
+            or not lines[0].endswith(b"\n")
+            or f'"thread":"{thread_id}"'.encode() not in lines[0]
+        ):
             raise UsageError(f"thread {thread_id}: its first line is not its own record")
         if self._layout.exists(thread_id) or self.pending(thread_id):
             raise ConflictError(f"thread {thread_id} exists already; nothing was written")
@@ -194,7 +205,15 @@ class NewThreads:
             if isinstance(exc, OSError):
                 raise StorageError(f"cannot import thread {thread_id}: {exc}") from exc
             raise
-        self._pending.append((thread_id, path, tmp, fd, lines[0], body))
+        if records:
+            last = len(records) - 1
+            kept = tuple(r for i, r in enumerate(records) if r.type in PROJECTED or i == last)
+            indexed: Forked = _Built(
+                thread_id, path, b"", b"", 0, 0, b"", kept, len(lines[0]) + len(body)
+            )
+        else:
+            indexed = Forked(thread_id, path, lines[0], body, 0, len(body), b"")
+        self._pending.append((thread_id, path, tmp, fd, indexed))
 
     def commit(self) -> list[str]:
         """Make every thread added durable and visible, and queue it for the index (at the
@@ -204,13 +223,13 @@ class NewThreads:
         if not pending:
             return []
         fops = self._fops
-        linked: list[tuple[str, str, str, int, bytes, bytes]] = []
+        linked: list[tuple[str, str, str, int, Forked]] = []
         try:
             with ThreadPoolExecutor(min(SYNC_WORKERS, len(pending))) as pool:
                 list(pool.map(fops.fsync, [p[3] for p in pending]))
             directories: dict[str, None] = {}
             for item in pending:
-                thread_id, path, tmp, fd, _, _ = item
+                thread_id, path, tmp, _, _ = item
                 try:
                     os.link(tmp, path)  # never replaces a thread that appeared meanwhile
                 except FileExistsError:
@@ -228,8 +247,8 @@ class NewThreads:
             self._cleanup(pending, linked)
             raise exc from None
         self._cleanup(pending, [])
-        for thread_id, path, _, _, header, body in pending:
-            self._written(Forked(thread_id, path, header, body, 0, len(body), b""))
+        for *_, indexed in pending:
+            self._written(indexed)
         return [p[0] for p in pending]
 
     def drop(self, thread_ids: Sequence[str]) -> None:
@@ -245,16 +264,28 @@ class NewThreads:
 
     def _cleanup(
         self,
-        pending: list[tuple[str, str, str, int, bytes, bytes]],
-        linked: list[tuple[str, str, str, int, bytes, bytes]],
+        pending: list[tuple[str, str, str, int, Forked]],
+        linked: list[tuple[str, str, str, int, Forked]],
     ) -> None:
         """Close and remove the temporary files; unlink rollouts linked by a failed commit
         (not durable, never acknowledged: no thread at all)."""
-        for _, path, tmp, fd, _, _ in pending:
+        for _, _, tmp, fd, _ in pending:
             with contextlib.suppress(OSError):
                 self._fops.close(fd)
             with contextlib.suppress(OSError):
                 self._fops.unlink(tmp)
-        for _, path, _, _, _, _ in linked:
+        for _, path, _, _, _ in linked:
             with contextlib.suppress(OSError):
                 self._fops.unlink(path)
+
+
+@dataclass(frozen=True, slots=True)
+class _Built(Forked):
+    """A new thread written from records its writer holds: indexed from them (those that
+    change index rows, and the last), without parsing its lines again."""
+
+    records: tuple[Record, ...] = ()
+    size: int = 0
+
+    def batch(self) -> IndexBatch:
+        return self.thread_id, self.path, list(self.records), self.size
