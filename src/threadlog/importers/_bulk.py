@@ -39,7 +39,6 @@ from threadlog.model import codec
 from threadlog.model.envelope import Record, encode_record, valid_type_name
 from threadlog.model.eventdata import from_data
 from threadlog.model.reducer import apply
-from threadlog.model.state import ThreadState
 from threadlog.store.validate import thread_created_data
 
 if TYPE_CHECKING:
@@ -48,6 +47,7 @@ if TYPE_CHECKING:
 
     from threadlog.importers._ledger import Ledger
     from threadlog.importers._report import FileReport
+    from threadlog.model.state import ThreadState
 
 __all__ = ["Bulk", "BulkStore", "NewLog", "ThreadBatch"]
 
