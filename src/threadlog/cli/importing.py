@@ -69,7 +69,7 @@ def _run(home: str | None, as_json: bool, fmt_name: str, paths: tuple[str, ...])
             done += 1
             progress.update(task, advance=size, files=done)
 
-        report = import_paths(store, fmt, files, progress=step, sizes=sizes)
+        report = import_paths(store, fmt, files, progress=step, sizes=sizes, pause_gc=True)
     _print(report, as_json)
     if any(f.status == "failed" for f in report.files):
         sys.exit(EXIT_STORE)

@@ -195,7 +195,8 @@ class NewThreads:
         try:
             fops.makedirs(directory)
             fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            fops.write_all(fd, lines[0] + body)
+            fops.write_all(fd, lines[0])
+            fops.write_all(fd, body)
         except BaseException as exc:
             if fd >= 0:
                 with contextlib.suppress(OSError):
