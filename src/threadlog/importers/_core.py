@@ -341,7 +341,8 @@ def _import(
         if head.startswith(BOM):
             base = len(BOM)
             report.problem(1, "bom", "the file starts with a UTF-8 byte-order mark (skipped)")
-        identity = fmt.identify(source, split(head_lines(head, base), base, 0, report))
+        first_lines = split(head_lines(head, base), base, 0, report)
+        identity = fmt.identify(source, first_lines)
         emit, state, progress = open_emitter(
             store, ledger, report, identity, source, fmt.name, bulk=bulk
         )
@@ -377,8 +378,10 @@ def _import(
     report.lines = last_no - lineno
     ctx = FileContext(store, ledger, identity, report, emit, source, fmt.name, bulk=bulk)
     parser = fmt.parser(ctx, saved)
+    # the first lines were parsed to name the file: read from the start, they are not again
+    parsed = {line.no: line for line in first_lines} if at == 0 and lineno == 0 else {}
     for span in todo:
-        line = parse(data, *span)
+        line = parsed.pop(span[0], None) or parse(data, *span)
         emit.line = line.no
         for child in ctx.children.values():
             child.line = line.no
