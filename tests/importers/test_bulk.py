@@ -258,3 +258,69 @@ def test_a_kill_midway_leaves_whole_threads_and_a_rerun_completes(
         assert _threads(store, report) == want
         again = import_paths(store, source_format("pi"), [source])
         assert again.records == 0
+
+
+@pytest.mark.parametrize("fmt", SOURCES)
+def test_worker_processes_write_what_one_process_writes(
+    tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New threads built in worker processes: the same threads, reports and ledger; a file
+    whose session names a parent (or continues one) is imported by the importing process."""
+    from threadlog.importers import _core
+
+    monkeypatch.setattr(_core, "PARALLEL_FILES", 1)
+    monkeypatch.setattr(_core, "WINDOW", 1)
+    source = str(FIXTURES / fmt)
+    with open_store(tmp_path / "one") as one, open_store(tmp_path / "many") as many:
+        alone = import_paths(one, source_format(fmt), [source])
+        here = _counting(monkeypatch)
+        shared = import_paths(many, source_format(fmt), [source], workers=2)
+        assert 0 < len(shared.files) - len(here)  # some were built by the workers
+        assert [(f.path, f.status, f.records) for f in shared.files] == [
+            (f.path, f.status, f.records) for f in alone.files
+        ]
+        assert _problems(shared) == _problems(alone)
+        assert _threads(many, shared) == _threads(one, alone)
+        for thread in many.thread_ids():
+            assert many.verify(thread).ok
+        indexed = many.index.dump()
+        many.rebuild()
+        assert many.index.dump() == indexed
+        again = import_paths(many, source_format(fmt), [source], workers=2)
+        assert again.records == 0
+
+
+def test_a_value_for_the_artifact_store_is_imported_by_the_importing_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from threadlog.importers import _core
+
+    monkeypatch.setattr(_core, "PARALLEL_FILES", 1)
+    source = str(FIXTURES / "claude-code")
+    with (
+        EmbeddedStore(tmp_path / "one", artifact_threshold=200) as one,
+        EmbeddedStore(tmp_path / "many", artifact_threshold=200) as many,
+    ):
+        alone = import_paths(one, source_format("claude-code"), [source])
+        here = _counting(monkeypatch)
+        shared = import_paths(many, source_format("claude-code"), [source], workers=2)
+        assert len(here) == len(shared.files)  # every one came back to the importing process
+        assert _threads(many, shared) == _threads(one, alone)
+        assert any(
+            "$artifact" in json.dumps(r.data) for t in many.thread_ids() for r in many.read(t)
+        )
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files the importing process imports itself from now on."""
+    from threadlog.importers import _core
+
+    here: list[str] = []
+    real = _core.import_file
+
+    def counted(store: Any, fmt: Any, path: str, *args: Any) -> Any:
+        here.append(path)
+        return real(store, fmt, path, *args)
+
+    monkeypatch.setattr(_core, "import_file", counted)
+    return here

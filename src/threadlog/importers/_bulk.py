@@ -78,6 +78,20 @@ class BulkStore(Protocol):
     def new_threads(self) -> ThreadBatch: ...
 
 
+class Written(Protocol):
+    """A new thread's finished log: a `NewLog`, or one a worker built
+    (`threadlog.importers._parallel.Finished`)."""
+
+    @property
+    def thread_id(self) -> str: ...
+
+    @property
+    def lines(self) -> Sequence[bytes]: ...
+
+    @property
+    def records(self) -> Sequence[Record]: ...
+
+
 class NewLog:
     """A new thread's log, built in memory: what an `Emitter` appends to in place of the store
     (module docstring).
@@ -227,7 +241,7 @@ class Bulk:
         """A new thread's log (handed to the batch by `add`)."""
         return NewLog(self.batch, principal, title=title, lineage=lineage, config=config)
 
-    def add(self, report: FileReport, logs: Sequence[NewLog]) -> None:
+    def add(self, report: FileReport, logs: Sequence[Written]) -> None:
         """Hand a finished file's new threads to the batch (all or none of them)."""
         added: list[str] = []
         try:

@@ -36,8 +36,12 @@ One file's import:
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import multiprocessing
 import os
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -61,8 +65,9 @@ from threadlog.model.ids import derived_id
 from threadlog.model.legality import replay_log
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Generator, Iterable, Iterator
 
+    from threadlog.importers._parallel import Built
     from threadlog.model.state import ThreadState
     from threadlog.store.protocol import Store
 
@@ -454,13 +459,17 @@ def import_paths(
     progress: Callable[[str, int], None] | None = None,
     sizes: dict[str, int] | None = None,
     pause_gc: bool = False,
+    workers: int = 0,
 ) -> ImportReport:
     """Import every session file under ``paths`` into ``store``.
 
     ``progress(path, bytes)`` is called after each file. ``pause_gc`` turns Python's cyclic
     garbage collector off for the import (and back on after it), for a process whose job is
     the import (``threadlog import``): an import allocates millions of objects and forms no
-    cycles, and the collector's passes over them cost a tenth of its time.
+    cycles, and the collector's passes over them cost a tenth of its time. ``workers``: how
+    many worker processes build the new threads of a store that writes them whole
+    (`threadlog.importers._parallel`; 0: this process does; used from `PARALLEL_FILES` files
+    on).
 
     A file seen for the first time is written as a whole new thread (with its side-chains'
     threads) by a store that can (`threadlog.importers._bulk`: the embedded store); records
@@ -474,7 +483,7 @@ def import_paths(
     if pause_gc:
         gc.disable()
     try:
-        return _import_paths(store, fmt, paths, progress, sizes)
+        return _import_paths(store, fmt, paths, progress, sizes, workers)
     finally:
         if collecting:
             gc.enable()
@@ -486,15 +495,25 @@ def _import_paths(
     paths: Iterable[str],
     progress: Callable[[str, int], None] | None,
     sizes: dict[str, int] | None,
+    workers: int,
 ) -> ImportReport:
     ledger = Ledger.open(store)
     report = ImportReport()
     pending_files = pending_bytes = 0
     files = list(walk(paths, fmt))
     bulk = Bulk(store.new_threads(), ledger) if isinstance(store, BulkStore) else None
+    reports: Generator[tuple[str, FileReport], None, None]
+    if (
+        bulk is not None
+        and workers > 0
+        and len(files) >= PARALLEL_FILES
+        and "forkserver" in multiprocessing.get_all_start_methods()
+    ):
+        reports = _in_workers(store, fmt, files, ledger, bulk, workers)
+    else:
+        reports = ((path, import_file(store, fmt, path, ledger, bulk)) for path in files)
     try:
-        for path in files:
-            done = import_file(store, fmt, path, ledger, bulk)
+        for path, done in reports:
             report.files.append(done)
             pending_files += 1
             pending_bytes += done.bytes
@@ -504,6 +523,7 @@ def _import_paths(
             if progress is not None:
                 progress(path, (sizes or {}).get(path, 0))
     finally:
+        reports.close()  # (the workers' pool is shut down)
         try:
             _durable(store, ledger, bulk)
         finally:
@@ -513,6 +533,84 @@ def _import_paths(
             finally:
                 ledger.close()
     return report
+
+
+def default_workers() -> int:
+    """The worker processes an import uses by default: one per core, at most 4."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+PARALLEL_FILES = 16
+"""Fewer files than this are imported in this process (the workers' start costs more)."""
+WINDOW = 4
+"""Files handed to the workers ahead of the one being written, per worker."""
+
+
+def _in_workers(
+    store: Store, fmt: SourceFormat, files: list[str], ledger: Ledger, bulk: Bulk, workers: int
+) -> Generator[tuple[str, FileReport], None, None]:
+    """``(path, report)`` of each file in order, the new ones built by worker processes
+    (`threadlog.importers._parallel`) and written here as `import_file` would have."""
+    from threadlog.importers._parallel import build
+
+    batch = bulk.batch
+    threshold = getattr(store, "artifact_threshold", 0)
+    window: deque[tuple[str, Future[Built] | None]] = deque()
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        try:
+            for path in files:
+                source = os.path.abspath(path)
+                job = None
+                if source not in ledger.files:  # (a file imported before may have grown)
+                    args = (fmt.name, source, threshold, batch.max_record_bytes)
+                    with contextlib.suppress(Exception):  # a broken pool: imported here
+                        job = pool.submit(build, *args)
+                window.append((path, job))
+                while len(window) > WINDOW * workers or (window and window[0][1] is None):
+                    yield _take(store, fmt, ledger, bulk, *window.popleft())
+            while window:
+                yield _take(store, fmt, ledger, bulk, *window.popleft())
+        finally:
+            for _, job in window:
+                if job is not None:
+                    job.cancel()
+
+
+def _take(
+    store: Store,
+    fmt: SourceFormat,
+    ledger: Ledger,
+    bulk: Bulk,
+    path: str,
+    job: Future[Built] | None,
+) -> tuple[str, FileReport]:
+    """A file's report: its worker's threads written, or the file imported here."""
+    built = None
+    if job is not None:
+        try:
+            built = job.result()
+        except Exception:  # a worker that died, or failed: the file is imported here
+            built = None
+    if (
+        built is None
+        or built.report is None
+        or any(ledger.thread_for(store, key) is not None for key in built.asked)
+    ):
+        return path, import_file(store, fmt, path, ledger, bulk)
+    report = built.report
+    try:
+        if built.threads:
+            bulk.add(report, built.threads)
+    except (ThreadlogError, OSError) as exc:
+        report.status = "failed"
+        report.problem(0, "error", f"{type(exc).__name__}: {exc}")
+        return path, report
+    for key, thread in built.keys.items():
+        ledger.created(key, thread)
+    if built.entry is not None:
+        ledger.files[report.path] = built.entry
+    return path, report
 
 
 def _durable(store: Store, ledger: Ledger, bulk: Bulk | None) -> None:
