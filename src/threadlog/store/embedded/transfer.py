@@ -185,7 +185,7 @@ class NewThreads:
             or f'"thread":"{thread_id}"'.encode() not in lines[0]
         ):
             raise UsageError(f"thread {thread_id}: its first line is not its own record")
-        if self._layout.exists(thread_id) or self.pending(thread_id):
+        if os.path.exists(path) or self.pending(thread_id):
             raise ConflictError(f"thread {thread_id} exists already; nothing was written")
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f".{thread_id}.{os.getpid()}.tmp")
