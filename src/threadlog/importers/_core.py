@@ -28,10 +28,12 @@ One file's import:
    newline (a writer caught mid-line) is left for the next import and reported (the reading
    itself, lines found without parsing them and parsed as they are fed, is `_lines`).
 5. **Finish.** The parser names the active leaf (the source's chosen conversation), moved to
-   with ``leaf.moved`` if needed, and a progress record ends the batch. Records are appended
-   buffered (``durable=False``); `import_paths` flushes the store once every 100 files (one
-   fsync for all of them) and saves the ledger after each flush; a caller of `import_file`
-   flushes itself.
+   with ``leaf.moved`` if needed, and a progress record ends the batch. A new thread (the
+   file seen for the first time) on a store that writes whole threads was built in memory
+   and goes to the import's batch of new threads (`threadlog.importers._bulk`); otherwise
+   records are appended buffered (``durable=False``). `import_paths` commits the batch and
+   flushes the store once every 100 files (one fsync for all of them) and saves the ledger
+   after each flush; a caller of `import_file` does that itself.
 """
 
 from __future__ import annotations
@@ -497,11 +499,12 @@ def _import_paths(
     sizes: dict[str, int] | None,
     workers: int,
 ) -> ImportReport:
+    files = list(walk(paths, fmt))
+    batch = store.new_threads() if isinstance(store, BulkStore) else None
     ledger = Ledger.open(store)
     report = ImportReport()
     pending_files = pending_bytes = 0
-    files = list(walk(paths, fmt))
-    bulk = Bulk(store.new_threads(), ledger) if isinstance(store, BulkStore) else None
+    bulk = Bulk(batch, ledger) if batch is not None else None
     reports: Generator[tuple[str, FileReport], None, None]
     if (
         bulk is not None
