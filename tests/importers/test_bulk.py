@@ -324,3 +324,37 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(_core, "import_file", counted)
     return here
+
+
+def test_the_command_builds_many_files_in_workers(tmp_path: Path) -> None:
+    """``threadlog import`` of more files than `PARALLEL_FILES`, as a process of its own
+    (its workers start from the command's main module): every thread verifies, and a re-run
+    imports nothing."""
+    from threadlog.importers._core import PARALLEL_FILES
+
+    sessions = tmp_path / "projects" / "-home-user-project"
+    sessions.mkdir(parents=True)
+    [fixture] = sorted((FIXTURES / "claude-code" / "-home-user-other").glob("*.jsonl"))
+    for i in range(PARALLEL_FILES + 4):
+        (sessions / f"{i:08x}-5a49-4382-9170-6f5e4d3c2b1a.jsonl").write_bytes(fixture.read_bytes())
+    home = str(tmp_path / "store")
+    command = [sys.executable, "-m", "threadlog", "import", "claude-code", str(sessions)]
+    env = {**os.environ, "PYTHONPATH": SRC}
+
+    def run() -> dict[str, Any]:
+        done = subprocess.run(
+            [*command, "--json", "--store", home], env=env, capture_output=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+    first = run()
+    assert first["totals"]["imported"] == PARALLEL_FILES + 4
+    with open_store(home) as store:
+        assert len(store.thread_ids()) == PARALLEL_FILES + 4
+        counts = {len(store.read(t)) for t in store.thread_ids()}
+        assert len(counts) == 1  # the same session each time: the same records
+        for thread in store.thread_ids():
+            assert store.verify(thread).ok
+    again = run()
+    assert again["totals"]["unchanged"] == PARALLEL_FILES + 4 and again["totals"]["records"] == 0
