@@ -7,10 +7,12 @@ a compaction in every file), then measures
 * the first import of the whole directory (MB/s of source read, files/s, records/s);
 * the re-run, which must be a no-op (nothing appended) taking under 10% of the first;
 * a grown file: each of 20 files gets 10 more lines, then the directory is imported again;
-* the importer alone: the same first import into a stand-in store that accepts every append
+* the importer alone: the same first import (in one process) into a stand-in store that accepts every append
   without checking or writing it (what reading, parsing and mapping cost, without the store).
 
-The store and the sources live in a temporary directory (``--dir`` to choose where). The
+The imports are called as ``threadlog import`` calls them (the cyclic garbage collector
+paused, new threads built by one worker process per core, at most 4; ``--workers``). The
+store and the sources live in a temporary directory (``--dir`` to choose where). The
 figures go to stdout; ``--json`` prints them as one object.
 
 Usage::
@@ -34,6 +36,7 @@ import orjson
 
 from threadlog import open_store
 from threadlog.importers import import_paths, source_format
+from threadlog.importers._core import default_workers
 from threadlog.model.envelope import Record
 
 WORDS = (
@@ -218,14 +221,22 @@ class NullStore:
 
 def run_null(sources: str) -> float:
     start = time.perf_counter()
-    import_paths(NullStore(), source_format("claude-code"), [sources])  # type: ignore[arg-type]
+    null: Any = NullStore()
+    import_paths(null, source_format("claude-code"), [sources], pause_gc=True)
     return time.perf_counter() - start
 
 
-def run(store_dir: str, sources: str) -> tuple[float, int]:
+def run(store_dir: str, sources: str, workers: int | None = None) -> tuple[float, int]:
     start = time.perf_counter()
     with open_store(store_dir) as store:
-        report = import_paths(store, source_format("claude-code"), [sources])
+        # as ``threadlog import`` calls it
+        report = import_paths(
+            store,
+            source_format("claude-code"),
+            [sources],
+            pause_gc=True,
+            workers=default_workers() if workers is None else workers,
+        )
     elapsed = time.perf_counter() - start
     bad = [f for f in report.files if f.status == "failed"]
     assert not bad, bad[0].problems
@@ -239,6 +250,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="50 files")
     parser.add_argument("--dir", help="where to put the sources and the store")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes building new threads (default: as threadlog import, one per "
+        "core up to 4; 0: none)",
+    )
     args = parser.parse_args()
     files = 50 if args.quick else args.files
     work = tempfile.mkdtemp(prefix="bench-import-", dir=args.dir)
@@ -246,8 +263,8 @@ def main() -> None:
         sources, store = os.path.join(work, "sources"), os.path.join(work, "store")
         total, lines = generate(sources, files, args.size * 1024)
         alone = run_null(sources)
-        first, records = run(store, sources)
-        again, again_records = run(store, sources)
+        first, records = run(store, sources, args.workers)
+        again, again_records = run(store, sources, args.workers)
         rng = random.Random(11)
         grown_files = sorted(os.path.join(r, f) for r, _, fs in os.walk(sources) for f in fs)[:20]
         for path in grown_files:  # ten more lines each: a session that went on
@@ -272,7 +289,7 @@ def main() -> None:
                         + b"\n"
                     )
                     parent = uid
-        grown, grown_records = run(store, sources)
+        grown, grown_records = run(store, sources, args.workers)
         figures = {
             "files": files,
             "bytes": total,

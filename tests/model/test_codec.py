@@ -100,6 +100,12 @@ def test_refuses_nan_even_next_to_a_string_that_spells_null() -> None:
         canonical({"a": "null", "b": float("nan")})
 
 
+def test_refuses_nan_beside_a_none() -> None:
+    """A null the data holds (None) and one orjson wrote for a NaN, in the same value."""
+    with pytest.raises(InvalidData, match=r"\$\.b\[1\]: nan"):
+        canonical({"a": None, "b": [None, float("nan")]})
+
+
 @pytest.mark.parametrize(
     ("value", "path", "key"),
     [

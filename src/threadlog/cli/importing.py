@@ -20,6 +20,7 @@ from threadlog.cli import EXIT_STORE, cli, handle_errors, store_options
 from threadlog.cli._out import clean, print_json
 from threadlog.cli._store import open_disk_store
 from threadlog.importers import SOURCES, ImportReport, import_paths, source_format, walk
+from threadlog.importers._core import default_workers
 
 __all__ = ["import_group"]
 
@@ -69,7 +70,15 @@ def _run(home: str | None, as_json: bool, fmt_name: str, paths: tuple[str, ...])
             done += 1
             progress.update(task, advance=size, files=done)
 
-        report = import_paths(store, fmt, files, progress=step, sizes=sizes)
+        report = import_paths(
+            store,
+            fmt,
+            files,
+            progress=step,
+            sizes=sizes,
+            pause_gc=True,
+            workers=default_workers(),
+        )
     _print(report, as_json)
     if any(f.status == "failed" for f in report.files):
         sys.exit(EXIT_STORE)

@@ -28,19 +28,27 @@ One file's import:
    newline (a writer caught mid-line) is left for the next import and reported (the reading
    itself, lines found without parsing them and parsed as they are fed, is `_lines`).
 5. **Finish.** The parser names the active leaf (the source's chosen conversation), moved to
-   with ``leaf.moved`` if needed, and a progress record ends the batch. Records are appended
-   buffered (``durable=False``); `import_paths` flushes the store once every 100 files (one
-   fsync for all of them) and saves the ledger after each flush; a caller of `import_file`
-   flushes itself.
+   with ``leaf.moved`` if needed, and a progress record ends the batch. A new thread (the
+   file seen for the first time) on a store that writes whole threads was built in memory
+   and goes to the import's batch of new threads (`threadlog.importers._bulk`); otherwise
+   records are appended buffered (``durable=False``). `import_paths` commits the batch and
+   flushes the store once every 100 files (one fsync for all of them) and saves the ledger
+   after each flush; a caller of `import_file` does that itself.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import multiprocessing
 import os
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from threadlog.errors import ThreadlogError
+from threadlog.importers._bulk import Bulk, BulkStore, NewLog
 from threadlog.importers._emit import Emitter
 from threadlog.importers._ledger import Ledger
 from threadlog.importers._lines import (
@@ -59,8 +67,9 @@ from threadlog.model.ids import derived_id
 from threadlog.model.legality import replay_log
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Generator, Iterable, Iterator
 
+    from threadlog.importers._parallel import Built
     from threadlog.model.state import ThreadState
     from threadlog.store.protocol import Store
 
@@ -148,6 +157,8 @@ class FileContext:
     source: str
     format: str
     children: dict[str, Emitter] = field(default_factory=dict)
+    bulk: Bulk | None = None
+    """The import's batch of new threads (None: every record is appended to the store)."""
 
     def child(self, suffix: str, *, title: str | None, kind: str = "subagent") -> Emitter:
         """The emitter of side-chain ``suffix`` of this session (its thread created if new)."""
@@ -170,6 +181,7 @@ class FileContext:
             self.source,
             self.format,
             lineage=lineage,
+            bulk=self.bulk,
         )
         emitter.line = self.emit.line
         self.children[suffix] = emitter
@@ -187,17 +199,30 @@ def open_emitter(
     fmt: str,
     *,
     lineage: dict[str, Any] | None = None,
+    bulk: Bulk | None = None,
 ) -> tuple[Emitter, ThreadState | None, dict[str, Any] | None]:
     """An emitter on the thread of ``identity`` (created if the store has none), starting
     from scratch: items already imported are recognised by their ids. With it, for a thread
-    that existed, its state and its last progress record for ``source``."""
+    that existed, its state and its last progress record for ``source``.
+
+    With ``bulk``, a new thread's records are kept in a `NewLog` (written whole with the
+    batch); a thread of the batch that is asked for again is committed first."""
     thread = ledger.thread_for(store, identity.key)
     if thread is None:
-        thread = new_thread(store, ledger, identity, source, fmt, lineage=lineage)
-        first = store.read(thread, limit=1)[0]
-        emitter = Emitter(store, thread, identity.key, first.id, report)
-        emitter.known, emitter.parents, emitter.leaf = {first.id}, {first.id: None}, first.id
+        if bulk is not None:
+            log = bulk.open(**thread_settings(store, ledger, identity, source, fmt, lineage))
+            ledger.created(identity.key, log.thread_id)
+            emitter = Emitter(log, log.thread_id, identity.key, log.root, report)
+        else:
+            thread = new_thread(store, ledger, identity, source, fmt, lineage=lineage)
+            first = store.read(thread, limit=1)[0]
+            emitter = Emitter(store, thread, identity.key, first.id, report)
+        root = emitter.root
+        emitter.known, emitter.parents, emitter.leaf = {root}, {root: None}, root
         return emitter, None, None
+    if bulk is not None and bulk.pending(thread):
+        bulk.commit()  # the session's thread is in the batch: make it readable
+        store.flush()
     records = store.read(thread)
     emitter = Emitter(store, thread, identity.key, records[0].id, report)
     emitter.known = {r.id for r in records}
@@ -221,8 +246,29 @@ def new_thread(
     *,
     lineage: dict[str, Any] | None = None,
 ) -> str:
-    """Create the thread of ``identity``: ``config.import`` names the source; a fork's or a
-    sub-agent's lineage names its parent's thread if the store holds it."""
+    """Create the thread of ``identity`` (`thread_settings`)."""
+    settings = thread_settings(store, ledger, identity, source, fmt, lineage)
+    thread = store.create_thread(
+        settings["principal"],
+        title=settings["title"],
+        lineage=settings["lineage"],
+        **settings["config"],
+    )
+    ledger.created(identity.key, thread)
+    return thread
+
+
+def thread_settings(
+    store: Store,
+    ledger: Ledger,
+    identity: Identity,
+    source: str,
+    fmt: str,
+    lineage: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """`Store.create_thread`'s arguments for the thread of ``identity``: ``config.import``
+    names the source; a fork's or a sub-agent's lineage names its parent's thread if the
+    store holds it."""
     config: dict[str, Any] = {
         "import": {
             "key": identity.key,
@@ -241,9 +287,7 @@ def new_thread(
         lineage = {k: v for k, v in identity.lineage.items() if k != "key"}
         lineage["thread"] = ledger.thread_for(store, str(identity.lineage.get("key")))
         lineage["source_key"] = identity.lineage.get("key")
-    thread = store.create_thread("local", title=identity.title, lineage=lineage, **config)
-    ledger.created(identity.key, thread)
-    return thread
+    return {"principal": "local", "title": identity.title, "lineage": lineage, "config": config}
 
 
 def walk(paths: Iterable[str], fmt: SourceFormat) -> Iterator[str]:
@@ -262,12 +306,16 @@ def walk(paths: Iterable[str], fmt: SourceFormat) -> Iterator[str]:
             yield path
 
 
-def import_file(store: Store, fmt: SourceFormat, path: str, ledger: Ledger) -> FileReport:
-    """Import one file (see the module docstring); problems are in the report, never raised."""
+def import_file(
+    store: Store, fmt: SourceFormat, path: str, ledger: Ledger, bulk: Bulk | None = None
+) -> FileReport:
+    """Import one file (see the module docstring); problems are in the report, never raised.
+    With ``bulk``, new threads go to its batch (the caller commits it before saving the
+    ledger)."""
     source = os.path.abspath(path)
     report = FileReport(source, fmt.name)
     try:
-        _import(store, fmt, source, ledger, report)
+        _import(store, fmt, source, ledger, report, bulk)
     except (ThreadlogError, OSError, ValueError) as exc:
         report.status = "failed"
         report.problem(0, "error", f"{type(exc).__name__}: {exc}")
@@ -275,7 +323,12 @@ def import_file(store: Store, fmt: SourceFormat, path: str, ledger: Ledger) -> F
 
 
 def _import(
-    store: Store, fmt: SourceFormat, source: str, ledger: Ledger, report: FileReport
+    store: Store,
+    fmt: SourceFormat,
+    source: str,
+    ledger: Ledger,
+    report: FileReport,
+    bulk: Bulk | None = None,
 ) -> None:
     st = os.stat(source)
     entry = ledger.files.get(source)
@@ -283,7 +336,7 @@ def _import(
         entry is not None
         and entry.get("size") == st.st_size
         and entry.get("mtime_ns") == st.st_mtime_ns
-        and store.exists(entry.get("thread", ""))
+        and (entry.get("thread") in ledger.pending or store.exists(entry.get("thread", "")))
     ):
         report.status = "unchanged"
         report.thread = entry["thread"]
@@ -295,8 +348,11 @@ def _import(
         if head.startswith(BOM):
             base = len(BOM)
             report.problem(1, "bom", "the file starts with a UTF-8 byte-order mark (skipped)")
-        identity = fmt.identify(source, split(head_lines(head, base), base, 0, report))
-        emit, state, progress = open_emitter(store, ledger, report, identity, source, fmt.name)
+        first_lines = split(head_lines(head, base), base, 0, report)
+        identity = fmt.identify(source, first_lines)
+        emit, state, progress = open_emitter(
+            store, ledger, report, identity, source, fmt.name, bulk=bulk
+        )
         report.thread = emit.thread_id
         # ``data`` is the file from byte ``at``: all of it, or for a file that only grew,
         # from a little before where the last import stopped (never read or hashed again)
@@ -327,10 +383,12 @@ def _import(
     todo, end, last_no = spans(data, start, lineno, report)
     report.bytes = end - start
     report.lines = last_no - lineno
-    ctx = FileContext(store, ledger, identity, report, emit, source, fmt.name)
+    ctx = FileContext(store, ledger, identity, report, emit, source, fmt.name, bulk=bulk)
     parser = fmt.parser(ctx, saved)
+    # the first lines were parsed to name the file: read from the start, they are not again
+    parsed = {line.no: line for line in first_lines} if at == 0 and lineno == 0 else {}
     for span in todo:
-        line = parse(data, *span)
+        line = parsed.pop(span[0], None) or parse(data, *span)
         emit.line = line.no
         for child in ctx.children.values():
             child.line = line.no
@@ -376,11 +434,16 @@ def _import(
         pid = derived_id(
             "threadlog.import", identity.key, f"progress@{offset_end}:{st.st_mtime_ns}", "p"
         )
-        store.append(emit.thread_id, PROGRESS, progress_data, durable=False, id=pid)
+        emit.store.append(emit.thread_id, PROGRESS, progress_data, durable=False, id=pid)
         appended += 1
     elif report.status == "grown":
         report.status = "unchanged"
     report.records = appended
+    if bulk is not None:
+        emitters = [emit, *ctx.children.values()]
+        logs = [e.store for e in emitters if isinstance(e.store, NewLog)]
+        if logs:
+            bulk.add(report, logs)
     ledger.files[source] = {
         "key": identity.key,
         "thread": emit.thread_id,
@@ -397,36 +460,167 @@ def import_paths(
     *,
     progress: Callable[[str, int], None] | None = None,
     sizes: dict[str, int] | None = None,
+    pause_gc: bool = False,
+    workers: int = 0,
 ) -> ImportReport:
     """Import every session file under ``paths`` into ``store``.
 
-    ``progress(path, bytes)`` is called after each file.
+    ``progress(path, bytes)`` is called after each file. ``pause_gc`` turns Python's cyclic
+    garbage collector off for the import (and back on after it), for a process whose job is
+    the import (``threadlog import``): an import allocates millions of objects and forms no
+    cycles, and the collector's passes over them cost a tenth of its time. ``workers``: how
+    many worker processes build the new threads of a store that writes them whole
+    (`threadlog.importers._parallel`; 0: this process does; used from `PARALLEL_FILES` files
+    on).
 
-    Records are appended buffered (``durable=False``); the store is flushed every
-    `FLUSH_FILES` files or `FLUSH_BYTES` bytes of source and at the end, and only then is the
-    ledger saved, so the ledger never claims a file whose records are not durable (a crash
-    loses at most the files since the last flush, which the next run imports again).
+    A file seen for the first time is written as a whole new thread (with its side-chains'
+    threads) by a store that can (`threadlog.importers._bulk`: the embedded store); records
+    of the others are appended buffered (``durable=False``). Every `FLUSH_FILES` files or
+    `FLUSH_BYTES` bytes of source and at the end, the new threads are committed and the store
+    flushed, and only then is the ledger saved, so the ledger never claims a file whose
+    records are not durable (a crash loses at most the files since the last flush, which the
+    next run imports again).
     """
+    collecting = gc.isenabled()
+    if pause_gc:
+        gc.disable()
+    try:
+        return _import_paths(store, fmt, paths, progress, sizes, workers)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _import_paths(
+    store: Store,
+    fmt: SourceFormat,
+    paths: Iterable[str],
+    progress: Callable[[str, int], None] | None,
+    sizes: dict[str, int] | None,
+    workers: int,
+) -> ImportReport:
+    files = list(walk(paths, fmt))
+    batch = store.new_threads() if isinstance(store, BulkStore) else None
     ledger = Ledger.open(store)
     report = ImportReport()
     pending_files = pending_bytes = 0
-    files = list(walk(paths, fmt))
+    bulk = Bulk(batch, ledger) if batch is not None else None
+    reports: Generator[tuple[str, FileReport], None, None]
+    if (
+        bulk is not None
+        and workers > 0
+        and len(files) >= PARALLEL_FILES
+        and "forkserver" in multiprocessing.get_all_start_methods()
+    ):
+        reports = _in_workers(store, fmt, files, ledger, bulk, workers)
+    else:
+        reports = ((path, import_file(store, fmt, path, ledger, bulk)) for path in files)
     try:
-        for path in files:
-            done = import_file(store, fmt, path, ledger)
+        for path, done in reports:
             report.files.append(done)
             pending_files += 1
             pending_bytes += done.bytes
             if pending_files >= FLUSH_FILES or pending_bytes >= FLUSH_BYTES:
-                store.flush()
-                ledger.save()
+                _durable(store, ledger, bulk)
                 pending_files = pending_bytes = 0
             if progress is not None:
                 progress(path, (sizes or {}).get(path, 0))
     finally:
+        reports.close()  # (the workers' pool is shut down)
         try:
-            store.flush()
-            ledger.save()
+            _durable(store, ledger, bulk)
         finally:
-            ledger.close()
+            try:
+                if bulk is not None:
+                    bulk.discard()  # only after a failed commit: nothing is left pending
+            finally:
+                ledger.close()
     return report
+
+
+def default_workers() -> int:
+    """The worker processes an import uses by default: one per core, at most 4."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+PARALLEL_FILES = 100
+"""Fewer files than this are imported in this process (starting the workers costs about a
+second, what importing ~100 files costs in one process)."""
+WINDOW = 4
+"""Files handed to the workers ahead of the one being written, per worker."""
+
+
+def _in_workers(
+    store: Store, fmt: SourceFormat, files: list[str], ledger: Ledger, bulk: Bulk, workers: int
+) -> Generator[tuple[str, FileReport], None, None]:
+    """``(path, report)`` of each file in order, the new ones built by worker processes
+    (`threadlog.importers._parallel`) and written here as `import_file` would have."""
+    from threadlog.importers._parallel import build
+
+    batch = bulk.batch
+    threshold = getattr(store, "artifact_threshold", 0)
+    window: deque[tuple[str, Future[Built] | None]] = deque()
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        try:
+            for path in files:
+                source = os.path.abspath(path)
+                job = None
+                if source not in ledger.files:  # (a file imported before may have grown)
+                    args = (fmt.name, source, threshold, batch.max_record_bytes)
+                    with contextlib.suppress(Exception):  # a broken pool: imported here
+                        job = pool.submit(build, *args)
+                window.append((path, job))
+                while len(window) > WINDOW * workers or (window and window[0][1] is None):
+                    yield _take(store, fmt, ledger, bulk, *window.popleft())
+            while window:
+                yield _take(store, fmt, ledger, bulk, *window.popleft())
+        finally:
+            for _, job in window:
+                if job is not None:
+                    job.cancel()
+
+
+def _take(
+    store: Store,
+    fmt: SourceFormat,
+    ledger: Ledger,
+    bulk: Bulk,
+    path: str,
+    job: Future[Built] | None,
+) -> tuple[str, FileReport]:
+    """A file's report: its worker's threads written, or the file imported here."""
+    built = None
+    if job is not None:
+        try:
+            built = job.result()
+        except Exception:  # a worker that died, or failed: the file is imported here
+            built = None
+    if (
+        built is None
+        or built.report is None
+        or any(ledger.thread_for(store, key) is not None for key in built.asked)
+    ):
+        return path, import_file(store, fmt, path, ledger, bulk)
+    report = built.report
+    try:
+        if built.threads:
+            bulk.add(report, built.threads)
+    except (ThreadlogError, OSError) as exc:
+        report.status = "failed"
+        report.problem(0, "error", f"{type(exc).__name__}: {exc}")
+        return path, report
+    for key, thread in built.keys.items():
+        ledger.created(key, thread)
+    if built.entry is not None:
+        ledger.files[report.path] = built.entry
+    return path, report
+
+
+def _durable(store: Store, ledger: Ledger, bulk: Bulk | None) -> None:
+    """Make what was imported durable (the batch of new threads committed, the store
+    flushed), then save the ledger, which may name it now."""
+    if bulk is not None:
+        bulk.commit()
+    store.flush()
+    ledger.save()

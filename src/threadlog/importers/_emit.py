@@ -37,18 +37,37 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from threadlog.errors import ConflictError, UsageError
 from threadlog.model.ids import derived_id
 from threadlog.model.tree import ENTRY_TYPES
 
 if TYPE_CHECKING:
-    from threadlog.importers._report import FileReport
-    from threadlog.model.state import ThreadState
-    from threadlog.store.protocol import Store
+    from types import EllipsisType
 
-__all__ = ["Call", "Emitter"]
+    from threadlog.importers._report import FileReport
+    from threadlog.model.envelope import Record
+    from threadlog.model.state import ThreadState
+
+__all__ = ["Call", "Emitter", "Sink"]
+
+
+class Sink(Protocol):
+    """What an emitter appends to: the store, or a new thread's log built in memory
+    (`threadlog.importers._bulk.NewLog`)."""
+
+    def append(
+        self,
+        thread_id: str,
+        type: str,
+        data: Any = None,
+        *,
+        durable: bool | None = None,
+        id: str | None = None,
+        parent: str | None | EllipsisType = ...,
+    ) -> Record: ...
+
 
 BY = "import"
 """Who approved an imported tool call (the source's harness ran it)."""
@@ -67,7 +86,7 @@ class Call:
 class Emitter:
     """Appends one source session's items to one thread (see the module docstring)."""
 
-    store: Store
+    store: Sink
     thread_id: str
     key: str
     """The thread's import key (format and session id): the namespace of its record ids."""
@@ -92,6 +111,8 @@ class Emitter:
     line: int = 0
     """The source line being imported (for problem reports)."""
     _prefix: Any = None
+    _anchors: dict[str, str] = field(default_factory=dict)
+    """Item key → its anchor id (an item's anchor is asked for again by its children)."""
 
     def resume_from(self, state: ThreadState) -> None:
         """Continue a thread imported before from where its log stands: its running turn
@@ -105,19 +126,23 @@ class Emitter:
 
     def anchor(self, item: str) -> str:
         """The id of the last record of item ``item`` (what its children continue)."""
-        return self.record_id(item, 0)
+        anchor = self._anchors.get(item)
+        if anchor is None:
+            anchor = self._anchors[item] = self.record_id(item, 0)
+        return anchor
 
     def record_id(self, item: str, n: int) -> str:
         """``derived_id("threadlog.import", key, item, str(n))``, from a cached prefix hash
-        (the ids of an import cost a tenth of its time otherwise)."""
+        (the ids of an import cost a tenth of its time otherwise): the same bits, version 8
+        and the RFC 4122 variant set in the digest's bytes."""
         if self._prefix is None:
             self._prefix = hashlib.sha256(_part("threadlog.import") + _part(self.key))
         h = self._prefix.copy()
-        h.update(_part(item) + _part(str(n)))
-        value = int.from_bytes(h.digest()[:16], "big")
-        value = (value & ~(0xF << 76)) | (0x8 << 76)
-        value = (value & ~(0b11 << 62)) | (0b10 << 62)
-        x = f"{value:032x}"
+        h.update(_part(item) + (_NUMBERS[n] if n < _SMALL else _part(str(n))))
+        raw = bytearray(h.digest()[:16])
+        raw[6] = (raw[6] & 0x0F) | 0x80
+        raw[8] = (raw[8] & 0x3F) | 0x80
+        x = raw.hex()
         return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
     def parent_of(self, parent: str | None, *, previous: bool = False) -> str:
@@ -348,7 +373,7 @@ class Emitter:
         last = len(records) - 1
         up = parent
         for n, (type_, data) in enumerate(records):
-            rid = self.record_id(item, 0 if n == last else n + 1)
+            rid = self.anchor(item) if n == last else self.record_id(item, n + 1)
             if not self._append(rid, type_, data, up):
                 return False
             up = rid
@@ -386,6 +411,11 @@ class Emitter:
 def _part(text: str) -> bytes:
     raw = text.encode("utf-8", "surrogatepass")
     return len(raw).to_bytes(4, "big") + raw
+
+
+_SMALL = 64
+_NUMBERS = [_part(str(n)) for n in range(_SMALL)]
+"""The encoded record positions of an item (an item has a handful of records)."""
 
 
 def _numbers(usage: dict[str, Any] | None) -> dict[str, Any]:

@@ -65,6 +65,9 @@ class Ledger:
     files: dict[str, dict[str, Any]] = field(default_factory=dict)
     keys: dict[str, str] = field(default_factory=dict)
     examined: set[str] = field(default_factory=set)
+    pending: set[str] = field(default_factory=set)
+    """Threads this import wrote to its batch of new threads, not committed yet: held,
+    though the store does not have them yet (`threadlog.importers._bulk`)."""
     _scanned: bool = False
     _lock: int | None = None
 
@@ -111,7 +114,7 @@ class Ledger:
     def thread_for(self, store: Store, key: str) -> str | None:
         """The thread that holds import key ``key``, or None."""
         thread = self.keys.get(key)
-        if thread is not None and store.exists(thread):
+        if thread is not None and (thread in self.pending or store.exists(thread)):
             return thread
         self.keys.pop(key, None)
         if not self._scanned:

@@ -435,6 +435,10 @@ class Index:
                 f"index: thread {thread_id} jumps from ord {applied} to {fresh[0].ord}"
             )
         new_turns = new_calls = 0
+        # the changes of one turn's or call's row are merged and written once (a call's
+        # proposed, approved, started and finished are one insert, not four statements): the
+        # row ends the same, later fields over earlier ones
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
         for record in fresh:
             for change in project(record):
                 if change.table == "thread":
@@ -442,9 +446,11 @@ class Index:
                 elif change.table == "turn":
                     if "started_ord" in change.fields:
                         new_turns += 1
-                    self._upsert(
-                        "turns", ("thread_id", "turn_id"), (thread_id, change.key), change.fields
-                    )
+                    row = rows.get(("turns", change.key))
+                    if row is None:
+                        rows["turns", change.key] = dict(change.fields)
+                    else:
+                        row.update(change.fields)
                 elif change.table == "meta":
                     for key, value in change.fields.items():
                         db.execute(
@@ -462,12 +468,14 @@ class Index:
                 else:
                     if change.fields.get("status") == "proposed":
                         new_calls += 1
-                    self._upsert(
-                        "tool_calls",
-                        ("thread_id", "call_id"),
-                        (thread_id, change.key),
-                        change.fields,
-                    )
+                    row = rows.get(("tool_calls", change.key))
+                    if row is None:
+                        rows["tool_calls", change.key] = dict(change.fields)
+                    else:
+                        row.update(change.fields)
+        for (table, key), fields in rows.items():
+            name = "turn_id" if table == "turns" else "call_id"
+            self._upsert(table, ("thread_id", name), (thread_id, key), fields)
         last = fresh[-1]
         db.execute(
             "UPDATE threads SET last_ord = ?, last_hash = ?, last_ts = ?, bytes = ?, "

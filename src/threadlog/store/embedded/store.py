@@ -45,7 +45,7 @@ from threadlog.store.embedded.recovery import Recovery
 from threadlog.store.embedded.retention import Tombstones
 from threadlog.store.embedded.rolloutlog import LogClosed
 from threadlog.store.embedded.snapshots import SnapshotKeeper
-from threadlog.store.embedded.transfer import Importer
+from threadlog.store.embedded.transfer import Importer, NewThreads
 from threadlog.store.embedded.writers import OpenLogs
 from threadlog.store.named import archive
 from threadlog.store.offload import encode_data, summary_of
@@ -479,6 +479,18 @@ class EmbeddedStore(Queries, Blobs):
         or nothing; False if this store holds exactly these records already (`Importer`)."""
         self._check_open()
         return self._importer.adopt_thread(records)
+
+    def new_threads(self) -> NewThreads:
+        """A batch of new threads whose lines the caller encoded, written whole and made
+        durable together (`NewThreads`; ``threadlog import`` uses it)."""
+        self._check_open()
+        return NewThreads(
+            self._layout,
+            self._fops,
+            self._indexer.add_fork,
+            encode=self._encode,
+            max_record_bytes=self.max_record_bytes,
+        )
 
     def save_snapshot(
         self, thread_id: str, payload: bytes, *, ord: int, hash: str, version: str

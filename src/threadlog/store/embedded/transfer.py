@@ -18,15 +18,27 @@ all, and durable on return. The index learns of it as of a fork written by this 
 
 A thread already there is read (verified) and compared by hash: the same records are a
 re-run (False, nothing written); anything else is refused with `ConflictError`.
+
+`NewThreads` is the same write for many *new* threads whose lines the caller built itself, as
+the store's own writer does (``threadlog import``: `threadlog.importers._bulk` encodes each
+record with `encode_record` and admits it with the reducer): each is written to its temporary
+file by `NewThreads.add`, and `NewThreads.commit` makes the whole batch durable at once (the
+files fsynced concurrently, so that the file system's journal commits them together instead of
+one journal commit each), links each into place, fsyncs each folder once, and hands the threads
+to the index. Until `commit` returns, none of them is a thread; after a crash each is whole or
+absent (its temporary file is swept).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import TYPE_CHECKING
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from threadlog.errors import ConflictError, StorageError
+from threadlog.errors import ConflictError, StorageError, UsageError
+from threadlog.model.projection import PROJECTED
 from threadlog.store.embedded.fork import Forked
 from threadlog.store.transfer import check_import, conflict_message, same_log
 
@@ -37,8 +49,9 @@ if TYPE_CHECKING:
     from threadlog.store._fileops import FileOps
     from threadlog.store.embedded.layout import Layout
     from threadlog.store.embedded.reader import Reader
+    from threadlog.store.embedded.schema import IndexBatch
 
-__all__ = ["Importer"]
+__all__ = ["Importer", "NewThreads"]
 
 
 class Importer:
@@ -108,3 +121,172 @@ class Importer:
         if same_log(held, records):
             return True
         raise ConflictError(conflict_message(thread_id, held, records))
+
+
+SYNC_WORKERS = 8
+"""How many files `NewThreads.commit` fsyncs at once."""
+
+
+class NewThreads:
+    """A batch of new threads written whole, durable and visible together (module docstring).
+
+    Not thread-safe: one caller fills and commits a batch. Use as a context manager, or call
+    `discard` when giving up: what was added and not committed is removed.
+    """
+
+    def __init__(
+        self,
+        layout: Layout,
+        fops: FileOps,
+        written: Callable[[Forked], None],
+        *,
+        encode: Callable[[str, Any], tuple[Any, bytes]],
+        max_record_bytes: int,
+    ) -> None:
+        self._layout = layout
+        self._fops = fops
+        self._written = written
+        self.encode = encode
+        """``encode(type, data)``: the data as stored and its canonical JSON (look-alike
+        references escaped, large values moved to the artifact store), as an append does."""
+        self.max_record_bytes = max_record_bytes
+        """The largest record line the store accepts."""
+        self._pending: list[tuple[str, str, str, int, Forked]] = []
+        """``(thread id, rollout path, temporary path, fd, what the index is given)``."""
+
+    def __enter__(self) -> NewThreads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def pending(self, thread_id: str) -> bool:
+        """Whether ``thread_id`` was added and is not committed yet."""
+        return any(p[0] == thread_id for p in self._pending)
+
+    def add(
+        self, thread_id: str, lines: Sequence[bytes], records: Sequence[Record] | None = None
+    ) -> None:
+        """Write a new thread's rollout ``lines`` (its ``thread.created`` first, each line
+        encoded by `encode_record` and admitted by the reducer) to its temporary file.
+        ``records``, the records of those lines if the caller holds them, spare the index
+        parsing the lines again.
+
+        Raises `UsageError` (a malformed id, no lines, or a line not of this thread),
+        `ConflictError` (the thread exists already), `StorageError`; nothing is added then.
+        """
+        path = self._layout.path_of(thread_id)
+        if (
+            not lines
+            or not lines[0].endswith(b"\n")
+            or f'"thread":"{thread_id}"'.encode() not in lines[0]
+        ):
+            raise UsageError(f"thread {thread_id}: its first line is not its own record")
+        if os.path.exists(path) or self.pending(thread_id):
+            raise ConflictError(f"thread {thread_id} exists already; nothing was written")
+        directory = os.path.dirname(path)
+        tmp = os.path.join(directory, f".{thread_id}.{os.getpid()}.tmp")
+        fops = self._fops
+        fd = -1
+        body = b"".join(lines[1:])
+        try:
+            fops.makedirs(directory)
+            fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fops.write_all(fd, lines[0])
+            fops.write_all(fd, body)
+        except BaseException as exc:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    fops.close(fd)
+                with contextlib.suppress(OSError):
+                    fops.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot import thread {thread_id}: {exc}") from exc
+            raise
+        if records:
+            last = len(records) - 1
+            kept = tuple(r for i, r in enumerate(records) if r.type in PROJECTED or i == last)
+            indexed: Forked = _Built(
+                thread_id, path, b"", b"", 0, 0, b"", kept, len(lines[0]) + len(body)
+            )
+        else:
+            indexed = Forked(thread_id, path, lines[0], body, 0, len(body), b"")
+        self._pending.append((thread_id, path, tmp, fd, indexed))
+
+    def commit(self) -> list[str]:
+        """Make every thread added durable and visible, and queue it for the index (at the
+        store's next flush); their ids. On an error none of those not linked yet is written
+        (`StorageError`, or `ConflictError` if one appeared meanwhile), the batch is empty."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return []
+        fops = self._fops
+        linked: list[tuple[str, str, str, int, Forked]] = []
+        try:
+            with ThreadPoolExecutor(min(SYNC_WORKERS, len(pending))) as pool:
+                list(pool.map(fops.fsync, [p[3] for p in pending]))
+            directories: dict[str, None] = {}
+            for item in pending:
+                thread_id, path, tmp, _, _ = item
+                try:
+                    os.link(tmp, path)  # never replaces a thread that appeared meanwhile
+                except FileExistsError:
+                    raise ConflictError(
+                        f"thread {thread_id} appeared while it was imported; nothing was "
+                        "written for it"
+                    ) from None
+                linked.append(item)
+                directories[os.path.dirname(path)] = None
+            for directory in directories:
+                fops.fsync_dir(directory)
+        except BaseException as exc:
+            if isinstance(exc, OSError):
+                exc = StorageError(f"cannot import {len(pending)} threads: {exc}")
+            self._cleanup(pending, linked)
+            raise exc from None
+        self._cleanup(pending, [])
+        for *_, indexed in pending:
+            self._written(indexed)
+        return [p[0] for p in pending]
+
+    def drop(self, thread_ids: Sequence[str]) -> None:
+        """Remove threads added and not committed (the others stay in the batch)."""
+        gone = set(thread_ids)
+        self._cleanup([p for p in self._pending if p[0] in gone], [])
+        self._pending = [p for p in self._pending if p[0] not in gone]
+
+    def discard(self) -> None:
+        """Remove what was added and not committed."""
+        pending, self._pending = self._pending, []
+        self._cleanup(pending, [])
+
+    def _cleanup(
+        self,
+        pending: list[tuple[str, str, str, int, Forked]],
+        linked: list[tuple[str, str, str, int, Forked]],
+    ) -> None:
+        """Close and remove the temporary files; unlink rollouts linked by a failed commit
+        (not durable, never acknowledged: no thread at all)."""
+        for _, _, tmp, fd, _ in pending:
+            with contextlib.suppress(OSError):
+                self._fops.close(fd)
+            with contextlib.suppress(OSError):
+                self._fops.unlink(tmp)
+        for _, path, _, _, _ in linked:
+            with contextlib.suppress(OSError):
+                self._fops.unlink(path)
+
+
+@dataclass(frozen=True, slots=True)
+class _Built(Forked):
+    """A new thread written from records its writer holds: indexed from them (those that
+    change index rows, and the last), without parsing its lines again."""
+
+    records: tuple[Record, ...] = ()
+    size: int = 0
+
+    def batch(self) -> IndexBatch:
+        return self.thread_id, self.path, list(self.records), self.size

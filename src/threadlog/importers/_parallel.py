@@ -1,0 +1,142 @@
+"""New threads built in worker processes, written by the importing one.
+
+Theory of operation
+-------------------
+Building a new thread (`threadlog.importers._bulk`) reads, parses, maps, checks and encodes
+its file without touching the store: its cost is the import's, and files are independent.
+So `import_paths(workers=N)` hands the files that may be new to ``N`` worker processes
+(`build`), each of which imports its file as the importing process would, into a store that
+holds nothing and a ledger that knows nothing, and sends back the finished threads' lines and
+records, the report, and the import keys it asked for. The importing process takes the results
+in the files' order and writes them as its own (`Bulk.add`, the ledger), so the threads, the
+reports, the ledger and the crash safety are those of an import in one process.
+
+A worker's answer is dropped, and the file imported in the importing process instead, when
+it cannot be the same: the worker asked for an import key the importing process knows (the
+session continues a thread, or names a parent: a fork's or a sub-agent's file), it would have
+moved a value to the artifact store (a worker has none), or the worker failed.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from threadlog.importers._bulk import Bulk
+from threadlog.importers._ledger import Ledger
+from threadlog.model.projection import PROJECTED
+from threadlog.store.offload import encode_data
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from threadlog.importers._report import FileReport
+    from threadlog.model.envelope import Record
+
+__all__ = ["Built", "Finished", "build"]
+
+
+class Finished(NamedTuple):
+    """A new thread a worker built: its lines, and the records the index needs."""
+
+    thread_id: str
+    lines: list[bytes]
+    records: list[Record]
+
+
+@dataclass(slots=True)
+class Built:
+    """A worker's import of one file (see the module docstring)."""
+
+    report: FileReport | None
+    """None: the file must be imported by the importing process."""
+    threads: list[Finished] = field(default_factory=list)
+    keys: dict[str, str] = field(default_factory=dict)
+    """Import keys of the threads it created → their ids."""
+    asked: list[str] = field(default_factory=list)
+    """Import keys it looked up (and did not find: it knows none)."""
+    entry: dict[str, Any] | None = None
+    """The file's ledger entry."""
+
+
+class _Offloaded(Exception):
+    """A value is over the artifact threshold: only the importing process can move it."""
+
+
+class _Batch:
+    """A worker's stand-in for the store's batch: it keeps the finished threads."""
+
+    def __init__(self, threshold: int, max_record_bytes: int) -> None:
+        self.threshold = threshold
+        self.max_record_bytes = max_record_bytes
+        self.threads: list[Finished] = []
+
+    def encode(self, type_name: str, data: Any) -> tuple[Any, bytes]:
+        return encode_data(type_name, data, self.threshold, _refuse_offload)
+
+    def __len__(self) -> int:
+        return len(self.threads)
+
+    def add(
+        self, thread_id: str, lines: Sequence[bytes], records: Sequence[Record] | None = None
+    ) -> None:
+        kept = list(records or ())
+        last = len(kept) - 1
+        kept = [r for i, r in enumerate(kept) if r.type in PROJECTED or i == last]
+        self.threads.append(Finished(thread_id, list(lines), kept))
+
+    def commit(self) -> list[str]:
+        return [t.thread_id for t in self.threads]
+
+    def drop(self, thread_ids: Sequence[str]) -> None:
+        self.threads = [t for t in self.threads if t.thread_id not in thread_ids]
+
+    def discard(self) -> None:
+        self.threads = []
+
+
+def _refuse_offload(value: Any, value_json: bytes) -> Any:
+    raise _Offloaded
+
+
+class _Empty:
+    """A store that holds nothing (what a worker's import looks threads up in)."""
+
+    def exists(self, thread_id: str) -> bool:
+        return False
+
+    def thread_ids(self) -> list[str]:
+        return []
+
+
+@dataclass
+class _Asking(Ledger):
+    """A ledger that knows nothing and notes every key asked for."""
+
+    asked: list[str] = field(default_factory=list)
+
+    def thread_for(self, store: Any, key: str) -> str | None:
+        if key not in self.keys:
+            self.asked.append(key)
+        return self.keys.get(key)
+
+
+def build(fmt_name: str, source: str, threshold: int, max_record_bytes: int) -> Built:
+    """Import ``source`` into new threads in this (worker) process (module docstring)."""
+    from threadlog.importers import import_file, source_format
+
+    gc.disable()  # a worker's imports form no cycles (see `import_paths`'s ``pause_gc``)
+    ledger = _Asking(None)
+    batch = _Batch(threshold, max_record_bytes)
+    try:
+        report = import_file(_Empty(), source_format(fmt_name), source, ledger, Bulk(batch, ledger))  # type: ignore[arg-type]
+    except _Offloaded:
+        return Built(None)
+    return Built(
+        report,
+        threads=batch.threads,
+        keys=dict(ledger.keys),
+        asked=ledger.asked,
+        entry=ledger.files.get(report.path),
+    )
