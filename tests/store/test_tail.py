@@ -443,9 +443,7 @@ def _follow(store: EmbeddedStore, thread: str, after: int, count: int) -> list[i
     return got
 
 
-def test_follow_near_the_end_reads_only_the_end(
-    copy: tuple[str, str], no_whole_scan: None
-) -> None:
+def test_follow_near_the_end_reads_only_the_end(copy: tuple[str, str], no_whole_scan: None) -> None:
     home, thread = copy
     with EmbeddedStore(home) as store:
         assert _follow(store, thread, RECORDS - 3, 3) == [RECORDS - 2, RECORDS - 1, RECORDS]
