@@ -3,8 +3,10 @@ leases with fencing, LISTEN/NOTIFY wake-ups (and the poll when one is lost), a f
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from typing import Any
 
 import psycopg
 import pytest
@@ -146,6 +148,43 @@ def test_concurrent_critical_appends_share_commits(pg_schemas: Schemas) -> None:
         for thread in threads:
             records = store.read(thread)
             assert len(records) == 11
+            check_chain(records)
+
+
+def test_a_commit_wakes_an_event_loop_once_for_all_its_appends(pg_schemas: Schemas) -> None:
+    """Concurrent ``aappend`` calls share commits, and each commit resolves all of a loop's
+    waiters with one ``call_soon_threadsafe`` (not one wake-up of the loop per append)."""
+    with PostgresStore(pg_schemas.new(), commit_lanes=1) as store:
+        threads = [store.create_thread("a") for _ in range(16)]
+
+        async def main() -> tuple[int, int]:
+            for thread in threads:  # the writers opened, their state read (worker threads)
+                await store.aappend(thread, "custom.n", {"i": -1}, durable=True)
+            loop = asyncio.get_running_loop()
+            calls = 0
+            schedule = loop.call_soon_threadsafe
+
+            def counting(*args: Any, **kwargs: Any) -> Any:
+                nonlocal calls
+                calls += 1
+                return schedule(*args, **kwargs)
+
+            loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+            before = store.commits
+
+            async def writer(thread: str) -> None:
+                for i in range(5):
+                    await store.aappend(thread, "custom.n", {"i": i}, durable=True)
+
+            await asyncio.gather(*(writer(t) for t in threads))
+            return calls, store.commits - before
+
+        calls, commits = asyncio.run(main())
+        assert commits < 80 // 2, f"{commits} commits for 80 critical appends"
+        assert calls == commits, f"{calls} wake-ups of the loop for {commits} commits"
+        for thread in threads:
+            records = store.read(thread)
+            assert len(records) == 7
             check_chain(records)
 
 

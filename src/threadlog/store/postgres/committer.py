@@ -4,9 +4,10 @@ Theory of operation
 -------------------
 An append is assigned its ordinal and hash by its thread's writer (`threadlog.store.postgres
 .writer`) and handed to the `Committer` as a `Pending`: the record, its canonical line, the
-writer (whose fencing token it carries) and the `Batch` it joins (one future for asyncio
-waiters; a thread waiting in `Pending.wait` waits on its own append's lock, so a commit
-wakes exactly the writers it carried). The committer has `LANES` (2) *lanes*, each a thread
+writer (whose fencing token it carries) and, for an asyncio caller, its event loop's future
+(a thread waiting in `Pending.wait` waits on its own append's lock, so a commit wakes exactly
+the writers it carried; a commit resolves the futures of each event loop with one
+``call_soon_threadsafe``, one wake-up of the loop however many appends it carried). The committer has `LANES` (2) *lanes*, each a thread
 with a connection of its own. A lane sleeps until there is a critical append (or a flush)
 waiting, or until the oldest buffered one has waited ``interval`` seconds; then it takes
 everything queued, from every thread of the process, and writes it in one transaction:
@@ -65,9 +66,10 @@ from threadlog import _hooks
 from threadlog.errors import LeaseLost, StorageError
 from threadlog.store.postgres.arrays import register as register_arrays
 from threadlog.store.postgres.projections import FENCED_COMMIT, fenced_commit, run_ops
-from threadlog.store.postgres.writer import Batch
+from threadlog.store.postgres.writer import resolve_waiters
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import Callable
 
     from threadlog.model.envelope import Record
@@ -119,7 +121,6 @@ class Committer:
         group commit off (one COMMIT per append: the benchmark's baseline)."""
         self._on_durable = on_durable
         self._on_failure = on_failure
-        self._open = Batch()
         self._queue: list[Pending] = []
         self._in_flight: set[str] = set()
         """The threads whose records a lane is committing: no other lane takes theirs."""
@@ -150,10 +151,7 @@ class Committer:
                 raise StorageError("the store's committer has stopped")
             if not self._queue:
                 self._oldest = time.monotonic()
-            pending.batch = self._open
             pending.urgent = urgent
-            self._open.items.append(pending)
-            self._open.left += 1
             self._queue.append(pending)
             self._submitted += 1
             if urgent and not self._urgent:
@@ -224,7 +222,6 @@ class Committer:
         else:
             taken, self._queue = self._queue, []
         if taken:
-            self._open = Batch()
             self._urgent = any(p.urgent for p in self._queue)
             if self._queue:
                 self._oldest = time.monotonic()
@@ -276,22 +273,21 @@ class Committer:
                     p.fail(error)
                     p.writer.break_(error)
             finally:
-                closed: list[Batch] = []
                 with self._cond:
                     for p in batch:
                         self._in_flight.discard(p.writer.thread_id)
-                        group = p.batch
-                        if group is not None:
-                            group.left -= 1
-                            if group.left == 0 and group is not self._open:
-                                closed.append(group)
                     self._done += len(batch)
                     self._cond.notify_all()
+                waiters: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
                 for p in batch:
                     p.done()
-                for group in closed:
-                    if not group.future.done():  # never cancelled (waiters shield it)
-                        group.future.set_result(None)
+                    if p.waiter is not None:
+                        waiters.setdefault(p.waiter.get_loop(), []).append(p.waiter)
+                for loop, futures in waiters.items():
+                    try:  # one wake-up per loop and commit
+                        loop.call_soon_threadsafe(resolve_waiters, futures)
+                    except RuntimeError:  # the loop is closed: nobody awaits them any more
+                        pass
 
     def _commit(self, lane: _Lane, batch: list[Pending]) -> None:
         live: dict[str, list[Pending]] = {}
