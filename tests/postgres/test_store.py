@@ -188,6 +188,56 @@ def test_a_commit_wakes_an_event_loop_once_for_all_its_appends(pg_schemas: Schem
             check_chain(records)
 
 
+def test_a_lane_that_finds_no_other_committing_takes_its_share_of_whole_threads() -> None:
+    """With two lanes idle, the first takes half of what is queued (whole threads, in order)
+    and leaves the rest to the other, so that the two commits run side by side; a small
+    queue, or one while a lane commits, is taken whole (but for the threads in flight)."""
+    from threadlog.store.postgres.committer import SPLIT, Committer
+    from threadlog.store.postgres.writer import Pending
+
+    def refuse() -> psycopg.Connection[Any]:
+        raise AssertionError("nothing is committed here")
+
+    committer = Committer(
+        refuse,
+        channel="c",
+        origin="o",
+        interval=30,
+        on_durable=lambda _t, _r: None,
+        on_failure=lambda _e: None,
+        lanes=2,
+    )
+
+    class Stub:
+        def __init__(self, thread_id: str) -> None:
+            self.thread_id = thread_id
+
+    stub: Any = None
+    writers: list[Any] = [Stub(f"t{i:02}") for i in range(SPLIT * 2)]
+    queue = [Pending(stub, b"", w) for w in writers]
+    queue.insert(len(queue) - 1, Pending(stub, b"", writers[0]))  # a second append of t00
+    try:
+        with committer._cond:
+            committer._queue = list(queue)
+            first = committer._take()
+            rest = committer._queue
+            threads = {p.writer.thread_id for p in first}
+            share = -(-len(queue) // 2)
+            assert share <= len(first) <= share + 1 and len(rest) == len(queue) - len(first)
+            assert [p for p in queue if p.writer.thread_id in threads] == first  # whole, in order
+            assert not threads & {p.writer.thread_id for p in rest}
+            second = committer._take()  # a lane commits: the rest is taken whole
+            assert second == rest and committer._queue == []
+            committer._in_flight.clear()
+            committer._queue = small = queue[: SPLIT - 1]
+            assert committer._take() == small  # too few to share
+    finally:
+        with committer._cond:
+            committer._queue = []
+            committer._in_flight.clear()
+        committer.stop()
+
+
 def test_buffered_appends_ride_along_with_the_next_commit(pg_schemas: Schemas) -> None:
     with PostgresStore(pg_schemas.new(), commit_interval=30.0) as store:
         thread = store.create_thread("a")

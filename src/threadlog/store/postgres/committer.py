@@ -28,7 +28,12 @@ everything queued, from every thread of the process, and writes it in one transa
 *Two commits in flight.* While one lane's transaction runs (and waits for its WAL flush),
 the other lane takes what has queued meanwhile and sends it on its own connection: the
 server runs both, their flushes shared, and the writers the first commit wakes queue for
-the next lane instead of waiting for a committer. The lanes never split a thread: a lane
+the next lane instead of waiting for a committer. A lane that finds no other committing takes
+only its share of the queue (half, with two lanes, in whole threads), and the other lane
+the rest at once: without it, 64 writers each waiting for its append fall into one commit
+of 64 at a time, the server idle while the writers queue their next appends and the writers
+idle while the server commits; with it, each half queues while the other half's commit is
+on the server (`_take`). The lanes never split a thread: a lane
 takes only the appends of threads no other lane is committing (`_take`); a thread's later
 appends stay queued until its commit in flight is over. They chain onto its records (their
 ordinals follow, their ``prev`` is its hash), so they must not be sent before those are
@@ -76,13 +81,16 @@ if TYPE_CHECKING:
     from threadlog.store.postgres.projections import Row
     from threadlog.store.postgres.writer import Pending
 
-__all__ = ["GATHER", "LANES", "Committer"]
+__all__ = ["GATHER", "LANES", "SPLIT", "Committer"]
 
 GATHER = 0.001
 """The longest a lane waits for the writers its last commit woke (seconds)."""
 
 LANES = 2
 """Transactions in flight at once (each lane a thread with its own connection)."""
+
+SPLIT = 16
+"""From this many queued appends, a lane that finds no other committing takes its share."""
 
 log = logging.getLogger("threadlog.store")
 
@@ -211,7 +219,13 @@ class Committer:
         """The queued appends of every thread no other lane is committing, in order (the
         caller holds the condition). A thread's later appends wait for its commit in flight:
         they chain onto its records, so they may be sent only once those are known to be
-        in the table (or known not to be, and are then refused, their writer broken)."""
+        in the table (or known not to be, and are then refused, their writer broken).
+
+        When no lane is committing, the lane takes its share only (half of the queue with
+        two lanes, whole threads, from `SPLIT` appends up) and leaves the rest to the next
+        lane: the two commits run side by side, and from then on each lane's writers queue
+        their next appends while the other lane's commit is on the server (gathering keeps
+        the shares: a lane waits for as many as its last commit carried)."""
         busy = self._in_flight
         if busy:
             taken = [p for p in self._queue if p.writer.thread_id not in busy]
@@ -219,12 +233,25 @@ class Committer:
                 self._queue = [p for p in self._queue if p.writer.thread_id in busy]
             else:
                 self._queue = []
+        elif len(self._lanes) > 1 and len(self._queue) >= SPLIT:
+            share = -(-len(self._queue) // len(self._lanes))
+            mine: set[str] = set()
+            count = 0
+            for p in self._queue:
+                if count >= share:
+                    break
+                mine.add(p.writer.thread_id)
+                count += 1
+            taken = [p for p in self._queue if p.writer.thread_id in mine]
+            self._queue = [p for p in self._queue if p.writer.thread_id not in mine]
         else:
             taken, self._queue = self._queue, []
         if taken:
             self._urgent = any(p.urgent for p in self._queue)
             if self._queue:
                 self._oldest = time.monotonic()
+                if self._urgent:
+                    self._cond.notify()  # the rest is the next lane's
             busy.update(p.writer.thread_id for p in taken)
         return taken
 
