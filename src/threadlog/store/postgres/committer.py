@@ -22,7 +22,9 @@ everything queued, from every thread of the process, and writes it in one transa
 2. the other projections of the records (turns, tool calls, memories: `run_ops`), each
    statement fenced the same way (it applies only where the token is current), then one
    ``COMMIT``: all of it sent in one pipeline, so a batch costs **one round trip** to the
-   server whatever its size. Only then are the listeners called (in order per thread) and
+   server whatever its size. A batch with no other projections (appends of events that
+   change no turn, call or memory) sends the fenced statement alone, in autocommit: a
+   transaction of its own, the same round trip without the pipeline's BEGIN and COMMIT. Only then are the listeners called (in order per thread) and
    the appends woken: an acknowledged record is a committed one.
 
 *Two commits in flight.* While one lane's transaction runs (and waits for its WAL flush),
@@ -99,7 +101,8 @@ class Committer:
     """The group-commit lanes (module docstring).
 
     Args:
-        connect: a new connection for a lane (autocommit off).
+        connect: a new connection for a lane (in autocommit: a lane sends its BEGIN and
+            COMMIT itself, or a statement that is a transaction of its own).
         channel: the NOTIFY channel; ``origin``: this store's id, in each notification.
         interval: the longest a buffered append waits for its commit (seconds).
         on_durable: ``(thread_id, records)`` after each commit, per thread in order.
@@ -142,6 +145,8 @@ class Committer:
         self._done = 0
         self.commits = 0
         """Transactions committed so far (each carries one or more appends)."""
+        self._gathering = 1 << 30
+        """How many queued appends end a gathering lane's wait (`_set_gathering`)."""
         self._lanes = [_Lane(i) for i in range(max(1, lanes))]
         for lane in self._lanes:
             lane.thread = threading.Thread(
@@ -168,10 +173,13 @@ class Committer:
             elif len(self._queue) >= self._gathering:
                 self._cond.notify()  # the lane gathering has what it waits for
 
-    @property
-    def _gathering(self) -> int:
-        """How many queued appends end a gathering lane's wait (its last commit's size)."""
-        return min((lane.last_size for lane in self._lanes if lane.gathering), default=1 << 30)
+    def _set_gathering(self) -> None:
+        """Keep ``_gathering`` (how many queued appends end a gathering lane's wait: its
+        last commit's size; none gathering, never) up to date. The caller holds the
+        condition."""
+        self._gathering = min(
+            (lane.last_size for lane in self._lanes if lane.gathering), default=1 << 30
+        )
 
     def flush(self) -> None:
         """Wait until everything queued so far is committed (or has failed)."""
@@ -206,6 +214,7 @@ class Committer:
         the lane's last commit carried. The caller holds the condition."""
         deadline = time.monotonic() + GATHER
         lane.gathering = True
+        self._set_gathering()
         try:
             while len(self._queue) < lane.last_size and not self._stopping:
                 left = deadline - time.monotonic()
@@ -214,6 +223,7 @@ class Committer:
                 self._cond.wait(left)
         finally:
             lane.gathering = False
+            self._set_gathering()
 
     def _take(self) -> list[Pending]:
         """The queued appends of every thread no other lane is committing, in order (the
@@ -331,6 +341,7 @@ class Committer:
             conn = lane.conn
             if conn is None or conn.closed or conn.broken:
                 conn = lane.conn = self._connect()
+                conn.autocommit = True  # the transactions are the lane's own (see connect)
                 register_arrays(conn)
             by_thread: dict[str, list[Row]] = {
                 t: [(p.record, p.line, p.writer.token) for p in items] for t, items in live.items()
@@ -342,15 +353,21 @@ class Committer:
                 channel=self._channel,
                 origin=self._origin,
             )
-            # One round trip: BEGIN, the fenced statement (the inserts, the threads rows,
-            # NOTIFY), the other projections (each fenced the same way: they apply only where
-            # the inserts did) and COMMIT, pipelined.
-            with conn.cursor() as cur, conn.cursor() as rest:
-                with conn.pipeline():
-                    conn.execute("BEGIN")
+            # One round trip. With no other projections, the fenced statement (the inserts,
+            # the threads rows, NOTIFY) alone, in autocommit: a transaction of its own,
+            # committed (the WAL flushed) before the server answers, the lease rows locked
+            # until then. Otherwise BEGIN, the fenced statement, the other projections (each
+            # fenced the same way: they apply only where the inserts did) and COMMIT,
+            # pipelined.
+            with conn.cursor() as cur:
+                if not ops:
                     cur.execute(FENCED_COMMIT, params)
-                    run_ops(rest, ops)
-                    conn.execute("COMMIT")
+                else:
+                    with conn.cursor() as rest, conn.pipeline():
+                        conn.execute("BEGIN")
+                        cur.execute(FENCED_COMMIT, params)
+                        run_ops(rest, ops)
+                        conn.execute("COMMIT")
                 rows = cur.fetchall()
             tokens = {str(r[0]): (int(r[1]), str(r[2]), int(r[3])) for r in rows}
             for thread_id, items in list(live.items()):

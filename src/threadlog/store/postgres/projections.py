@@ -215,7 +215,6 @@ WITH locked AS MATERIALIZED (
     UPDATE threads t SET last_ord = u.o, last_hash = u.h, last_ts = u.ts,
         bytes = t.bytes + u.b, turns = t.turns + u.nt, tool_calls = t.tool_calls + u.nc
     FROM heads u WHERE t.thread_id = u.thread_id
-    RETURNING t.thread_id
 ), notified AS MATERIALIZED (
     SELECT count(pg_notify(%(channel)s, note)) AS n FROM heads
 )
