@@ -15,16 +15,18 @@ everything queued, from every thread of the process, and writes it in one transa
 1. one statement (`FENCED_COMMIT`) locks the lease rows of the batch's threads
    (``SELECT … FOR UPDATE``, held until COMMIT, so no takeover can come in between),
    inserts the records whose fencing token is still their thread's token, all rows at once
-   (``unnest`` of prebuilt binary arrays, `threadlog.store.postgres.arrays`), brings those
-   threads' ``threads`` rows up to date and queues one ``pg_notify`` per thread; the records
-   of the other threads are refused with `LeaseLost` (their writer is marked lost: it
-   appends nothing more);
+   (``unnest`` of prebuilt binary arrays, `threadlog.store.postgres.arrays`) and brings those
+   threads' ``threads`` rows up to date; the records of the other threads are refused with
+   `LeaseLost` (their writer is marked lost: it appends nothing more);
 2. the other projections of the records (turns, tool calls, memories: `run_ops`), each
    statement fenced the same way (it applies only where the token is current), then one
    ``COMMIT``: all of it sent in one pipeline, so a batch costs **one round trip** to the
    server whatever its size. A batch with no other projections (appends of events that
    change no turn, call or memory) sends the fenced statement alone, in autocommit: a
-   transaction of its own, the same round trip without the pipeline's BEGIN and COMMIT. Only then are the listeners called (in order per thread) and
+   transaction of its own, the same round trip without the pipeline's BEGIN and COMMIT.
+   Once it is over, one notification per thread is queued for the `Sender`
+   (`threadlog.store.postgres.notify`: not in the transaction, whose NOTIFY lock would make
+   the lanes' commits wait for each other's WAL flush). Only then are the listeners called (in order per thread) and
    the appends woken: an acknowledged record is a committed one.
 
 *Two commits in flight.* While one lane's transaction runs (and waits for its WAL flush),
@@ -72,7 +74,13 @@ import psycopg
 from threadlog import _hooks
 from threadlog.errors import LeaseLost, StorageError
 from threadlog.store.postgres.arrays import register as register_arrays
-from threadlog.store.postgres.projections import FENCED_COMMIT, fenced_commit, run_ops
+from threadlog.store.postgres.notify import Sender
+from threadlog.store.postgres.projections import (
+    FENCED_COMMIT,
+    fenced_commit,
+    notify_payload,
+    run_ops,
+)
 from threadlog.store.postgres.writer import resolve_waiters
 
 if TYPE_CHECKING:
@@ -147,6 +155,8 @@ class Committer:
         """Transactions committed so far (each carries one or more appends)."""
         self._gathering = 1 << 30
         """How many queued appends end a gathering lane's wait (`_set_gathering`)."""
+        self._sender = Sender(connect, channel)
+        """Sends each commit's notifications once it is over (`notify`)."""
         self._lanes = [_Lane(i) for i in range(max(1, lanes))]
         for lane in self._lanes:
             lane.thread = threading.Thread(
@@ -206,6 +216,7 @@ class Committer:
             if lane.conn is not None:
                 lane.conn.close()
                 lane.conn = None
+        self._sender.stop()
 
     def _gather(self, lane: _Lane) -> None:
         """Give the writers the lane's last commit woke a moment to queue their next
@@ -349,12 +360,10 @@ class Committer:
             metrics = _hooks.METRICS
             started = time.perf_counter() if metrics is not None else 0.0
             params, ops = fenced_commit(
-                {t: by_thread[t] for t in sorted(by_thread)},
-                channel=self._channel,
-                origin=self._origin,
+                {t: by_thread[t] for t in sorted(by_thread)}, origin=self._origin
             )
             # One round trip. With no other projections, the fenced statement (the inserts,
-            # the threads rows, NOTIFY) alone, in autocommit: a transaction of its own,
+            # the threads rows) alone, in autocommit: a transaction of its own,
             # committed (the WAL flushed) before the server answers, the lease rows locked
             # until then. Otherwise BEGIN, the fenced statement, the other projections (each
             # fenced the same way: they apply only where the inserts did) and COMMIT,
@@ -404,6 +413,21 @@ class Committer:
         for thread_id, items in live.items():
             items[0].writer.committed([p.record.id for p in items])
             self._on_durable(thread_id, [p.record for p in items])
+        if live:
+            self._notify(live)
+
+    def _notify(self, live: dict[str, list[Pending]]) -> None:
+        """Have the other processes' readers of the threads a commit just made longer told
+        (one notification per thread, by the `Sender`, queued before the thread's next commit
+        can be taken: a thread's notifications go out in order). The records are committed
+        whatever happens next: if the process dies before the notification is sent, it is
+        lost, which costs the readers latency only (they poll too: `notify`)."""
+        self._sender.send(
+            [
+                notify_payload(t, items[0].record.ord, items[-1].record.ord, self._origin)
+                for t, items in live.items()
+            ]
+        )
 
 
 class _Lane:

@@ -209,30 +209,30 @@ WITH locked AS MATERIALIZED (
     RETURNING thread_id
 ), heads AS MATERIALIZED (
     SELECT u.* FROM unnest(%(ht)s, %(ho)s, %(hh)s, %(hts)s, %(hb)s, %(hnt)s, %(hnc)s,
-        %(hf)s, %(hp)s) AS u(thread_id, o, h, ts, b, nt, nc, tok, note)
+        %(hf)s) AS u(thread_id, o, h, ts, b, nt, nc, tok)
     JOIN locked l ON l.thread_id = u.thread_id AND l.token = u.tok
 ), updated AS (
     UPDATE threads t SET last_ord = u.o, last_hash = u.h, last_ts = u.ts,
         bytes = t.bytes + u.b, turns = t.turns + u.nt, tool_calls = t.tool_calls + u.nc
     FROM heads u WHERE t.thread_id = u.thread_id
-), notified AS MATERIALIZED (
-    SELECT count(pg_notify(%(channel)s, note)) AS n FROM heads
 )
-SELECT l.thread_id, l.token, l.holder, coalesce(n.rows, 0), (SELECT n FROM notified)
+SELECT l.thread_id, l.token, l.holder, coalesce(n.rows, 0)
 FROM locked l
 LEFT JOIN (SELECT thread_id, count(*) AS rows FROM inserted GROUP BY thread_id) n USING (thread_id)
 """
 """A group commit's one statement (`threadlog.store.postgres.committer`): the batch's lease
 rows locked until COMMIT (``FOR UPDATE``); the rows whose ``fence`` is their thread's current
-token inserted (all at once, ``unnest``), the ``threads`` row of each such thread brought up
-to date and one notification per thread sent on commit; the other threads' rows refused.
-The result says, per thread, its token, holder and how many rows went in. Parameters:
-`fenced_commit`. The other projections (turns, tool calls...) follow as statements of their
-own, fenced the same way."""
+token inserted (all at once, ``unnest``) and the ``threads`` row of each such thread brought
+up to date; the other threads' rows refused. The result says, per thread, its token, holder
+and how many rows went in. Parameters: `fenced_commit`. The other projections (turns, tool
+calls...) follow as statements of their own, fenced the same way. It sends no notification:
+a NOTIFY takes a database-wide lock that its transaction holds until its commit is flushed,
+so two lanes' commits would queue for each other's WAL flush instead of sharing it; the
+committer has them sent once the commit is over (`threadlog.store.postgres.notify.Sender`)."""
 
 
 def fenced_commit(
-    by_thread: Mapping[str, Sequence[Row]], *, channel: str, origin: str
+    by_thread: Mapping[str, Sequence[Row]], *, origin: str
 ) -> tuple[dict[str, Any], list[Op]]:
     """`FENCED_COMMIT`'s parameters for ``by_thread`` (every row's record written by its
     thread, every row of a thread carrying the same token), and the fenced projection
@@ -279,8 +279,6 @@ def fenced_commit(
         "hnt": Int4Array.of(heads[5]),
         "hnc": Int4Array.of(heads[6]),
         "hf": Int8Array.of(heads[7]),
-        "hp": text(heads[8]),
-        "channel": channel,
     }
     return params, ops
 
