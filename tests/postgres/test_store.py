@@ -330,6 +330,46 @@ def test_two_commits_in_flight_never_split_a_thread(pg_schemas: Schemas) -> None
         assert [r.ord for r in store.read(other)] == [1, 2, 3]
 
 
+def test_a_commits_notifications_follow_it_in_order_outside_its_transaction(
+    pg_schemas: Schemas,
+) -> None:
+    """The group commit sends no NOTIFY in its transaction (the NOTIFY lock, held until the
+    flush, would make the lanes' commits wait for each other's); the sender sends each
+    commit's notifications after it, in order, and a failed send loses them without
+    raising (the records are committed: readers poll)."""
+    from threadlog.store.postgres.notify import Sender
+    from threadlog.store.postgres.projections import FENCED_COMMIT
+
+    assert "notify" not in FENCED_COMMIT.lower()
+    url = pg_schemas.new()
+    channel = "tl_test_sender"
+    with psycopg.connect(pg_schemas.server, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{channel}"')
+        sender = Sender(lambda: psycopg.connect(pg_schemas.server), channel)
+        sender.send(["a 1 1 x", "b 2 3 x"])
+        sender.send(["a 2 2 x"])
+        sender.stop()  # sends what is queued first
+        heard = [n.payload for n in listener.notifies(timeout=2, stop_after=3)]
+        assert heard == ["a 1 1 x", "b 2 3 x", "a 2 2 x"] and sender.sent == 3
+
+        def broken() -> psycopg.Connection[Any]:
+            raise psycopg.OperationalError("the server is away")
+
+        lost = Sender(broken, channel)
+        lost.send(["c 1 1 x"])
+        lost.stop()
+        assert lost.sent == 0
+
+    with PostgresStore(url) as store:  # a store's commits are heard (after them)
+        thread = store.create_thread("a")
+        listen = url.split("?")[0]
+        with psycopg.connect(listen, autocommit=True) as listener:
+            listener.execute(f'LISTEN "{store._target.channel}"')
+            record = store.append(thread, "custom.n", {"i": 0}, durable=True)
+            heard = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+        assert heard == [f"{thread} {record.ord} {record.ord} {store.holder}"]
+
+
 # -- leases and fencing -----------------------------------------------------------------------
 
 

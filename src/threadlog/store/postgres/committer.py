@@ -7,8 +7,8 @@ An append is assigned its ordinal and hash by its thread's writer (`threadlog.st
 writer (whose fencing token it carries) and, for an asyncio caller, its event loop's future
 (a thread waiting in `Pending.wait` waits on its own append's lock, so a commit wakes exactly
 the writers it carried; a commit resolves the futures of each event loop with one
-``call_soon_threadsafe``, one wake-up of the loop however many appends it carried). The committer has `LANES` (2) *lanes*, each a thread
-with a connection of its own. A lane sleeps until there is a critical append (or a flush)
+``call_soon_threadsafe``, one wake-up of the loop however many appends it carried). The
+committer has `LANES` (2) *lanes*, each a thread with a connection of its own. A lane sleeps until there is a critical append (or a flush)
 waiting, or until the oldest buffered one has waited ``interval`` seconds; then it takes
 everything queued, from every thread of the process, and writes it in one transaction:
 
@@ -24,10 +24,10 @@ everything queued, from every thread of the process, and writes it in one transa
    server whatever its size. A batch with no other projections (appends of events that
    change no turn, call or memory) sends the fenced statement alone, in autocommit: a
    transaction of its own, the same round trip without the pipeline's BEGIN and COMMIT.
-   Once it is over, one notification per thread is queued for the `Sender`
-   (`threadlog.store.postgres.notify`: not in the transaction, whose NOTIFY lock would make
-   the lanes' commits wait for each other's WAL flush). Only then are the listeners called (in order per thread) and
-   the appends woken: an acknowledged record is a committed one.
+   Only then are the listeners called (in order per thread) and the appends woken: an
+   acknowledged record is a committed one. One notification per thread is queued for the
+   `Sender` too (`threadlog.store.postgres.notify`: not in the transaction, whose NOTIFY
+   lock would make the lanes' commits wait for each other's WAL flush).
 
 *Two commits in flight.* While one lane's transaction runs (and waits for its WAL flush),
 the other lane takes what has queued meanwhile and sends it on its own connection: the
