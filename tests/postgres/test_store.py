@@ -408,6 +408,33 @@ def test_a_lease_is_exclusive_until_released_or_expired(pg_schemas: Schemas) -> 
         assert two.lost(thread) is None
 
 
+def test_a_stale_token_in_a_shared_commit_refuses_its_own_thread_only(
+    pg_schemas: Schemas,
+) -> None:
+    """One commit carries a thread whose lease passed on and one whose did not: the first's
+    record is refused (its writer lost), the other's committed."""
+    url = pg_schemas.new()
+    with (
+        PostgresStore(url, lease_duration=0.5, renew_interval=60, commit_interval=30) as two,
+        PostgresStore(url) as one,
+    ):
+        stale, fine = two.create_thread("a"), two.create_thread("b")
+        two.append(stale, "custom.n", {"i": 0})
+        two.append(fine, "custom.n", {"i": 0})
+        time.sleep(0.7)  # two renews only every minute: both its leases expire
+        one.acquire(stale)  # taken over, with a larger token; fine's is still two's
+        before = two.commits
+        two.append(stale, "custom.n", {"i": 1}, durable=False)
+        two.append(fine, "custom.n", {"i": 1}, durable=False)
+        two.flush()
+        assert two.commits - before == 1  # one transaction for both
+        assert isinstance(two.lost(stale), LeaseLost) and two.lost(fine) is None
+        assert [r.ord for r in one.read(stale)] == [1, 2]
+        records = two.read(fine)
+        assert [r.ord for r in records] == [1, 2, 3]
+        check_chain(records)
+
+
 def test_the_renewer_notices_a_lost_lease(pg_schemas: Schemas) -> None:
     url = pg_schemas.new()
     with (

@@ -206,7 +206,7 @@ WITH locked AS MATERIALIZED (
     FROM unnest(%(t)s, %(o)s, %(i)s, %(pa)s, %(ts)s, %(ty)s, %(pr)s, %(h)s, %(li)s, %(f)s)
         AS u(thread_id, ord, id, parent, ts, type, prev, hash, line, fence)
     JOIN locked l ON l.thread_id = u.thread_id AND l.token = u.fence
-    RETURNING thread_id
+    RETURNING 1
 ), heads AS MATERIALIZED (
     SELECT u.* FROM unnest(%(ht)s, %(ho)s, %(hh)s, %(hts)s, %(hb)s, %(hnt)s, %(hnc)s,
         %(hf)s) AS u(thread_id, o, h, ts, b, nt, nc, tok)
@@ -216,15 +216,19 @@ WITH locked AS MATERIALIZED (
         bytes = t.bytes + u.b, turns = t.turns + u.nt, tool_calls = t.tool_calls + u.nc
     FROM heads u WHERE t.thread_id = u.thread_id
 )
-SELECT l.thread_id, l.token, l.holder, coalesce(n.rows, 0)
-FROM locked l
-LEFT JOIN (SELECT thread_id, count(*) AS rows FROM inserted GROUP BY thread_id) n USING (thread_id)
+SELECT u.thread_id, l.token, l.holder
+FROM unnest(%(ht)s, %(hf)s) AS u(thread_id, tok)
+LEFT JOIN locked l ON l.thread_id = u.thread_id
+WHERE l.token IS DISTINCT FROM u.tok
+UNION ALL
+SELECT NULL, count(*), NULL FROM inserted
 """
 """A group commit's one statement (`threadlog.store.postgres.committer`): the batch's lease
 rows locked until COMMIT (``FOR UPDATE``); the rows whose ``fence`` is their thread's current
 token inserted (all at once, ``unnest``) and the ``threads`` row of each such thread brought
-up to date; the other threads' rows refused. The result says, per thread, its token, holder
-and how many rows went in. Parameters: `fenced_commit`. The other projections (turns, tool
+up to date; the other threads' rows refused. The result has a row per refused thread (its
+id, the lease's token and holder, both NULL if it has no lease) and one ``(NULL, the number of
+rows inserted, NULL)``. Parameters: `fenced_commit`. The other projections (turns, tool
 calls...) follow as statements of their own, fenced the same way. It sends no notification:
 a NOTIFY takes a database-wide lock that its transaction holds until its commit is flushed,
 so two lanes' commits would queue for each other's WAL flush instead of sharing it; the
