@@ -37,9 +37,12 @@ import psycopg
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["NOTIFY", "Notifier", "Sender", "parse_payload"]
+__all__ = ["LINGER", "NOTIFY", "Notifier", "Sender", "parse_payload"]
 
 log = logging.getLogger("threadlog.store")
+
+LINGER = 0.005
+"""How long a `Sender` lets notifications wait for the next commits' (seconds)."""
 
 NOTIFY = "SELECT count(pg_notify(%s, u.p)) FROM unnest(%b::text[]) AS u(p)"
 """Notifications in one statement (its own transaction: it writes no WAL, so its commit waits
@@ -127,11 +130,20 @@ class Sender:
     Args:
         connect: a new connection (put in autocommit: each send is a transaction of its own).
         channel: the channel.
+        linger: how long the sender lets a commit's notifications wait for the next commits'
+            (seconds), so that one statement sends several commits' when they come fast.
     """
 
-    def __init__(self, connect: Callable[[], psycopg.Connection[Any]], channel: str) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], psycopg.Connection[Any]],
+        channel: str,
+        *,
+        linger: float = LINGER,
+    ) -> None:
         self._connect = connect
         self._channel = channel
+        self._linger = linger
         self._queue: list[str] = []
         self._cond = threading.Condition(threading.Lock())
         self._stopping = False
@@ -145,13 +157,15 @@ class Sender:
         with self._cond:
             if self._stopping:
                 return
+            idle = not self._queue
             self._queue.extend(payloads)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="threadlog-pg-notify", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify()
+            if idle:
+                self._cond.notify()  # (while it lingers, more join without waking it)
 
     def stop(self) -> None:
         """Send what is queued, then stop and close the connection."""
@@ -171,6 +185,8 @@ class Sender:
                     self._cond.wait()
                 if not self._queue:
                     break
+                if self._linger > 0 and not self._stopping:
+                    self._cond.wait(self._linger)  # the next commits' join these
                 payloads, self._queue = self._queue, []
             try:
                 conn = self._conn
