@@ -145,9 +145,11 @@ def _project(
     """The statements of the records' row changes (in record order: upserts of one row
     stack), each fenced if asked (it applies only while the thread's token, the rows'
     ``fence``, is still its lease's); and per thread, one list per column: its id, last
-    ord, hash and ts, bytes, new turns, new tool calls, token, notification payload."""
+    ord, hash and ts, bytes, new turns, new tool calls, token, notification payload (None
+    if fenced)."""
     ops: list[Op] = []
     heads: list[list[Any]] = [[] for _ in range(9)]
+    ids, ords, hashes, stamps, sizes, turns, calls, tokens, notes = heads
     for thread_id, rows in by_thread.items():
         token = rows[0][2] if fenced else None
         guard = (thread_id, token) if fenced else ()
@@ -176,22 +178,16 @@ def _project(
                 )
                 ops.append((sql, (thread_id, change.key, *change.fields.values(), *guard)))
         first, last = rows[0][0], rows[-1][0]
-        for column, value in zip(
-            heads,
-            (
-                thread_id,
-                last.ord,
-                last.hash,
-                last.ts,
-                size,
-                new_turns,
-                new_calls,
-                token,
-                notify_payload(thread_id, first.ord, last.ord, origin),
-            ),
-            strict=True,
-        ):
-            column.append(value)
+        ids.append(thread_id)
+        ords.append(last.ord)
+        hashes.append(last.hash)
+        stamps.append(last.ts)
+        sizes.append(size)
+        turns.append(new_turns)
+        calls.append(new_calls)
+        tokens.append(token)
+        # the group commit has its notifications sent after its commit (`FENCED_COMMIT`)
+        notes.append(None if fenced else notify_payload(thread_id, first.ord, last.ord, origin))
     return ops, heads
 
 
