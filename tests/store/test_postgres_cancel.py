@@ -6,8 +6,8 @@ Each asyncio append awaits a future of its own event loop (`threadlog.store.post
 cancelled mid-append, a session closing), only its own future may be cancelled: the others
 of the commit must still get their records, and the committer must not die setting a result
 on a cancelled future (seen in the worker tests once: the store never closed). An append of
-the same id replayed while the first is on its way waits on the first's future, so its
-cancellation must not cancel that one either.
+the same id replayed while the first is on its way waits on the append's lock, in a worker
+thread: neither its cancellation nor the owner's touches the other.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_a_cancelled_waiter_leaves_the_other_waiters_alone() -> None:
     asyncio.run(main())
 
 
-def test_a_cancelled_replayed_waiter_leaves_the_owners_future_alone() -> None:
+def test_a_replayed_waiter_and_its_owner_do_not_cancel_each_other() -> None:
     from threadlog.store.postgres.writer import Pending, resolve_waiters
 
     async def main() -> None:
@@ -50,14 +50,19 @@ def test_a_cancelled_replayed_waiter_leaves_the_owners_future_alone() -> None:
         pending.waiter = asyncio.get_running_loop().create_future()
         owner = asyncio.create_task(pending.own_wait())
         replayed = asyncio.create_task(pending.wait_async())
-        await asyncio.sleep(0)
+        again = asyncio.create_task(pending.wait_async())
+        await asyncio.sleep(0.01)
         replayed.cancel()
         with pytest.raises(asyncio.CancelledError):
             await replayed
         assert not pending.waiter.cancelled()
-        pending.done()
-        resolve_waiters([pending.waiter])
-        assert await owner is None
+        owner.cancel()  # the owner's future goes with it: the other replay still waits
+        with pytest.raises(asyncio.CancelledError):
+            await owner
+        assert not again.done()
+        pending.done()  # the commit is over
+        resolve_waiters([pending.waiter])  # skips the cancelled future
+        assert await again is None
 
     asyncio.run(main())
 

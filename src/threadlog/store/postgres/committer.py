@@ -8,9 +8,10 @@ writer (whose fencing token it carries) and, for an asyncio caller, its event lo
 (a thread waiting in `Pending.wait` waits on its own append's lock, so a commit wakes exactly
 the writers it carried; a commit resolves the futures of each event loop with one
 ``call_soon_threadsafe``, one wake-up of the loop however many appends it carried). The
-committer has `LANES` (2) *lanes*, each a thread with a connection of its own. A lane sleeps until there is a critical append (or a flush)
-waiting, or until the oldest buffered one has waited ``interval`` seconds; then it takes
-everything queued, from every thread of the process, and writes it in one transaction:
+committer has `LANES` (2) *lanes*, each a thread with a connection of its own. A lane sleeps
+until there is a critical append (or a flush) waiting, or until the oldest buffered one has
+waited ``interval`` seconds; then it takes everything queued, from every thread of the
+process, and writes it in one transaction:
 
 1. one statement (`FENCED_COMMIT`) locks the lease rows of the batch's threads
    (``SELECT … FOR UPDATE``, held until COMMIT, so no takeover can come in between),
@@ -37,12 +38,12 @@ only its share of the queue (half, with two lanes, in whole threads), and the ot
 the rest at once: without it, 64 writers each waiting for its append fall into one commit
 of 64 at a time, the server idle while the writers queue their next appends and the writers
 idle while the server commits; with it, each half queues while the other half's commit is
-on the server (`_take`). The lanes never split a thread: a lane
-takes only the appends of threads no other lane is committing (`_take`); a thread's later
-appends stay queued until its commit in flight is over. They chain onto its records (their
-ordinals follow, their ``prev`` is its hash), so they must not be sent before those are
-known to be in the table: if that commit fails, its writers are marked broken and the
-appends that waited for it are refused, never written after a gap. The two transactions
+on the server. The lanes never split a thread: a lane takes only the appends of threads no
+other lane is committing (`_take`); a thread's later appends stay queued until its commit in
+flight is over. They chain onto its records (their ordinals follow, their ``prev`` is its
+hash), so they must not be sent before those are known to be in the table: if that commit
+fails, its writers are marked broken and the appends that waited for it are refused, never
+written after a gap. The two transactions
 therefore lock disjoint lease rows, and per thread the commits (and the listeners) stay in
 order. Fencing is unchanged: each transaction checks its own threads' tokens under the
 rows' locks.

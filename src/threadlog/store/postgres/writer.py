@@ -101,21 +101,15 @@ class Pending:
         return self.record
 
     async def wait_async(self) -> Record:
-        """`wait` for asyncio. The append's own caller awaits its ``waiter`` (cancelling
-        that caller cancels only its own future: the commit goes on); another caller (an
-        append of the same id, replayed while this one is on its way) waits in a worker
-        thread, so that its cancellation cannot touch the owner's future."""
-        waiter = self.waiter
-        if waiter is not None and waiter.get_loop() is asyncio.get_running_loop():
-            await asyncio.shield(waiter)
-        else:
-            return await asyncio.to_thread(self.wait)
-        if self.error is not None:
-            raise self.error
-        return self.record
+        """`wait` for asyncio, for a caller other than the one that queued the append (an
+        append of the same id, replayed while this one is on its way): in a worker thread,
+        on the append's lock, so that neither caller's cancellation touches the other (the
+        owner's future may be cancelled with its task; the commit goes on)."""
+        return await asyncio.to_thread(self.wait)
 
     async def own_wait(self) -> Record:
-        """`wait_async` for the caller that queued the append with its ``waiter``."""
+        """`wait` for the asyncio caller that queued the append with its ``waiter``
+        (cancelling that caller cancels only its own future: the commit goes on)."""
         assert self.waiter is not None
         await self.waiter
         if self.error is not None:
