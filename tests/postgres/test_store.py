@@ -3,8 +3,10 @@ leases with fencing, LISTEN/NOTIFY wake-ups (and the poll when one is lost), a f
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from typing import Any
 
 import psycopg
 import pytest
@@ -149,6 +151,93 @@ def test_concurrent_critical_appends_share_commits(pg_schemas: Schemas) -> None:
             check_chain(records)
 
 
+def test_a_commit_wakes_an_event_loop_once_for_all_its_appends(pg_schemas: Schemas) -> None:
+    """Concurrent ``aappend`` calls share commits, and each commit resolves all of a loop's
+    waiters with one ``call_soon_threadsafe`` (not one wake-up of the loop per append)."""
+    with PostgresStore(pg_schemas.new(), commit_lanes=1) as store:
+        threads = [store.create_thread("a") for _ in range(16)]
+
+        async def main() -> tuple[int, int]:
+            for thread in threads:  # the writers opened, their state read (worker threads)
+                await store.aappend(thread, "custom.n", {"i": -1}, durable=True)
+            loop = asyncio.get_running_loop()
+            calls = 0
+            schedule = loop.call_soon_threadsafe
+
+            def counting(*args: Any, **kwargs: Any) -> Any:
+                nonlocal calls
+                calls += 1
+                return schedule(*args, **kwargs)
+
+            loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+            before = store.commits
+
+            async def writer(thread: str) -> None:
+                for i in range(5):
+                    await store.aappend(thread, "custom.n", {"i": i}, durable=True)
+
+            await asyncio.gather(*(writer(t) for t in threads))
+            return calls, store.commits - before
+
+        calls, commits = asyncio.run(main())
+        assert commits < 80 // 2, f"{commits} commits for 80 critical appends"
+        assert calls == commits, f"{calls} wake-ups of the loop for {commits} commits"
+        for thread in threads:
+            records = store.read(thread)
+            assert len(records) == 7
+            check_chain(records)
+
+
+def test_a_lane_that_finds_no_other_committing_takes_its_share_of_whole_threads() -> None:
+    """With two lanes idle, the first takes half of what is queued (whole threads, in order)
+    and leaves the rest to the other, so that the two commits run side by side; a small
+    queue, or one while a lane commits, is taken whole (but for the threads in flight)."""
+    from threadlog.store.postgres.committer import SPLIT, Committer
+    from threadlog.store.postgres.writer import Pending
+
+    def refuse() -> psycopg.Connection[Any]:
+        raise AssertionError("nothing is committed here")
+
+    committer = Committer(
+        refuse,
+        channel="c",
+        origin="o",
+        interval=30,
+        on_durable=lambda _t, _r: None,
+        on_failure=lambda _e: None,
+        lanes=2,
+    )
+
+    class Stub:
+        def __init__(self, thread_id: str) -> None:
+            self.thread_id = thread_id
+
+    stub: Any = None
+    writers: list[Any] = [Stub(f"t{i:02}") for i in range(SPLIT * 2)]
+    queue = [Pending(stub, b"", w) for w in writers]
+    queue.insert(len(queue) - 1, Pending(stub, b"", writers[0]))  # a second append of t00
+    try:
+        with committer._cond:
+            committer._queue = list(queue)
+            first = committer._take()
+            rest = committer._queue
+            threads = {p.writer.thread_id for p in first}
+            share = -(-len(queue) // 2)
+            assert share <= len(first) <= share + 1 and len(rest) == len(queue) - len(first)
+            assert [p for p in queue if p.writer.thread_id in threads] == first  # whole, in order
+            assert not threads & {p.writer.thread_id for p in rest}
+            second = committer._take()  # a lane commits: the rest is taken whole
+            assert second == rest and committer._queue == []
+            committer._in_flight.clear()
+            committer._queue = small = queue[: SPLIT - 1]
+            assert committer._take() == small  # too few to share
+    finally:
+        with committer._cond:
+            committer._queue = []
+            committer._in_flight.clear()
+        committer.stop()
+
+
 def test_buffered_appends_ride_along_with_the_next_commit(pg_schemas: Schemas) -> None:
     with PostgresStore(pg_schemas.new(), commit_interval=30.0) as store:
         thread = store.create_thread("a")
@@ -241,6 +330,46 @@ def test_two_commits_in_flight_never_split_a_thread(pg_schemas: Schemas) -> None
         assert [r.ord for r in store.read(other)] == [1, 2, 3]
 
 
+def test_a_commits_notifications_follow_it_in_order_outside_its_transaction(
+    pg_schemas: Schemas,
+) -> None:
+    """The group commit sends no NOTIFY in its transaction (the NOTIFY lock, held until the
+    flush, would make the lanes' commits wait for each other's); the sender sends each
+    commit's notifications after it, in order, and a failed send loses them without
+    raising (the records are committed: readers poll)."""
+    from threadlog.store.postgres.notify import Sender
+    from threadlog.store.postgres.projections import FENCED_COMMIT
+
+    assert "notify" not in FENCED_COMMIT.lower()
+    url = pg_schemas.new()
+    channel = "tl_test_sender"
+    with psycopg.connect(pg_schemas.server, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{channel}"')
+        sender = Sender(lambda: psycopg.connect(pg_schemas.server), channel)
+        sender.send(["a 1 1 x", "b 2 3 x"])
+        sender.send(["a 2 2 x"])
+        sender.stop()  # sends what is queued first
+        heard = [n.payload for n in listener.notifies(timeout=2, stop_after=3)]
+        assert heard == ["a 1 1 x", "b 2 3 x", "a 2 2 x"] and sender.sent == 3
+
+        def broken() -> psycopg.Connection[Any]:
+            raise psycopg.OperationalError("the server is away")
+
+        lost = Sender(broken, channel)
+        lost.send(["c 1 1 x"])
+        lost.stop()
+        assert lost.sent == 0
+
+    with PostgresStore(url) as store:  # a store's commits are heard (after them)
+        thread = store.create_thread("a")
+        listen = url.split("?")[0]
+        with psycopg.connect(listen, autocommit=True) as listener:
+            listener.execute(f'LISTEN "{store._target.channel}"')
+            record = store.append(thread, "custom.n", {"i": 0}, durable=True)
+            heard = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+        assert heard == [f"{thread} {record.ord} {record.ord} {store.holder}"]
+
+
 # -- leases and fencing -----------------------------------------------------------------------
 
 
@@ -277,6 +406,33 @@ def test_a_lease_is_exclusive_until_released_or_expired(pg_schemas: Schemas) -> 
         assert one.turns(thread) == []
         two.release(thread)  # acknowledges the loss; the next append would take it again
         assert two.lost(thread) is None
+
+
+def test_a_stale_token_in_a_shared_commit_refuses_its_own_thread_only(
+    pg_schemas: Schemas,
+) -> None:
+    """One commit carries a thread whose lease passed on and one whose did not: the first's
+    record is refused (its writer lost), the other's committed."""
+    url = pg_schemas.new()
+    with (
+        PostgresStore(url, lease_duration=0.5, renew_interval=60, commit_interval=30) as two,
+        PostgresStore(url) as one,
+    ):
+        stale, fine = two.create_thread("a"), two.create_thread("b")
+        two.append(stale, "custom.n", {"i": 0})
+        two.append(fine, "custom.n", {"i": 0})
+        time.sleep(0.7)  # two renews only every minute: both its leases expire
+        one.acquire(stale)  # taken over, with a larger token; fine's is still two's
+        before = two.commits
+        two.append(stale, "custom.n", {"i": 1}, durable=False)
+        two.append(fine, "custom.n", {"i": 1}, durable=False)
+        two.flush()
+        assert two.commits - before == 1  # one transaction for both
+        assert isinstance(two.lost(stale), LeaseLost) and two.lost(fine) is None
+        assert [r.ord for r in one.read(stale)] == [1, 2]
+        records = two.read(fine)
+        assert [r.ord for r in records] == [1, 2, 3]
+        check_chain(records)
 
 
 def test_the_renewer_notices_a_lost_lease(pg_schemas: Schemas) -> None:

@@ -4,35 +4,46 @@ Theory of operation
 -------------------
 An append is assigned its ordinal and hash by its thread's writer (`threadlog.store.postgres
 .writer`) and handed to the `Committer` as a `Pending`: the record, its canonical line, the
-writer (whose fencing token it carries) and the `Batch` it joins (one future for asyncio
-waiters; a thread waiting in `Pending.wait` waits on its own append's lock, so a commit
-wakes exactly the writers it carried). The committer has `LANES` (2) *lanes*, each a thread
-with a connection of its own. A lane sleeps until there is a critical append (or a flush)
-waiting, or until the oldest buffered one has waited ``interval`` seconds; then it takes
-everything queued, from every thread of the process, and writes it in one transaction:
+writer (whose fencing token it carries) and, for an asyncio caller, its event loop's future
+(a thread waiting in `Pending.wait` waits on its own append's lock, so a commit wakes exactly
+the writers it carried; a commit resolves the futures of each event loop with one
+``call_soon_threadsafe``, one wake-up of the loop however many appends it carried). The
+committer has `LANES` (2) *lanes*, each a thread with a connection of its own. A lane sleeps
+until there is a critical append (or a flush) waiting, or until the oldest buffered one has
+waited ``interval`` seconds; then it takes everything queued, from every thread of the
+process, and writes it in one transaction:
 
 1. one statement (`FENCED_COMMIT`) locks the lease rows of the batch's threads
    (``SELECT … FOR UPDATE``, held until COMMIT, so no takeover can come in between),
    inserts the records whose fencing token is still their thread's token, all rows at once
-   (``unnest`` of prebuilt binary arrays, `threadlog.store.postgres.arrays`), brings those
-   threads' ``threads`` rows up to date and queues one ``pg_notify`` per thread; the records
-   of the other threads are refused with `LeaseLost` (their writer is marked lost: it
-   appends nothing more);
+   (``unnest`` of prebuilt binary arrays, `threadlog.store.postgres.arrays`) and brings those
+   threads' ``threads`` rows up to date; the records of the other threads are refused with
+   `LeaseLost` (their writer is marked lost: it appends nothing more);
 2. the other projections of the records (turns, tool calls, memories: `run_ops`), each
    statement fenced the same way (it applies only where the token is current), then one
    ``COMMIT``: all of it sent in one pipeline, so a batch costs **one round trip** to the
-   server whatever its size. Only then are the listeners called (in order per thread) and
-   the appends woken: an acknowledged record is a committed one.
+   server whatever its size. A batch with no other projections (appends of events that
+   change no turn, call or memory) sends the fenced statement alone, in autocommit: a
+   transaction of its own, the same round trip without the pipeline's BEGIN and COMMIT.
+   Only then are the listeners called (in order per thread) and the appends woken: an
+   acknowledged record is a committed one. One notification per thread is queued for the
+   `Sender` too (`threadlog.store.postgres.notify`: not in the transaction, whose NOTIFY
+   lock would make the lanes' commits wait for each other's WAL flush).
 
 *Two commits in flight.* While one lane's transaction runs (and waits for its WAL flush),
 the other lane takes what has queued meanwhile and sends it on its own connection: the
 server runs both, their flushes shared, and the writers the first commit wakes queue for
-the next lane instead of waiting for a committer. The lanes never split a thread: a lane
-takes only the appends of threads no other lane is committing (`_take`); a thread's later
-appends stay queued until its commit in flight is over. They chain onto its records (their
-ordinals follow, their ``prev`` is its hash), so they must not be sent before those are
-known to be in the table: if that commit fails, its writers are marked broken and the
-appends that waited for it are refused, never written after a gap. The two transactions
+the next lane instead of waiting for a committer. A lane that finds no other committing takes
+only its share of the queue (half, with two lanes, in whole threads), and the other lane
+the rest at once: without it, 64 writers each waiting for its append fall into one commit
+of 64 at a time, the server idle while the writers queue their next appends and the writers
+idle while the server commits; with it, each half queues while the other half's commit is
+on the server. The lanes never split a thread: a lane takes only the appends of threads no
+other lane is committing (`_take`); a thread's later appends stay queued until its commit in
+flight is over. They chain onto its records (their ordinals follow, their ``prev`` is its
+hash), so they must not be sent before those are known to be in the table: if that commit
+fails, its writers are marked broken and the appends that waited for it are refused, never
+written after a gap. The two transactions
 therefore lock disjoint lease rows, and per thread the commits (and the listeners) stay in
 order. Fencing is unchanged: each transaction checks its own threads' tokens under the
 rows' locks.
@@ -64,23 +75,33 @@ import psycopg
 from threadlog import _hooks
 from threadlog.errors import LeaseLost, StorageError
 from threadlog.store.postgres.arrays import register as register_arrays
-from threadlog.store.postgres.projections import FENCED_COMMIT, fenced_commit, run_ops
-from threadlog.store.postgres.writer import Batch
+from threadlog.store.postgres.notify import Sender
+from threadlog.store.postgres.projections import (
+    FENCED_COMMIT,
+    fenced_commit,
+    notify_payload,
+    run_ops,
+)
+from threadlog.store.postgres.writer import resolve_waiters
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import Callable
 
     from threadlog.model.envelope import Record
     from threadlog.store.postgres.projections import Row
     from threadlog.store.postgres.writer import Pending
 
-__all__ = ["GATHER", "LANES", "Committer"]
+__all__ = ["GATHER", "LANES", "SPLIT", "Committer"]
 
 GATHER = 0.001
 """The longest a lane waits for the writers its last commit woke (seconds)."""
 
 LANES = 2
 """Transactions in flight at once (each lane a thread with its own connection)."""
+
+SPLIT = 16
+"""From this many queued appends, a lane that finds no other committing takes its share."""
 
 log = logging.getLogger("threadlog.store")
 
@@ -89,7 +110,8 @@ class Committer:
     """The group-commit lanes (module docstring).
 
     Args:
-        connect: a new connection for a lane (autocommit off).
+        connect: a new connection for a lane (in autocommit: a lane sends its BEGIN and
+            COMMIT itself, or a statement that is a transaction of its own).
         channel: the NOTIFY channel; ``origin``: this store's id, in each notification.
         interval: the longest a buffered append waits for its commit (seconds).
         on_durable: ``(thread_id, records)`` after each commit, per thread in order.
@@ -119,7 +141,6 @@ class Committer:
         group commit off (one COMMIT per append: the benchmark's baseline)."""
         self._on_durable = on_durable
         self._on_failure = on_failure
-        self._open = Batch()
         self._queue: list[Pending] = []
         self._in_flight: set[str] = set()
         """The threads whose records a lane is committing: no other lane takes theirs."""
@@ -133,6 +154,10 @@ class Committer:
         self._done = 0
         self.commits = 0
         """Transactions committed so far (each carries one or more appends)."""
+        self._gathering = 1 << 30
+        """How many queued appends end a gathering lane's wait (`_set_gathering`)."""
+        self._sender = Sender(connect, channel)
+        """Sends each commit's notifications once it is over (`notify`)."""
         self._lanes = [_Lane(i) for i in range(max(1, lanes))]
         for lane in self._lanes:
             lane.thread = threading.Thread(
@@ -150,10 +175,7 @@ class Committer:
                 raise StorageError("the store's committer has stopped")
             if not self._queue:
                 self._oldest = time.monotonic()
-            pending.batch = self._open
             pending.urgent = urgent
-            self._open.items.append(pending)
-            self._open.left += 1
             self._queue.append(pending)
             self._submitted += 1
             if urgent and not self._urgent:
@@ -162,10 +184,13 @@ class Committer:
             elif len(self._queue) >= self._gathering:
                 self._cond.notify()  # the lane gathering has what it waits for
 
-    @property
-    def _gathering(self) -> int:
-        """How many queued appends end a gathering lane's wait (its last commit's size)."""
-        return min((lane.last_size for lane in self._lanes if lane.gathering), default=1 << 30)
+    def _set_gathering(self) -> None:
+        """Keep ``_gathering`` (how many queued appends end a gathering lane's wait: its
+        last commit's size; none gathering, never) up to date. The caller holds the
+        condition."""
+        self._gathering = min(
+            (lane.last_size for lane in self._lanes if lane.gathering), default=1 << 30
+        )
 
     def flush(self) -> None:
         """Wait until everything queued so far is committed (or has failed)."""
@@ -192,6 +217,7 @@ class Committer:
             if lane.conn is not None:
                 lane.conn.close()
                 lane.conn = None
+        self._sender.stop()
 
     def _gather(self, lane: _Lane) -> None:
         """Give the writers the lane's last commit woke a moment to queue their next
@@ -200,6 +226,7 @@ class Committer:
         the lane's last commit carried. The caller holds the condition."""
         deadline = time.monotonic() + GATHER
         lane.gathering = True
+        self._set_gathering()
         try:
             while len(self._queue) < lane.last_size and not self._stopping:
                 left = deadline - time.monotonic()
@@ -208,12 +235,19 @@ class Committer:
                 self._cond.wait(left)
         finally:
             lane.gathering = False
+            self._set_gathering()
 
     def _take(self) -> list[Pending]:
         """The queued appends of every thread no other lane is committing, in order (the
         caller holds the condition). A thread's later appends wait for its commit in flight:
         they chain onto its records, so they may be sent only once those are known to be
-        in the table (or known not to be, and are then refused, their writer broken)."""
+        in the table (or known not to be, and are then refused, their writer broken).
+
+        When no lane is committing, the lane takes its share only (half of the queue with
+        two lanes, whole threads, from `SPLIT` appends up) and leaves the rest to the next
+        lane: the two commits run side by side, and from then on each lane's writers queue
+        their next appends while the other lane's commit is on the server (gathering keeps
+        the shares: a lane waits for as many as its last commit carried)."""
         busy = self._in_flight
         if busy:
             taken = [p for p in self._queue if p.writer.thread_id not in busy]
@@ -221,13 +255,25 @@ class Committer:
                 self._queue = [p for p in self._queue if p.writer.thread_id in busy]
             else:
                 self._queue = []
+        elif len(self._lanes) > 1 and len(self._queue) >= SPLIT:
+            share = -(-len(self._queue) // len(self._lanes))
+            mine: set[str] = set()
+            count = 0
+            for p in self._queue:
+                if count >= share:
+                    break
+                mine.add(p.writer.thread_id)
+                count += 1
+            taken = [p for p in self._queue if p.writer.thread_id in mine]
+            self._queue = [p for p in self._queue if p.writer.thread_id not in mine]
         else:
             taken, self._queue = self._queue, []
         if taken:
-            self._open = Batch()
             self._urgent = any(p.urgent for p in self._queue)
             if self._queue:
                 self._oldest = time.monotonic()
+                if self._urgent:
+                    self._cond.notify()  # the rest is the next lane's
             busy.update(p.writer.thread_id for p in taken)
         return taken
 
@@ -276,22 +322,21 @@ class Committer:
                     p.fail(error)
                     p.writer.break_(error)
             finally:
-                closed: list[Batch] = []
                 with self._cond:
                     for p in batch:
                         self._in_flight.discard(p.writer.thread_id)
-                        group = p.batch
-                        if group is not None:
-                            group.left -= 1
-                            if group.left == 0 and group is not self._open:
-                                closed.append(group)
                     self._done += len(batch)
                     self._cond.notify_all()
+                waiters: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
                 for p in batch:
                     p.done()
-                for group in closed:
-                    if not group.future.done():  # never cancelled (waiters shield it)
-                        group.future.set_result(None)
+                    if p.waiter is not None:
+                        waiters.setdefault(p.waiter.get_loop(), []).append(p.waiter)
+                for loop, futures in waiters.items():
+                    try:  # one wake-up per loop and commit
+                        loop.call_soon_threadsafe(resolve_waiters, futures)
+                    except RuntimeError:  # the loop is closed: nobody awaits them any more
+                        pass
 
     def _commit(self, lane: _Lane, batch: list[Pending]) -> None:
         live: dict[str, list[Pending]] = {}
@@ -308,6 +353,7 @@ class Committer:
             conn = lane.conn
             if conn is None or conn.closed or conn.broken:
                 conn = lane.conn = self._connect()
+                conn.autocommit = True  # the transactions are the lane's own (see connect)
                 register_arrays(conn)
             by_thread: dict[str, list[Row]] = {
                 t: [(p.record, p.line, p.writer.token) for p in items] for t, items in live.items()
@@ -315,29 +361,35 @@ class Committer:
             metrics = _hooks.METRICS
             started = time.perf_counter() if metrics is not None else 0.0
             params, ops = fenced_commit(
-                {t: by_thread[t] for t in sorted(by_thread)},
-                channel=self._channel,
-                origin=self._origin,
+                {t: by_thread[t] for t in sorted(by_thread)}, origin=self._origin
             )
-            # One round trip: BEGIN, the fenced statement (the inserts, the threads rows,
-            # NOTIFY), the other projections (each fenced the same way: they apply only where
-            # the inserts did) and COMMIT, pipelined.
-            with conn.cursor() as cur, conn.cursor() as rest:
-                with conn.pipeline():
-                    conn.execute("BEGIN")
+            # One round trip. With no other projections, the fenced statement (the inserts,
+            # the threads rows) alone, in autocommit: a transaction of its own,
+            # committed (the WAL flushed) before the server answers, the lease rows locked
+            # until then. Otherwise BEGIN, the fenced statement, the other projections (each
+            # fenced the same way: they apply only where the inserts did) and COMMIT,
+            # pipelined.
+            with conn.cursor() as cur:
+                if not ops:
                     cur.execute(FENCED_COMMIT, params)
-                    run_ops(rest, ops)
-                    conn.execute("COMMIT")
+                else:
+                    with conn.cursor() as rest, conn.pipeline():
+                        conn.execute("BEGIN")
+                        cur.execute(FENCED_COMMIT, params)
+                        run_ops(rest, ops)
+                        conn.execute("COMMIT")
                 rows = cur.fetchall()
-            tokens = {str(r[0]): (int(r[1]), str(r[2]), int(r[3])) for r in rows}
-            for thread_id, items in list(live.items()):
-                token, holder, count = tokens.get(thread_id, (None, None, 0))
+            inserted = 0
+            for thread_id, token, holder in rows:
+                if thread_id is None:
+                    inserted = int(token)
+                    continue
+                fenced[thread_id] = items = live.pop(thread_id)
                 writer = items[0].writer
-                if token != writer.token:
-                    fenced[thread_id] = live.pop(thread_id)
-                    writer.lose(LeaseLost(thread_id, writer.token, holder))
-                elif count != len(items):  # cannot be: a thread's rows share one token
-                    log.error("thread %s: %d of %d rows committed", thread_id, count, len(items))
+                writer.lose(LeaseLost(thread_id, writer.token, holder))
+            expected = sum(len(items) for items in live.values())
+            if inserted != expected:  # cannot be: a thread's rows share one token
+                log.error("%d of %d rows committed", inserted, expected)
             if metrics is not None:  # the COMMIT is the durability wait: the fsync's equivalent
                 metrics.observe("threadlog_fsync_seconds", time.perf_counter() - started)
                 metrics.observe("threadlog_commit_records", len(batch))
@@ -364,6 +416,21 @@ class Committer:
         for thread_id, items in live.items():
             items[0].writer.committed([p.record.id for p in items])
             self._on_durable(thread_id, [p.record for p in items])
+        if live:
+            self._notify(live)
+
+    def _notify(self, live: dict[str, list[Pending]]) -> None:
+        """Have the other processes' readers of the threads a commit just made longer told
+        (one notification per thread, by the `Sender`, queued before the thread's next commit
+        can be taken: a thread's notifications go out in order). The records are committed
+        whatever happens next: if the process dies before the notification is sent, it is
+        lost, which costs the readers latency only (they poll too: `notify`)."""
+        self._sender.send(
+            [
+                notify_payload(t, items[0].record.ord, items[-1].record.ord, self._origin)
+                for t, items in live.items()
+            ]
+        )
 
 
 class _Lane:

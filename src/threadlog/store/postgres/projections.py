@@ -145,9 +145,11 @@ def _project(
     """The statements of the records' row changes (in record order: upserts of one row
     stack), each fenced if asked (it applies only while the thread's token, the rows'
     ``fence``, is still its lease's); and per thread, one list per column: its id, last
-    ord, hash and ts, bytes, new turns, new tool calls, token, notification payload."""
+    ord, hash and ts, bytes, new turns, new tool calls, token, notification payload (None
+    if fenced)."""
     ops: list[Op] = []
     heads: list[list[Any]] = [[] for _ in range(9)]
+    ids, ords, hashes, stamps, sizes, turns, calls, tokens, notes = heads
     for thread_id, rows in by_thread.items():
         token = rows[0][2] if fenced else None
         guard = (thread_id, token) if fenced else ()
@@ -176,22 +178,16 @@ def _project(
                 )
                 ops.append((sql, (thread_id, change.key, *change.fields.values(), *guard)))
         first, last = rows[0][0], rows[-1][0]
-        for column, value in zip(
-            heads,
-            (
-                thread_id,
-                last.ord,
-                last.hash,
-                last.ts,
-                size,
-                new_turns,
-                new_calls,
-                token,
-                notify_payload(thread_id, first.ord, last.ord, origin),
-            ),
-            strict=True,
-        ):
-            column.append(value)
+        ids.append(thread_id)
+        ords.append(last.ord)
+        hashes.append(last.hash)
+        stamps.append(last.ts)
+        sizes.append(size)
+        turns.append(new_turns)
+        calls.append(new_calls)
+        tokens.append(token)
+        # the group commit has its notifications sent after its commit (`FENCED_COMMIT`)
+        notes.append(None if fenced else notify_payload(thread_id, first.ord, last.ord, origin))
     return ops, heads
 
 
@@ -206,34 +202,37 @@ WITH locked AS MATERIALIZED (
     FROM unnest(%(t)s, %(o)s, %(i)s, %(pa)s, %(ts)s, %(ty)s, %(pr)s, %(h)s, %(li)s, %(f)s)
         AS u(thread_id, ord, id, parent, ts, type, prev, hash, line, fence)
     JOIN locked l ON l.thread_id = u.thread_id AND l.token = u.fence
-    RETURNING thread_id
+    RETURNING 1
 ), heads AS MATERIALIZED (
     SELECT u.* FROM unnest(%(ht)s, %(ho)s, %(hh)s, %(hts)s, %(hb)s, %(hnt)s, %(hnc)s,
-        %(hf)s, %(hp)s) AS u(thread_id, o, h, ts, b, nt, nc, tok, note)
+        %(hf)s) AS u(thread_id, o, h, ts, b, nt, nc, tok)
     JOIN locked l ON l.thread_id = u.thread_id AND l.token = u.tok
 ), updated AS (
     UPDATE threads t SET last_ord = u.o, last_hash = u.h, last_ts = u.ts,
         bytes = t.bytes + u.b, turns = t.turns + u.nt, tool_calls = t.tool_calls + u.nc
     FROM heads u WHERE t.thread_id = u.thread_id
-    RETURNING t.thread_id
-), notified AS MATERIALIZED (
-    SELECT count(pg_notify(%(channel)s, note)) AS n FROM heads
 )
-SELECT l.thread_id, l.token, l.holder, coalesce(n.rows, 0), (SELECT n FROM notified)
-FROM locked l
-LEFT JOIN (SELECT thread_id, count(*) AS rows FROM inserted GROUP BY thread_id) n USING (thread_id)
+SELECT u.thread_id, l.token, l.holder
+FROM unnest(%(ht)s, %(hf)s) AS u(thread_id, tok)
+LEFT JOIN locked l ON l.thread_id = u.thread_id
+WHERE l.token IS DISTINCT FROM u.tok
+UNION ALL
+SELECT NULL, count(*), NULL FROM inserted
 """
 """A group commit's one statement (`threadlog.store.postgres.committer`): the batch's lease
 rows locked until COMMIT (``FOR UPDATE``); the rows whose ``fence`` is their thread's current
-token inserted (all at once, ``unnest``), the ``threads`` row of each such thread brought up
-to date and one notification per thread sent on commit; the other threads' rows refused.
-The result says, per thread, its token, holder and how many rows went in. Parameters:
-`fenced_commit`. The other projections (turns, tool calls...) follow as statements of their
-own, fenced the same way."""
+token inserted (all at once, ``unnest``) and the ``threads`` row of each such thread brought
+up to date; the other threads' rows refused. The result has a row per refused thread (its
+id, the lease's token and holder, both NULL if it has no lease) and one ``(NULL, the number of
+rows inserted, NULL)``. Parameters: `fenced_commit`. The other projections (turns, tool
+calls...) follow as statements of their own, fenced the same way. It sends no notification:
+a NOTIFY takes a database-wide lock that its transaction holds until its commit is flushed,
+so two lanes' commits would queue for each other's WAL flush instead of sharing it; the
+committer has them sent once the commit is over (`threadlog.store.postgres.notify.Sender`)."""
 
 
 def fenced_commit(
-    by_thread: Mapping[str, Sequence[Row]], *, channel: str, origin: str
+    by_thread: Mapping[str, Sequence[Row]], *, origin: str
 ) -> tuple[dict[str, Any], list[Op]]:
     """`FENCED_COMMIT`'s parameters for ``by_thread`` (every row's record written by its
     thread, every row of a thread carrying the same token), and the fenced projection
@@ -280,8 +279,6 @@ def fenced_commit(
         "hnt": Int4Array.of(heads[5]),
         "hnc": Int4Array.of(heads[6]),
         "hf": Int8Array.of(heads[7]),
-        "hp": text(heads[8]),
-        "channel": channel,
     }
     return params, ops
 

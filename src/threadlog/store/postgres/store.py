@@ -324,10 +324,21 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
         metrics = _hooks.METRICS
         start = time.perf_counter() if metrics is not None else 0.0
         pending, record = self._submit(
-            thread_id, type, data, durable, id, parent, expect_ord, check
+            thread_id,
+            type,
+            data,
+            durable,
+            id,
+            parent,
+            expect_ord,
+            check,
+            waiter := asyncio.get_running_loop().create_future(),
         )
         if pending is not None:
-            record = await pending.wait_async()
+            if pending.waiter is waiter:  # its own append, not another's replayed
+                record = await pending.own_wait()
+            else:
+                record = await pending.wait_async()
         if metrics is not None:
             metrics.observe("threadlog_append_seconds", time.perf_counter() - start)
         return record
@@ -342,8 +353,10 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
         parent: str | None | EllipsisType,
         expect_ord: int | None,
         check: Callable[[Record], object] | None,
+        waiter: asyncio.Future[None] | None = None,
     ) -> tuple[Pending | None, Record]:
-        """Queue the append; ``(what to wait for, or None, its record)``."""
+        """Queue the append; ``(what to wait for, or None, its record)``. A critical
+        append queued here gets ``waiter`` (an asyncio caller's future, `Pending.own_wait`)."""
         self._check_open()
         type_name, data = normalize_append(type_, data, id, parent)
         if not is_uuid(thread_id):
@@ -370,6 +383,8 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
                     check=check,
                 )
                 if pending is not None:
+                    if durable:
+                        pending.waiter = waiter
                     self._committer.submit(pending, urgent=durable)
                     return (pending if durable else None), record
                 replayed = writer.pending_of(record.id)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from threadlog.errors import (
@@ -47,7 +46,7 @@ if TYPE_CHECKING:
     from threadlog.errors import LeaseLost, StorageError
     from threadlog.model.state import ThreadState
 
-__all__ = ["Batch", "Pending", "Writer", "decode_line"]
+__all__ = ["Pending", "Writer", "decode_line", "resolve_waiters"]
 
 
 def decode_line(thread_id: str, ord_: int, line: bytes) -> Record:
@@ -61,34 +60,26 @@ def decode_line(thread_id: str, ord_: int, line: bytes) -> Record:
     return record
 
 
-class Batch:
-    """The appends one group commit takes, and one future for all of them (what asyncio
-    waiters await: a commit of 64 appends resolves one future). Threads waiting in `Pending
-    .wait` wait on their own append's lock instead, so that a commit wakes exactly the
-    writers it carried, each without contending with the others for a shared condition."""
-
-    __slots__ = ("future", "items", "left")
-
-    def __init__(self) -> None:
-        self.items: list[Pending] = []
-        self.left = 0
-        """Its appends not yet done (the future resolves when none is left)."""
-        self.future: Future[None] = Future()
-
-
 class Pending:
-    """An append on its way to a commit: its record, line, writer and batch; ``error`` is
-    set (before `done`) if it was not written."""
+    """An append on its way to a commit: its record, line and writer; ``error`` is set
+    (before `done`) if it was not written.
 
-    __slots__ = ("_done", "batch", "error", "line", "record", "urgent", "writer")
+    A thread waits in `wait`, on the append's own lock, so that a commit wakes exactly the
+    writers it carried. An asyncio caller gives the append a ``waiter`` (a future of its
+    event loop) before queuing it: the committer resolves all of a commit's waiters of one
+    loop with a single ``call_soon_threadsafe`` (one wake-up of the loop per commit, not one
+    per append)."""
+
+    __slots__ = ("_done", "error", "line", "record", "urgent", "waiter", "writer")
 
     def __init__(self, record: Record, line: bytes, writer: Writer) -> None:
         self.record = record
         self.line = line
         self.writer = writer
-        self.batch: Batch | None = None
         self.error: BaseException | None = None
         self.urgent = False
+        self.waiter: asyncio.Future[None] | None = None
+        """The asyncio caller's future, resolved (in its loop) once the commit is over."""
         self._done = threading.Lock()
         self._done.acquire()  # released once, by the committer (`done`)
 
@@ -110,14 +101,28 @@ class Pending:
         return self.record
 
     async def wait_async(self) -> Record:
-        """`wait` for asyncio."""
-        assert self.batch is not None
-        # shielded: a cancelled waiter must not cancel the batch's shared future (the
-        # commit goes on, the other waiters need its result, and the committer sets it)
-        await asyncio.shield(asyncio.wrap_future(self.batch.future))
+        """`wait` for asyncio, for a caller other than the one that queued the append (an
+        append of the same id, replayed while this one is on its way): in a worker thread,
+        on the append's lock, so that neither caller's cancellation touches the other (the
+        owner's future may be cancelled with its task; the commit goes on)."""
+        return await asyncio.to_thread(self.wait)
+
+    async def own_wait(self) -> Record:
+        """`wait` for the asyncio caller that queued the append with its ``waiter``
+        (cancelling that caller cancels only its own future: the commit goes on)."""
+        assert self.waiter is not None
+        await self.waiter
         if self.error is not None:
             raise self.error
         return self.record
+
+
+def resolve_waiters(waiters: list[asyncio.Future[None]]) -> None:
+    """Resolve the futures of one event loop whose appends' commit is over (in that loop:
+    the committer schedules it with ``call_soon_threadsafe``). A cancelled one is skipped."""
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(None)
 
 
 class Writer:
