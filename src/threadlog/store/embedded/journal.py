@@ -200,6 +200,8 @@ class Journal:
     def _wake_covered(self) -> None:
         """After a commit (lock held): wake the waiters it made durable, and the oldest of the
         rest to lead the next commit."""
+        if not self._sleepers:  # a lone writer: nobody to wake
+            return
         durable = self.durable_seq
         keep = []
         for entry in self._sleepers:
@@ -282,6 +284,10 @@ class Journal:
         journal: one write and one ``fdatasync`` for all of them.
         """
         fops = self._fops
+        if len(batch) == 1:  # the usual lone durable append: no grouping to do
+            rollout, chunk, record = batch[0]
+            self._commit_one(rollout, chunk, [record])
+            return
         # Group by rollout, keeping each thread's order.
         groups: dict[str, tuple[RolloutLog, list[bytes], list[Record]]] = {}
         for rollout, line, record in batch:
@@ -293,20 +299,7 @@ class Journal:
                 group[2].append(record)
         if len(groups) == 1:
             ((rollout, lines, records),) = groups.values()
-            chunk = b"".join(lines)
-            try:
-                fops.write_all(rollout.fd, chunk)
-                self._fdatasync(rollout.fd)
-            except BaseException:
-                # Nothing of the batch was acknowledged. Cut it off the file: after a failed
-                # fdatasync the kernel may call those pages clean without their being on disk
-                # ("fsyncgate"), and a reader must not see them as records.
-                with contextlib.suppress(OSError):
-                    fops.ftruncate(rollout.fd, rollout.size)
-                raise
-            rollout.written(records, len(chunk))
-            self._dirty.pop(rollout.thread_id, None)
-            self._on_durable(rollout, records, rollout.size)
+            self._commit_one(rollout, b"".join(lines), records)
             return
         if self._fd is None:
             self._open_new()
@@ -323,6 +316,24 @@ class Journal:
             self._on_durable(rollout, records, rollout.size)
         if self._size >= self._rotate_bytes:
             self._checkpoint(reopen=True)
+
+    def _commit_one(self, rollout: RolloutLog, chunk: bytes, records: list[Record]) -> None:
+        """Commit one thread's lines straight to its rollout: one write, one fdatasync."""
+        fops = self._fops
+        try:
+            fops.write_all(rollout.fd, chunk)
+            self._fdatasync(rollout.fd)
+        except BaseException:
+            # Nothing of the batch was acknowledged. Cut it off the file: after a failed
+            # fdatasync the kernel may call those pages clean without their being on disk
+            # ("fsyncgate"), and a reader must not see them as records.
+            with contextlib.suppress(OSError):
+                fops.ftruncate(rollout.fd, rollout.size)
+            raise
+        rollout.written(records, len(chunk))
+        if self._dirty:
+            self._dirty.pop(rollout.thread_id, None)
+        self._on_durable(rollout, records, rollout.size)
 
     def _fdatasync(self, fd: int) -> None:
         """``fdatasync``, timed: `sync_seconds`, and the metric when metrics are on."""
