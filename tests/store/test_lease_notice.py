@@ -39,8 +39,10 @@ def test_the_end_is_published_through_a_shared_map(tmp_path: Path) -> None:
     lease = Lease(_locks(tmp_path), "t1", str(rollout))
     try:
         assert lease._map is not None
+        assert lease._notice is None  # the map's own descriptor is the only one kept
         lease.publish(12345)
-        # what another process's pread sees: the page cache the map writes into
+        # what another process's pread sees: the page cache the map writes into; and a live
+        # holder's, so the map's descriptor holds the notice's lock
         assert read_durable_end(_locks(tmp_path), "t1") == 12345
         notice = (tmp_path / "locks" / "t1.lock").read_bytes()
         assert notice.startswith(b"durable 00000000000000012345 00000000000000012345\n")

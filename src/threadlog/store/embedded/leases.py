@@ -95,22 +95,29 @@ class Lease:
             )
         self._fd: int | None = fd
         self._notice: int | None = None
+        """The notice's descriptor, kept only where it cannot be mapped (for ``pwrite``)."""
         self._map: mmap.mmap | None = None
-        """The notice's durable line, mapped shared (None: `publish` uses ``pwrite``)."""
+        """The notice's durable line, mapped shared. The map holds a descriptor of the notice
+        of its own (and with it the notice's ``flock``), so the lease keeps no other: an open
+        thread costs no more descriptors than with ``pwrite``."""
+        self._notice_id: tuple[int, int] | None = None
+        """``(st_dev, st_ino)`` of the notice this lease wrote (release removes only it)."""
         _HELD.add(self)
         try:
-            self._notice = self._write_notice()
+            notice, self._notice_id = self._write_notice()
         except OSError as exc:
             self.release()
             raise StorageError(
                 f"cannot write the lease notice of thread {thread_id}: {exc}"
             ) from exc
         try:
-            self._map = mmap.mmap(self._notice, _DURABLE_LINE)  # (shared, read and write)
-        except (OSError, ValueError):
-            self._map = None  # e.g. a file system without shared maps: pwrite it is
+            self._map = mmap.mmap(notice, _DURABLE_LINE)  # (shared, read and write)
+        except (OSError, ValueError):  # e.g. a file system without shared maps: pwrite it is
+            self._notice = notice
+        else:
+            os.close(notice)  # the map's own descriptor keeps the lock
 
-    def _write_notice(self) -> int:
+    def _write_notice(self) -> tuple[int, tuple[int, int]]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.notice_path)  # a dead holder's, or a stranger's: never written through
         fd = os.open(self.notice_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o600)
@@ -120,10 +127,11 @@ class Lease:
             argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
             holder = f"pid {os.getpid()} on {socket.gethostname()} ({argv0}) since {since}\n"
             os.pwrite(fd, _durable_line(UNKNOWN) + holder.encode(), 0)
+            st = os.fstat(fd)
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        return fd, (st.st_dev, st.st_ino)
 
     @property
     def held(self) -> bool:
@@ -145,16 +153,18 @@ class Lease:
     def release(self) -> None:
         """Give the lease up (idempotent) and remove its notice."""
         mapped, self._map = self._map, None
-        if mapped is not None:
-            mapped.close()
         notice, self._notice = self._notice, None
-        if notice is not None:
+        mine, self._notice_id = self._notice_id, None
+        if mine is not None:
             try:
-                mine, there = os.fstat(notice), os.stat(self.notice_path)
-                if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
-                    os.unlink(self.notice_path)
+                there = os.stat(self.notice_path)
+                if (there.st_dev, there.st_ino) == mine:
+                    os.unlink(self.notice_path)  # (still locked: removed before it is let go)
             except OSError:
                 pass  # gone already: nothing to remove
+        if mapped is not None:
+            mapped.close()  # closes its descriptor: the notice's lock goes with it
+        if notice is not None:
             os.close(notice)
         fd, self._fd = self._fd, None
         _HELD.discard(self)
