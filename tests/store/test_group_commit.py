@@ -118,6 +118,42 @@ def test_64_threads_each_return_after_the_sync_covering_their_record(tmp_path: P
             assert [r.data for r in store.read(thread)][1:] == [{"i": i} for i in range(20)]
 
 
+def test_every_waiter_a_commit_covers_is_woken_in_the_relay(tmp_path: Path) -> None:
+    """The waiters a commit covers are woken one after another, each by the one before it
+    (`Journal._pass_relay`): none is left asleep, and the relay ends empty."""
+    syncs = Syncs()
+    with EmbeddedStore(str(tmp_path), commit_interval=COMMIT_INTERVAL, fops=syncs) as store:
+        lead, *others = [store.create_thread("p") for _ in range(9)]
+        returned: list[str] = []
+
+        def append(thread: str) -> None:
+            store.append(thread, "custom.x", {}, durable=True)
+            returned.append(thread)
+
+        before = syncs.done
+        syncs.hold()
+        first = threading.Thread(target=append, args=(lead,))
+        first.start()
+        assert syncs.entered.wait(30)  # the lead's commit is in its fdatasync
+        waiters = [threading.Thread(target=append, args=(t,)) for t in others]
+        for w in waiters:
+            w.start()
+        journal = store._journal
+        for _ in range(3000):  # until all eight sleep on their gates
+            with journal._mutex:
+                if len(journal._sleepers) == len(others):
+                    break
+            threading.Event().wait(0.01)
+        assert len(journal._sleepers) == len(others)
+        syncs.release()  # the oldest is woken to lead their commit, which covers the rest
+        for w in [first, *waiters]:
+            w.join(30)
+            assert not w.is_alive()
+        assert sorted(returned) == sorted([lead, *others])
+        assert not journal._relay and not journal._sleepers
+        assert syncs.done == before + 2  # the lead's commit, then the eight's
+
+
 def commit_thread(store: EmbeddedStore, thread: str) -> tuple[int, int]:
     """``(the loop's thread, the thread that committed)`` for one lone ``aappend``."""
     committers: list[int] = []

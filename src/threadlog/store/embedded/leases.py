@@ -12,7 +12,14 @@ Beside it, ``<home>/locks/<thread>.lock`` is the holder's **notice**: who holds 
 (pid, host, since: a refused opener says who has it) and the rollout's **durable end**, the
 byte offset up to which every record is on disk, published after each commit. Readers in other
 processes stop there (issue 9: a record whose fsync has not completed, and that a failed fsync
-may yet cut, is never returned or copied). The holder keeps a shared-exclusive ``flock`` on the
+may yet cut, is never returned or copied). The holder publishes through a shared memory map of
+the notice's first line (a store of a few bytes into the page cache the readers' ``pread``
+reads, instead of a ``pwrite`` per commit: the one system call on the append path besides the
+record's own ``write`` and ``fdatasync``), and by ``pwrite`` where the map cannot be made. The
+end is written twice on the line, so a read racing the update is detected either way. The
+notice is never truncated by threadlog (a replacement is a new file); truncating a live
+holder's notice by hand would make its next publish fault (``SIGBUS``), like truncating any
+mapped file. The holder keeps a shared-exclusive ``flock`` on the
 notice too, so a reader can tell a live holder's notice from one a dead process left behind.
 The notice is removed on release; deleting it by hand costs readers that cap, never a second
 writer.
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import mmap
 import os
 import socket
 import stat
@@ -87,16 +95,29 @@ class Lease:
             )
         self._fd: int | None = fd
         self._notice: int | None = None
+        """The notice's descriptor, kept only where it cannot be mapped (for ``pwrite``)."""
+        self._map: mmap.mmap | None = None
+        """The notice's durable line, mapped shared. The map holds a descriptor of the notice
+        of its own (and with it the notice's ``flock``), so the lease keeps no other: an open
+        thread costs no more descriptors than with ``pwrite``."""
+        self._notice_id: tuple[int, int] | None = None
+        """``(st_dev, st_ino)`` of the notice this lease wrote (release removes only it)."""
         _HELD.add(self)
         try:
-            self._notice = self._write_notice()
+            notice, self._notice_id = self._write_notice()
         except OSError as exc:
             self.release()
             raise StorageError(
                 f"cannot write the lease notice of thread {thread_id}: {exc}"
             ) from exc
+        try:
+            self._map = mmap.mmap(notice, _DURABLE_LINE)  # (shared, read and write)
+        except (OSError, ValueError):  # e.g. a file system without shared maps: pwrite it is
+            self._notice = notice
+        else:
+            os.close(notice)  # the map's own descriptor keeps the lock
 
-    def _write_notice(self) -> int:
+    def _write_notice(self) -> tuple[int, tuple[int, int]]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.notice_path)  # a dead holder's, or a stranger's: never written through
         fd = os.open(self.notice_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _CLOEXEC, 0o600)
@@ -106,10 +127,11 @@ class Lease:
             argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
             holder = f"pid {os.getpid()} on {socket.gethostname()} ({argv0}) since {since}\n"
             os.pwrite(fd, _durable_line(UNKNOWN) + holder.encode(), 0)
+            st = os.fstat(fd)
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        return fd, (st.st_dev, st.st_ino)
 
     @property
     def held(self) -> bool:
@@ -117,20 +139,32 @@ class Lease:
 
     def publish(self, end: int) -> None:
         """Announce that the rollout is durable up to byte ``end`` (readers stop there)."""
+        mapped = self._map
+        if mapped is not None:
+            try:
+                mapped[:_DURABLE_LINE] = _durable_line(end)
+            except ValueError:  # released meanwhile (the map is closed): nothing to announce
+                pass
+            return
         fd = self._notice
         if fd is not None:
             os.pwrite(fd, _durable_line(end), 0)
 
     def release(self) -> None:
         """Give the lease up (idempotent) and remove its notice."""
+        mapped, self._map = self._map, None
         notice, self._notice = self._notice, None
-        if notice is not None:
+        mine, self._notice_id = self._notice_id, None
+        if mine is not None:
             try:
-                mine, there = os.fstat(notice), os.stat(self.notice_path)
-                if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
-                    os.unlink(self.notice_path)
+                there = os.stat(self.notice_path)
+                if (there.st_dev, there.st_ino) == mine:
+                    os.unlink(self.notice_path)  # (still locked: removed before it is let go)
             except OSError:
                 pass  # gone already: nothing to remove
+        if mapped is not None:
+            mapped.close()  # closes its descriptor: the notice's lock goes with it
+        if notice is not None:
             os.close(notice)
         fd, self._fd = self._fd, None
         _HELD.discard(self)
@@ -140,6 +174,10 @@ class Lease:
     def abandon(self) -> None:
         """In a ``fork()``ed child: drop this process's references to the lock without
         touching the files (the parent still holds the lease)."""
+        mapped, self._map = self._map, None
+        if mapped is not None:
+            with contextlib.suppress(OSError, ValueError):
+                mapped.close()  # unmaps this process's copy only
         for fd in (self._notice, self._fd):
             if fd is not None:
                 with contextlib.suppress(OSError):
@@ -162,7 +200,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def _durable_line(end: int) -> bytes:
-    return f"durable {end:0{_FIELD}d} {end:0{_FIELD}d}\n".encode()
+    return b"durable %020d %020d\n" % (end, end)  # (_FIELD digits)
 
 
 def _open_notice(path: str) -> int | None:
