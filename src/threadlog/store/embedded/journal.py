@@ -199,6 +199,7 @@ class Journal:
         self._mutex.release()
         try:
             gate.acquire()  # released by the leader, or by the waiter woken before this one
+            self._pass_relay()  # (inside the try: an interrupt before it is passed on below)
         except BaseException:  # interrupted (KeyboardInterrupt): leave, passing the lead on
             with self._mutex:
                 try:
@@ -210,7 +211,6 @@ class Journal:
                         self._pass_relay()
                     self._wake_leader()  # maybe it was woken to lead: pass that on
             raise
-        self._pass_relay()
 
     def _wake_covered(self) -> None:
         """After a commit (lock held): wake the waiters it made durable, and the oldest of the
