@@ -42,7 +42,7 @@ from threadlog.model.reducer import apply
 from threadlog.store.validate import thread_created_data
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
     from types import EllipsisType
 
     from threadlog.importers._ledger import Ledger
@@ -55,8 +55,10 @@ __all__ = ["Bulk", "BulkStore", "NewLog", "ThreadBatch"]
 class ThreadBatch(Protocol):
     """What a store's batch of new threads offers (`threadlog.store.embedded.NewThreads`)."""
 
-    encode: Callable[[str, Any], tuple[Any, bytes]]
     max_record_bytes: int
+    artifact_threshold: int
+
+    def encode(self, type_name: str, data: Any, /) -> tuple[Any, bytes]: ...
 
     def __len__(self) -> int: ...
 

@@ -550,6 +550,12 @@ WINDOW = 4
 """Files handed to the workers ahead of the one being written, per worker."""
 
 
+def _import_in_worker(*args: Any) -> FileReport:
+    """`import_file`, as a worker process runs it (`threadlog.importers._parallel.build` is
+    handed this function, pickled by its name, so that module imports nothing of this one)."""
+    return import_file(*args)
+
+
 def _in_workers(
     store: Store, fmt: SourceFormat, files: list[str], ledger: Ledger, bulk: Bulk, workers: int
 ) -> Generator[tuple[str, FileReport], None, None]:
@@ -558,7 +564,7 @@ def _in_workers(
     from threadlog.importers._parallel import build
 
     batch = bulk.batch
-    threshold = getattr(store, "artifact_threshold", 0)
+    threshold = batch.artifact_threshold
     window: deque[tuple[str, Future[Built] | None]] = deque()
     context = multiprocessing.get_context("forkserver")
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
@@ -567,7 +573,7 @@ def _in_workers(
                 source = os.path.abspath(path)
                 job = None
                 if source not in ledger.files:  # (a file imported before may have grown)
-                    args = (fmt.name, source, threshold, batch.max_record_bytes)
+                    args = (_import_in_worker, fmt, source, threshold, batch.max_record_bytes)
                     with contextlib.suppress(Exception):  # a broken pool: imported here
                         job = pool.submit(build, *args)
                 window.append((path, job))

@@ -29,7 +29,7 @@ from threadlog.model.projection import PROJECTED
 from threadlog.store.offload import encode_data
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from threadlog.importers._report import FileReport
     from threadlog.model.envelope import Record
@@ -68,12 +68,12 @@ class _Batch:
     """A worker's stand-in for the store's batch: it keeps the finished threads."""
 
     def __init__(self, threshold: int, max_record_bytes: int) -> None:
-        self.threshold = threshold
+        self.artifact_threshold = threshold
         self.max_record_bytes = max_record_bytes
         self.threads: list[Finished] = []
 
     def encode(self, type_name: str, data: Any) -> tuple[Any, bytes]:
-        return encode_data(type_name, data, self.threshold, _refuse_offload)
+        return encode_data(type_name, data, self.artifact_threshold, _refuse_offload)
 
     def __len__(self) -> int:
         return len(self.threads)
@@ -122,15 +122,18 @@ class _Asking(Ledger):
         return self.keys.get(key)
 
 
-def build(fmt_name: str, source: str, threshold: int, max_record_bytes: int) -> Built:
-    """Import ``source`` into new threads in this (worker) process (module docstring)."""
-    from threadlog.importers import import_file, source_format
-
+def build(
+    run: Callable[..., FileReport], fmt: Any, source: str, threshold: int, max_record_bytes: int
+) -> Built:
+    """Import ``source`` into new threads in this (worker) process (module docstring):
+    ``run`` is `threadlog.importers._core.import_file` (its worker entry) and ``fmt`` the file's
+    `SourceFormat`, both handed over by the caller (pickled by reference), so this module
+    imports nothing of the package that imports it."""
     gc.disable()  # a worker's imports form no cycles (see `import_paths`'s ``pause_gc``)
     ledger = _Asking(None)
     batch = _Batch(threshold, max_record_bytes)
     try:
-        report = import_file(_Empty(), source_format(fmt_name), source, ledger, Bulk(batch, ledger))  # type: ignore[arg-type]
+        report = run(_Empty(), fmt, source, ledger, Bulk(batch, ledger))
     except _Offloaded:
         return Built(None)
     return Built(

@@ -490,6 +490,7 @@ class EmbeddedStore(Queries, Blobs):
             self._indexer.add_fork,
             encode=self._encode,
             max_record_bytes=self.max_record_bytes,
+            artifact_threshold=self.artifact_threshold,
         )
 
     def save_snapshot(

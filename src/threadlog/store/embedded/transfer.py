@@ -142,6 +142,7 @@ class NewThreads:
         *,
         encode: Callable[[str, Any], tuple[Any, bytes]],
         max_record_bytes: int,
+        artifact_threshold: int,
     ) -> None:
         self._layout = layout
         self._fops = fops
@@ -151,6 +152,8 @@ class NewThreads:
         references escaped, large values moved to the artifact store), as an append does."""
         self.max_record_bytes = max_record_bytes
         """The largest record line the store accepts."""
+        self.artifact_threshold = artifact_threshold
+        """Data larger than this (canonical JSON bytes) goes to the artifact store (`encode`)."""
         self._pending: list[tuple[str, str, str, int, Forked]] = []
         """``(thread id, rollout path, temporary path, fd, what the index is given)``."""
 
