@@ -326,7 +326,9 @@ def scan_file(path: str, thread_id: str, *, end: int | None = None) -> Scan:
     copied: Copied | None = None
     offset, expected, prev = 0, 1, None
     pending = b""
-    with open(path, "rb") as f:
+    # (the collector stays off across the pieces, not only inside each: turned back on
+    # between them, it would run full collections over the records held so far)
+    with paused(), open(path, "rb") as f:
         while True:
             want = FILE_CHUNK if end is None else min(FILE_CHUNK, end - offset - len(pending))
             data = f.read(want) if want > 0 else b""
