@@ -265,3 +265,21 @@ def test_a_cancelled_first_waiter_leaves_the_others_committed(tmp_path: Path) ->
 
         asyncio.run(main())
         assert [len(store.read(t)) for t in threads] == [2, 2, 2, 2]  # first's was queued
+
+
+def test_aappend_keeps_no_event_loop_alive(tmp_path: Path) -> None:
+    """A process that runs ``asyncio.run`` again and again (a CLI, a test suite) must not
+    keep every loop it made: the store's per-loop commit state is held weakly."""
+    import gc
+
+    with EmbeddedStore(str(tmp_path / "home")) as store:
+        thread = store.create_thread("tester")
+
+        async def one(n: int) -> None:
+            await store.aappend(thread, "custom.n", {"n": n}, durable=True)
+
+        for n in range(5):
+            asyncio.run(one(n))
+        gc.collect()
+        assert len(store._async._turns) == 0
+        assert [r.data["n"] for r in store.read(thread)[1:]] == [0, 1, 2, 3, 4]

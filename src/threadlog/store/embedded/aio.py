@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import weakref
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -59,7 +60,11 @@ class AsyncCommits:
     def __init__(self, journal: Journal) -> None:
         self._journal = journal
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._turns: dict[asyncio.AbstractEventLoop, _Turn] = {}
+        self._turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Turn] = (
+            weakref.WeakKeyDictionary()
+        )
+        """Each loop's next commit job; held weakly (a process that runs ``asyncio.run`` over
+        and over must not keep every loop it ever made)."""
 
     async def wait(self, seq: int) -> None:
         """Return once journal sequence ``seq`` is durable; raise what the commit raised."""
