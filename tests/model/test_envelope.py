@@ -366,3 +366,18 @@ def test_type_name_with_a_trailing_newline_is_invalid() -> None:
     # Use ``_TYPE_RE.fullmatch`` (or ``\Z``).
     assert not valid_type_name("custom.x\n")
     assert not valid_type_name("turn.started\n")
+
+
+@pytest.mark.parametrize("bad", [[], {"a": 1}, 7, None, "Not.valid", "x" * 65])
+def test_a_type_that_is_not_a_valid_name_is_refused_even_with_a_matching_hash(
+    line: bytes, bad: Any
+) -> None:
+    obj = _obj(line)
+    obj["type"] = bad
+    with pytest.raises(BadRecord, match="invalid type name"):
+        parse_line(_seal(_body(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))))
+
+
+def test_records_parsed_share_one_string_per_type(line: bytes) -> None:
+    first, second = parse_line(line), parse_line(bytes(line))
+    assert first.type == "custom.note" and first.type is second.type

@@ -227,11 +227,14 @@ def parse_line(line: bytes) -> Record:
         raise BadRecord("v and ord must be integers, ord >= 1")
     if not (id_.__class__ is str and thread.__class__ is str and ts.__class__ is str):
         raise BadRecord("id, thread and ts must be strings")
-    if type_ not in _SEEN_TYPES:
+    known = _SEEN_TYPES.get(type_) if type_.__class__ is str else None
+    if known is None:
         if not valid_type_name(type_):
-            raise BadRecord(f"invalid type name {type_!r}")
+            raise BadRecord(f"invalid type name {type_!r:.80}")
         if len(_SEEN_TYPES) < 4096:
-            _SEEN_TYPES.add(type_)
+            _SEEN_TYPES[type_] = type_
+    else:
+        type_ = known  # one string object per type name for all the records read
     if parent is not None and parent.__class__ is not str:
         raise BadRecord("parent must be a string or null")
     if prev is not None and prev.__class__ is not str:
@@ -244,8 +247,9 @@ _new_record = tuple.__new__
 """Builds a `Record` from its ten fields without the named tuple's Python-level ``__new__``
 (a read builds one per line)."""
 
-_SEEN_TYPES: set[str] = set()
-"""Type names `parse_line` has already found valid (a log repeats a few dozen)."""
+_SEEN_TYPES: dict[str, str] = {}
+"""Type names `parse_line` has already found valid (a log repeats a few dozen), each mapped to
+the one string object the records it parses share (at most 4,096 kept)."""
 
 
 def record_from_obj(obj: Any) -> Record:

@@ -96,8 +96,6 @@ FILE_CHUNK = 1 << 20
 """Bytes `scan_file` reads at a time (whole lines; more for a longer line)."""
 
 _new_record = tuple.__new__
-_TYPES: dict[str, str] = {}
-"""One string object per event type name seen in a scan (at most 4,096 kept)."""
 
 
 def scan(
@@ -205,8 +203,8 @@ def _scan(
         if keep_records:
             if record.prev is not None and record.thread == thread_id:
                 # Held records share the strings a log repeats (the thread id, the previous
-                # record's hash and id, the type) instead of a copy each: a long read holds
-                # a fifth less memory, and allocates that much less.
+                # record's hash and id; `parse_line` already shares the type's) instead of a
+                # copy each: a long read holds a fifth less memory, and allocates that much less.
                 v, id_, _, ord_, parent, ts, type_, data_, _, hash_ = record
                 record = _new_record(
                     Record,
@@ -217,7 +215,7 @@ def _scan(
                         ord_,
                         last_id if parent == last_id else parent,
                         ts,
-                        _TYPES.setdefault(type_, type_) if len(_TYPES) < 4096 else type_,
+                        type_,
                         data_,
                         prev,
                         hash_,
