@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, BinaryIO
 
 from threadlog._gc import paused
 from threadlog.errors import (
@@ -38,7 +39,18 @@ from threadlog.errors import (
 from threadlog.model.envelope import BadRecord, Record, parse_line
 from threadlog.model.lineage import Copied, copied_prefix
 
-__all__ = ["Scan", "TornTail", "inherited_prefix", "scan", "scan_file"]
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = [
+    "LinePieces",
+    "Scan",
+    "TornTail",
+    "inherited_prefix",
+    "prefix_of",
+    "scan",
+    "scan_file",
+]
 
 log = logging.getLogger("threadlog.store")
 
@@ -322,23 +334,12 @@ def scan_file(path: str, thread_id: str, *, end: int | None = None) -> Scan:
     result = Scan()
     seen: set[str] = set()
     copied: Copied | None = None
-    offset, expected, prev = 0, 1, None
-    pending = b""
+    expected, prev = 1, None
     # (the collector stays off across the pieces, not only inside each: turned back on
     # between them, it would run full collections over the records held so far)
     with paused(), open(path, "rb") as f:
-        while True:
-            want = FILE_CHUNK if end is None else min(FILE_CHUNK, end - offset - len(pending))
-            data = f.read(want) if want > 0 else b""
-            final = not data
-            data = pending + data
-            pending = b""
-            if not final:
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:
-                    pending = data  # a line longer than a piece: read on
-                    continue
-                data, pending = data[:cut], data[cut:]
+        pieces = LinePieces(f, FILE_CHUNK, end)
+        for offset, data, final in pieces:
             part = scan(
                 data,
                 thread_id,
@@ -351,16 +352,14 @@ def scan_file(path: str, thread_id: str, *, end: int | None = None) -> Scan:
             )
             if (part.torn is not None or part.error is not None) and not final:
                 # judged on the rest of the file, as a scan of the whole file judges it
-                more = -1 if end is None else max(0, end - f.tell())
-                rest = data[part.end - offset :] + pending + f.read(more)
-                part_copied = copied or _prefix_of(part.records)
+                rest = data[part.end - offset :] + pieces.rest()
                 tail = scan(
                     rest,
                     thread_id,
                     base_offset=part.end,
                     start_ord=expected + len(part.records),
                     prev_hash=part.records[-1].hash if part.records else prev,
-                    copied=part_copied,
+                    copied=copied or prefix_of(part.records),
                     seen=seen,
                 )
                 part.records += tail.records
@@ -369,18 +368,58 @@ def scan_file(path: str, thread_id: str, *, end: int | None = None) -> Scan:
                 final = True
             if part.records:
                 if copied is None and expected == 1:
-                    copied = _prefix_of(part.records)
+                    copied = prefix_of(part.records)
                 result.records += part.records
                 result.offsets += part.offsets
                 expected, prev = part.records[-1].ord + 1, part.records[-1].hash
             result.end = part.end
-            offset += len(data)
             if part.error is not None or part.torn is not None or final:
                 result.torn, result.error = part.torn, part.error
-                return result
+                break
+    return result
 
 
-def _prefix_of(records: list[Record]) -> Copied | None:
+class LinePieces:
+    """A rollout file read in pieces of whole lines, at most ``size`` bytes each (more for a
+    longer line), never past byte ``end``: iterating gives ``(offset, data, final)``; the
+    ``final`` piece holds what follows the last newline (a fragment, or nothing). `rest`
+    returns what is not read yet, for a caller that must judge a line on all that follows it
+    (`scan_file`, `threadlog.store.embedded.streamscan`)."""
+
+    def __init__(self, f: BinaryIO, size: int, end: int | None) -> None:
+        self._f = f
+        self._size = size
+        self._end = end
+        self._pending = b""
+
+    def __iter__(self) -> Iterator[tuple[int, bytes, bool]]:
+        offset = 0
+        while True:
+            want = self._size
+            if self._end is not None:
+                want = min(want, self._end - offset - len(self._pending))
+            data = self._f.read(want) if want > 0 else b""
+            final = not data
+            data, self._pending = self._pending + data, b""
+            if not final:
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    self._pending = data  # a line longer than a piece: read on
+                    continue
+                data, self._pending = data[:cut], data[cut:]
+            yield offset, data, final
+            if final:
+                return
+            offset += len(data)
+
+    def rest(self) -> bytes:
+        """The bytes after the last piece yielded, up to ``end`` (the file read to there)."""
+        more = -1 if self._end is None else max(0, self._end - self._f.tell())
+        rest, self._pending = self._pending + self._f.read(more), b""
+        return rest
+
+
+def prefix_of(records: list[Record]) -> Copied | None:
     """What a fork inherited, from its first record (already checked by the scan)."""
     first = records[0] if records else None
     if first is None or first.ord != 1 or first.type != "thread.created":

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from threadlog.errors import IntegrityError
-from threadlog.store.embedded.rollout import TornTail, inherited_prefix, scan
+from threadlog.store.embedded.rollout import LinePieces, TornTail, prefix_of, scan
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -98,22 +98,11 @@ class StreamScan:
             self._settle_suspects()
 
     def _chunks(self) -> Iterator[list[Record]]:
-        f = self._file
-        offset, expected, prev = 0, 1, None
+        expected, prev = 1, None
         copied: Copied | None = None
         ids = _IdFilter()
-        pending = b""
-        while True:
-            want = CHUNK if self._limit is None else min(CHUNK, self._limit - offset - len(pending))
-            data = f.read(want) if want > 0 else b""
-            final = not data
-            data = pending + data
-            if not final:
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:
-                    pending = data  # a line longer than a chunk: read on
-                    continue
-                data, pending = data[:cut], data[cut:]
+        pieces = LinePieces(self._file, CHUNK, self._limit)
+        for offset, data, final in pieces:
             if not data and final:  # (a fork's file may not end inside its inherited records)
                 self.error = scan(
                     b"", self.thread_id, base_offset=offset, start_ord=expected, copied=copied
@@ -129,23 +118,21 @@ class StreamScan:
                 whole=final,
             )
             if part.torn is not None and not final:  # torn only if nothing valid follows it
-                read = offset + len(data) + len(pending)  # the file's position
-                more = -1 if self._limit is None else max(0, self._limit - read)
-                rest = data[part.end - offset :] + pending + f.read(more)
+                rest = data[part.end - offset :] + pieces.rest()
                 tail = scan(
                     rest,
                     self.thread_id,
                     base_offset=part.end,
                     start_ord=expected + len(part.records),
                     prev_hash=part.records[-1].hash if part.records else prev,
-                    copied=copied or _copied(part.records),
+                    copied=copied or prefix_of(part.records),
                 )
                 part.torn, part.error = tail.torn, tail.error
                 final = True
             records = part.records
             if records:
                 if copied is None and expected == 1:
-                    copied = _copied(records)
+                    copied = prefix_of(records)
                 for record in records:
                     if ids.add(record.id) and record.id not in self._suspects:
                         self._suspects[record.id] = record.ord
@@ -155,7 +142,6 @@ class StreamScan:
                 self.offsets = part.offsets
                 yield records
             self.end = part.end
-            offset += len(data)
             if part.error is not None or part.torn is not None or final:
                 self.torn, self.error = part.torn, part.error
                 return
@@ -190,11 +176,3 @@ class StreamScan:
         self.count = ord_ - 1
         self.end = at
         self.last = None  # (the caller counts ords below ``error.ord`` only)
-
-
-def _copied(records: list[Record]) -> Copied | None:
-    """What a fork inherited, from its first record (the scan checked it)."""
-    first = records[0] if records else None
-    if first is None or first.ord != 1 or first.type != "thread.created":
-        return None
-    return inherited_prefix(first)
