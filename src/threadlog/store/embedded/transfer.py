@@ -80,13 +80,9 @@ class Importer:
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f".{thread_id}.{os.getpid()}.tmp")
         fops = self._fops
-        fd = -1
         body = b"".join(a.line for a in adopted[1:])
+        fd = _write_temporary(fops, thread_id, tmp, adopted[0].line, body)
         try:
-            fops.makedirs(directory)
-            fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            fops.write_all(fd, adopted[0].line)
-            fops.write_all(fd, body)
             fops.fsync(fd)
             closing, fd = fd, -1
             fops.close(closing)
@@ -121,6 +117,28 @@ class Importer:
         if same_log(held, records):
             return True
         raise ConflictError(conflict_message(thread_id, held, records))
+
+
+def _write_temporary(fops: FileOps, thread_id: str, tmp: str, first: bytes, body: bytes) -> int:
+    """Create ``tmp`` (never over an existing file), with its folder, and write a thread's
+    first line and the rest to it; its open descriptor. On a failure nothing is left: what
+    was created is closed and removed (`StorageError` for an I/O error)."""
+    fd = -1
+    try:
+        fops.makedirs(os.path.dirname(tmp))
+        fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fops.write_all(fd, first)
+        fops.write_all(fd, body)
+    except BaseException as exc:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                fops.close(fd)
+            with contextlib.suppress(OSError):
+                fops.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise StorageError(f"cannot import thread {thread_id}: {exc}") from exc
+        raise
+    return fd
 
 
 SYNC_WORKERS = 8
@@ -192,23 +210,8 @@ class NewThreads:
             raise ConflictError(f"thread {thread_id} exists already; nothing was written")
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f".{thread_id}.{os.getpid()}.tmp")
-        fops = self._fops
-        fd = -1
         body = b"".join(lines[1:])
-        try:
-            fops.makedirs(directory)
-            fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            fops.write_all(fd, lines[0])
-            fops.write_all(fd, body)
-        except BaseException as exc:
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    fops.close(fd)
-                with contextlib.suppress(OSError):
-                    fops.unlink(tmp)
-            if isinstance(exc, OSError):
-                raise StorageError(f"cannot import thread {thread_id}: {exc}") from exc
-            raise
+        fd = _write_temporary(self._fops, thread_id, tmp, lines[0], body)
         if records:
             last = len(records) - 1
             kept = tuple(r for i, r in enumerate(records) if r.type in PROJECTED or i == last)
