@@ -3,6 +3,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, Literal, get_args, get_origin
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from threadlog.errors import InvalidData, InvalidEventType, UsageError
 from threadlog.model.codec import canonical, loads
 from threadlog.model.envelope import valid_type_name
-from threadlog.model.eventdata import from_data, to_data
+from threadlog.model.eventdata import check_data, from_data, to_data
 from threadlog.model.events import (
     CATALOGUE,
     SIDE_EFFECTS,
@@ -406,3 +407,71 @@ def test_events_are_frozen() -> None:
     event = SAMPLES["turn.started"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         event.turn_id = "other"
+
+
+def _outcome(judge: Callable[[str, Any], object], type_name: str, data: Any) -> str:
+    """What ``judge(type_name, data)`` does: "ok", or the error it raises, with its message."""
+    try:
+        judge(type_name, data)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "ok"
+
+
+class _Dict(dict[str, Any]):
+    """A dict subclass: judged by the field-order walk, not the one-pass fast path."""
+
+
+@pytest.mark.parametrize(("type_name", "field"), FIELD_CASES)
+def test_check_data_judges_exactly_as_from_data(type_name: str, field: str) -> None:
+    # check_data is from_data without building the event: the same verdict on the same
+    # data, and both paths of the check (a plain dict, and a subclass of dict) agree.
+    for probe in PROBES:
+        data = {**_data(type_name), field: probe}
+        verdict = _outcome(from_data, type_name, data)
+        assert _outcome(check_data, type_name, data) == verdict
+        assert _outcome(check_data, type_name, _Dict(data)) == verdict
+        assert _outcome(from_data, type_name, _Dict(data)) == verdict
+    data = _data(type_name)
+    del data[field]
+    verdict = _outcome(from_data, type_name, data)
+    assert _outcome(check_data, type_name, data) == verdict
+    assert _outcome(check_data, type_name, _Dict(data)) == verdict
+
+
+def test_check_data_refuses_what_from_data_refuses() -> None:
+    for type_name, data in [("turn.begun", {}), ("turn.started", []), ("turn.started", None)]:
+        verdict = _outcome(from_data, type_name, data)
+        assert verdict != "ok"
+        assert _outcome(check_data, type_name, data) == verdict
+    assert _outcome(check_data, "custom.x", object()) == "ok"
+
+
+def test_the_first_fault_in_field_order_is_named_whatever_the_key_order() -> None:
+    # tool_call.proposed's fields: turn_id, call_id, tool, args, side_effect, ...
+    data = {"side_effect": "dangerous", "args": {}, "tool": 7, "call_id": "c", "turn_id": "t"}
+    with pytest.raises(InvalidData, match="field 'tool' must be str"):
+        from_data("tool_call.proposed", data)
+    del data["turn_id"]  # missing comes before ill-typed when it is earlier in field order
+    with pytest.raises(InvalidData, match="missing field 'turn_id'"):
+        check_data("tool_call.proposed", data)
+    with pytest.raises(InvalidData, match="unknown field 'x'"):  # unknown before all else
+        from_data("tool_call.proposed", {"tool": 7, "x": 1})
+
+
+class _Unjudgeable:
+    """A value whose comparison raises (what a Literal field's check runs into)."""
+
+    def __eq__(self, other: object) -> bool:
+        raise ValueError("cannot compare")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_value_a_check_cannot_judge_does_not_hide_an_earlier_fault() -> None:
+    # The one-pass check meets side_effect (later in field order) first in key order: the
+    # fault in ``tool`` must still be the one reported, as the field-order walk reports it.
+    data = {"side_effect": _Unjudgeable(), "args": {}, "tool": 7, "call_id": "c", "turn_id": "t"}
+    for judge in (from_data, check_data):
+        with pytest.raises(InvalidData, match="field 'tool' must be str"):
+            judge("tool_call.proposed", data)

@@ -42,7 +42,11 @@ def _anything(value: Any) -> bool:
 
 
 def compile_hint(hint: Any, *, refs: bool = False) -> Callable[[Any], bool]:
-    """A predicate: whether a plain JSON value fits ``hint`` (the module docstring's rules)."""
+    """A predicate: whether a plain JSON value fits ``hint`` (the module docstring's rules).
+
+    Each predicate is one call deep on the common path (a value that fits its first test):
+    checking is per field of every record read or written.
+    """
     if hint is Any:
         return _anything
     origin = get_origin(hint)
@@ -50,48 +54,50 @@ def compile_hint(hint: Any, *, refs: bool = False) -> Callable[[Any], bool]:
         allowed = get_args(hint)
         return lambda value: value in allowed
     if origin in (types.UnionType, typing.Union):
-        members = tuple(compile_hint(h, refs=refs) for h in get_args(hint))
-        if refs:  # a union (even of numbers) takes a reference, as its non-numeric members do
-            return lambda value: any(fits(value) for fits in members) or is_artifact_ref(value)
-        return lambda value: any(fits(value) for fits in members)
-    base: Callable[[Any], bool]
+        # a union (even of numbers) takes a reference with ``refs``, as its non-numeric
+        # members do: any member fits as itself, or the value is a reference
+        args = get_args(hint)
+        members = tuple(compile_hint(h) for h in args if h is not type(None))
+        nullable = len(members) < len(args)
+        if len(members) == 1:
+            (member,) = members
+            if nullable:
+                if refs:
+                    return lambda value: value is None or member(value) or is_artifact_ref(value)
+                return lambda value: value is None or member(value)
+            if refs:
+                return lambda value: member(value) or is_artifact_ref(value)
+            return member
+
+        def fits_union(value: Any) -> bool:
+            if nullable and value is None:
+                return True
+            for fits in members:
+                if fits(value):
+                    return True
+            return refs and is_artifact_ref(value)
+
+        return fits_union
     if hint is int:
         return lambda value: value.__class__ is int
     if hint is bool:
         return lambda value: value.__class__ is bool
     if hint is type(None):
-        base = _is_none
-    elif origin is dict or hint is dict:
-        base = _is_dict
+        return (lambda value: value is None or is_artifact_ref(value)) if refs else _is_none
+    cls: type[Any]
+    if origin is dict or hint is dict:
+        cls = dict
     elif origin is list or hint is list:
-        base = _is_list
-    elif hint is str:
-        base = _is_str
+        cls = list
     else:
         cls = hint
-
-        def base(value: Any) -> bool:
-            return isinstance(value, cls)
-
-    if not refs:
-        return base
-    return lambda value: base(value) or is_artifact_ref(value)
+    if refs:
+        return lambda value: isinstance(value, cls) or is_artifact_ref(value)
+    return lambda value: isinstance(value, cls)
 
 
 def _is_none(value: Any) -> bool:
     return value is None
-
-
-def _is_dict(value: Any) -> bool:
-    return isinstance(value, dict)
-
-
-def _is_list(value: Any) -> bool:
-    return isinstance(value, list)
-
-
-def _is_str(value: Any) -> bool:
-    return isinstance(value, str)
 
 
 _TABLES: dict[tuple[type[Any], str, bool], tuple[FieldCheck, ...]] = {}

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from threadlog.errors import InvalidData, InvalidEventType, UsageError
 from threadlog.model.codec import canonical
 from threadlog.model.envelope import FORMAT_VERSION, valid_type_name
-from threadlog.model.eventdata import from_data, to_data
+from threadlog.model.eventdata import check_data, to_data
 from threadlog.model.events import ThreadCreated
 from threadlog.model.ids import is_uuid
 from threadlog.model.lineage import check_new_lineage
@@ -78,7 +78,7 @@ def escape_lookalikes(type_name: str, data: Any, data_json: bytes) -> tuple[Any,
     escaped, escaped_json = escape_encoded(data, data_json)
     if escaped_json is not data_json and not type_name.startswith("custom."):
         try:
-            from_data(type_name, escaped)
+            check_data(type_name, escaped)
         except InvalidData as exc:
             raise InvalidData(
                 f'{exc}: a value of the form {{"$artifact": …}} or {{"$escaped": …}} '
@@ -106,7 +106,7 @@ def normalize_append(
         if data is None:
             data = {}
         if not type_name.startswith("custom."):
-            from_data(type_name, data)  # schema check: InvalidData / InvalidEventType
+            check_data(type_name, data)  # schema check: InvalidData / InvalidEventType
     else:
         type_name, data = to_data(type_)
     if type_name == "thread.created":
