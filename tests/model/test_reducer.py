@@ -8,6 +8,7 @@ import pytest
 
 from tests.model.records import THREAD, Chain, created, make_record
 from threadlog.errors import InvalidData, InvalidEventType, InvalidTransition, UsageError
+from threadlog.model.eventdata import from_data
 from threadlog.model.events import (
     ConfigChanged,
     Event,
@@ -740,3 +741,21 @@ def test_a_step_answers_only_for_its_own_turn(running: Chain, event_type: type[A
     else:
         fields["reason"] = "r"
     refuse_next(running, event_type(**fields), "s1")
+
+
+def test_a_custom_record_reduces_alike_with_and_without_its_event() -> None:
+    # apply builds no event for a custom.* record it is given none for: the state must be
+    # the one the decoded event gives, including on a branch (settings follow the leaf).
+    chain = Chain()
+    chain.add(
+        created(model="a"),
+        ConfigChanged(changes={"model": "b"}),
+        ("custom.note", {"n": 1}),
+        LeafMoved(to=None),
+        ("custom.note", {"n": 2}),
+    )
+    with_events = None
+    for record in chain.records:
+        with_events = apply(with_events, record, from_data(record.type, record.data))
+    assert replay(chain.records) == with_events
+    assert with_events is not None and with_events.last_ord == 5

@@ -59,7 +59,8 @@ def add_usage(total: dict[str, Any], usage: Any) -> None:
     if not isinstance(usage, dict):
         return  # a usage moved to the artifact store, or none: nothing to count
     for key, value in usage.items():
-        if _number(value):
+        # (an int or a float as such, the common case, without the call `_number` costs)
+        if value.__class__ is int or value.__class__ is float or _number(value):
             total[key] = total.get(key, 0) + value
 
 

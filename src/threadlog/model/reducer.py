@@ -123,7 +123,12 @@ def apply(state: ThreadState | None, record: Record, event: Event | None = None)
         record = upcast(record)
         event = None
     if event is None:
-        event = from_data(record.type, record.data)
+        if state is not None and record.type.startswith("custom."):
+            # An application's own event has no schema and no rule (`_apply_event`), and
+            # it is not kept: one placeholder stands for every one, none is built.
+            event = _CUSTOM
+        else:
+            event = from_data(record.type, record.data)
     if state is None:
         if not isinstance(event, ThreadCreated) or record.ord != 1:
             raise InvalidTransition(
@@ -159,16 +164,16 @@ def apply(state: ThreadState | None, record: Record, event: Event | None = None)
     state.last_ord = record.ord
     state.last_hash = record.hash
     state.last_id = record.id
-    entry = _on_tree(event)
+    entry = event.type in ENTRY_TYPES  # entries move the active leaf; bookkeeping does not
     if entry:
         state.leaf = record.id
-    settings.follow(state, record, entry or isinstance(event, LeafMoved))
+    if state.branch_settings or state.branch_anchor:  # (else `follow` has nothing to do)
+        settings.follow(state, record, entry or isinstance(event, LeafMoved))
     return state
 
 
-def _on_tree(event: Event) -> bool:
-    """Conversation entries move the active leaf; bookkeeping records do not."""
-    return event.type in ENTRY_TYPES
+_CUSTOM = Custom(type="custom.", data=None)
+"""What `apply` passes on for a ``custom.*`` record it was given no event for."""
 
 
 def _illegal(message: str) -> InvalidTransition:
@@ -207,55 +212,7 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
         return
     ord_ = record.ord
     match event:
-        case ThreadCreated():
-            raise _illegal("thread.created may only be ord 1")
-        case ConfigChanged(changes=changes):
-            # model, thinking and tools follow the branch (`threadlog.model.settings`)
-            settings.apply_change(state, record, changes)
-        case TurnStarted(turn_id=turn_id, input=text, input_id=input_id):
-            if state.archived:
-                raise _illegal(f"turn {turn_id!r} cannot start: the thread is archived")
-            if state.active_turn is not None:
-                raise _illegal(
-                    f"turn {turn_id!r} cannot start: turn {state.active_turn!r} is running"
-                )
-            if turn_id in state.turns:
-                raise _illegal(f"turn {turn_id!r} already exists")
-            queued = None
-            if input_id is not None:
-                queued = state.inputs.get(input_id)
-                if queued is None or queued.consumed_by is not None:
-                    raise _illegal(
-                        f"turn {turn_id!r} cannot start from input {input_id!r}: not queued"
-                    )
-            state.turns[turn_id] = TurnState(
-                turn_id=turn_id, input=text, status="running", started_ord=ord_
-            )
-            state.active_turn = turn_id
-            if queued is not None:
-                queued.consumed_by, queued.consumed_ord = turn_id, ord_
-        case TurnEnded(turn_id=turn_id, outcome=outcome, reason=reason):
-            turn = _running_turn(state, turn_id, "turn.ended")
-            turn.status = outcome
-            turn.ended_ord = ord_
-            turn.reason = reason
-            state.active_turn = None
-        case InputQueued(input_id=input_id, text=text):
-            if input_id in state.inputs:
-                raise _illegal(f"input {input_id!r} was already queued")
-            state.inputs[input_id] = InputState(input_id=input_id, text=text, queued_ord=ord_)
-        case InputConsumed(input_id=input_id, turn_id=turn_id):
-            item = state.inputs.get(input_id)
-            if item is None:
-                raise _illegal(f"input.consumed for unknown input {input_id!r}")
-            if item.consumed_by is not None:
-                raise _illegal(
-                    f"input {input_id!r} was already consumed by turn {item.consumed_by!r}"
-                )
-            turn = _running_turn(state, turn_id, "input.consumed")
-            item.consumed_by = turn_id
-            item.consumed_ord = ord_
-            turn.inputs.append(input_id)
+        # (the most frequent types first: each case is a class test, tried in order)
         case StepStarted(turn_id=turn_id, step_id=step_id, context_hash=context_hash):
             turn = _running_turn(state, turn_id, "step.started")
             if step_id in state.steps:
@@ -268,19 +225,6 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
                 context_hash=context_hash,
             )
             turn.steps.append(step_id)
-        case ProviderStarted(turn_id=turn_id, step_id=step_id):
-            _running_turn(state, turn_id, "provider.started")
-            step = _step(state, step_id, "provider.started", turn_id)
-            if step.status != "started":
-                raise _illegal(f"provider.started: step {step_id!r} is {step.status}")
-            step.status = "provider_started"
-        case ProviderInterrupted(turn_id=turn_id, step_id=step_id, retryable=retryable):
-            _running_turn(state, turn_id, "provider.interrupted")
-            step = _step(state, step_id, "provider.interrupted", turn_id)
-            if step.status not in ("started", "provider_started"):
-                raise _illegal(f"provider.interrupted: step {step_id!r} is {step.status}")
-            # a request tried again: the step waits for its next provider.started
-            step.status = "started" if retryable else "interrupted"
         case ModelResponded(turn_id=turn_id, step_id=step_id, stop_reason=stop_reason, usage=usage):
             turn = _running_turn(state, turn_id, "model.responded")
             step = _step(state, step_id, "model.responded", turn_id)
@@ -333,6 +277,68 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
             call.status = next_state(call.status, "tool_call.finished", call_id)
             call.ok, call.result, call.error = ok, result, error
             call.last_ord = ord_
+        case TurnStarted(turn_id=turn_id, input=text, input_id=input_id):
+            if state.archived:
+                raise _illegal(f"turn {turn_id!r} cannot start: the thread is archived")
+            if state.active_turn is not None:
+                raise _illegal(
+                    f"turn {turn_id!r} cannot start: turn {state.active_turn!r} is running"
+                )
+            if turn_id in state.turns:
+                raise _illegal(f"turn {turn_id!r} already exists")
+            queued = None
+            if input_id is not None:
+                queued = state.inputs.get(input_id)
+                if queued is None or queued.consumed_by is not None:
+                    raise _illegal(
+                        f"turn {turn_id!r} cannot start from input {input_id!r}: not queued"
+                    )
+            state.turns[turn_id] = TurnState(
+                turn_id=turn_id, input=text, status="running", started_ord=ord_
+            )
+            state.active_turn = turn_id
+            if queued is not None:
+                queued.consumed_by, queued.consumed_ord = turn_id, ord_
+        case TurnEnded(turn_id=turn_id, outcome=outcome, reason=reason):
+            turn = _running_turn(state, turn_id, "turn.ended")
+            turn.status = outcome
+            turn.ended_ord = ord_
+            turn.reason = reason
+            state.active_turn = None
+        case ThreadCreated():
+            raise _illegal("thread.created may only be ord 1")
+        case ConfigChanged(changes=changes):
+            # model, thinking and tools follow the branch (`threadlog.model.settings`)
+            settings.apply_change(state, record, changes)
+        case InputQueued(input_id=input_id, text=text):
+            if input_id in state.inputs:
+                raise _illegal(f"input {input_id!r} was already queued")
+            state.inputs[input_id] = InputState(input_id=input_id, text=text, queued_ord=ord_)
+        case InputConsumed(input_id=input_id, turn_id=turn_id):
+            item = state.inputs.get(input_id)
+            if item is None:
+                raise _illegal(f"input.consumed for unknown input {input_id!r}")
+            if item.consumed_by is not None:
+                raise _illegal(
+                    f"input {input_id!r} was already consumed by turn {item.consumed_by!r}"
+                )
+            turn = _running_turn(state, turn_id, "input.consumed")
+            item.consumed_by = turn_id
+            item.consumed_ord = ord_
+            turn.inputs.append(input_id)
+        case ProviderStarted(turn_id=turn_id, step_id=step_id):
+            _running_turn(state, turn_id, "provider.started")
+            step = _step(state, step_id, "provider.started", turn_id)
+            if step.status != "started":
+                raise _illegal(f"provider.started: step {step_id!r} is {step.status}")
+            step.status = "provider_started"
+        case ProviderInterrupted(turn_id=turn_id, step_id=step_id, retryable=retryable):
+            _running_turn(state, turn_id, "provider.interrupted")
+            step = _step(state, step_id, "provider.interrupted", turn_id)
+            if step.status not in ("started", "provider_started"):
+                raise _illegal(f"provider.interrupted: step {step_id!r} is {step.status}")
+            # a request tried again: the step waits for its next provider.started
+            step.status = "started" if retryable else "interrupted"
         case ToolCallUnknown(call_id=call_id):
             call = _call(state, call_id, "tool_call.unknown")
             call.status = next_state(call.status, "tool_call.unknown", call_id)
