@@ -7,7 +7,7 @@ import pytest
 from threadlog.model.codec import canonical, loads
 from threadlog.model.events import CATALOGUE
 from threadlog.model.policy import BUFFERED, durability_of
-from threadlog.model.refs import REF_KEY, ArtifactRef, is_artifact_ref
+from threadlog.model.refs import REF_KEY, ArtifactRef, escape, escape_encoded, is_artifact_ref
 
 DIGEST = "0123456789abcdef" * 4
 
@@ -88,3 +88,27 @@ def test_durability_classes() -> None:
         "custom.x",
     ):
         assert durability_of(critical) == "critical"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"a": "no dollar at all", "b": [1, {"c": None}]},
+        {"a": "$ in a string", "b": '{"$artifact": 1} spelled in a string'},
+        {"$artifact": 1, "x": "$"},
+        {"a": {"$escaped": 1}},
+        {"a": {"$artifact": {"sha256": "0" * 64, "size": 1}}, "b": "$"},
+        {"$escaped": "x"},
+        "$",
+        ["$", {"$artifact": 1}],
+    ],
+)
+def test_escape_encoded_is_escape_of_what_a_reader_decodes(data: Any) -> None:
+    # The byte searches that let most data through untouched must never skip a look-alike.
+    encoded = canonical(data)
+    stored, stored_json = escape_encoded(data, encoded)
+    expected = escape(loads(encoded))
+    assert loads(stored_json) == expected
+    assert stored_json == canonical(expected)
+    if b"$" not in encoded:
+        assert stored is data and stored_json is encoded

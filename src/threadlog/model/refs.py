@@ -126,9 +126,10 @@ def escape_encoded(data: Any, data_json: bytes) -> tuple[Any, bytes]:
 
     The common case costs one search of the bytes: a reference or an escape starts with
     ``{"$`` in canonical JSON (keys are sorted, and ``$`` sorts before letters), and a string
-    holding those characters is written with its quote escaped.
+    holding those characters is written with its quote escaped. (Data without a ``$`` at all
+    is told by a search for that one byte, a ``memchr`` many times faster over long text.)
     """
-    if b'{"$' not in data_json:
+    if b"$" not in data_json or b'{"$' not in data_json:
         return data, data_json
     decoded = codec.loads(data_json)
     escaped = escape(decoded)
