@@ -31,18 +31,22 @@ def monotonic() -> float:
     return time.monotonic()
 
 
-_second = -1
-_prefix = ""
+_second: tuple[int, str] = (-1, "")
+"""The last second `rfc3339` formatted and its text up to the fraction: one tuple, replaced
+whole, so that a thread never pairs one second with another's text."""
 
 
 def rfc3339(ns: int) -> str:
     """``2026-11-30T02:00:00.123456Z``: UTC, microseconds, fixed width (sorts as text)."""
-    global _second, _prefix
+    global _second
     second, rest = divmod(ns, 1_000_000_000)
-    if second != _second:
-        _prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
-        _second = second
-    return f"{_prefix}{rest // 1000:06d}Z"
+    cached = _second
+    if cached[0] != second:
+        cached = _second = (
+            second,
+            datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S."),
+        )
+    return f"{cached[1]}{rest // 1000:06d}Z"
 
 
 # Event ids need uniqueness, not secrecy: a PRNG seeded from the OS is ~50x cheaper per id

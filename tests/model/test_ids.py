@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import datetime
+import random
 import re
 
 import pytest
 
-from threadlog.model.ids import derived_id, is_uuid, uuid7, uuid7_millis
+from threadlog._clock import rfc3339
+from threadlog.model.ids import derived_id, is_uuid, uuid7, uuid7_from_bits, uuid7_millis
 
 UUID_SHAPE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 MS = 1_700_000_000_123
@@ -148,3 +151,26 @@ def test_is_uuid_refuses_a_trailing_newline() -> None:
     # BUG: ``_UUID_RE.match`` with ``$`` also matches just before a final "\n", so an id or a
     # thread id ending in a newline passes (and reaches file paths). Use ``fullmatch``/``\Z``.
     assert not is_uuid("018bcfe5-687b-7000-8000-000000000000\n")
+
+
+def test_uuid7_from_bits_is_uuid7_of_the_same_bits() -> None:
+    # uuid7_from_bits reuses the text of a millisecond's timestamp: ids of one millisecond,
+    # of another, and of the first again must all be what uuid7 builds from the same bits.
+    rng = random.Random(7)
+    stamps = [MS, MS, MS + 1, MS, 0, 2**48 - 1, 2**48 + 5, MS + 1]
+    for ms in stamps * 50:
+        bits = rng.getrandbits(rng.choice([74, 80, 3]))
+        rand = ((bits >> 62) & 0x0FFF).to_bytes(2, "big") + (bits & (2**62 - 1)).to_bytes(8, "big")
+        assert uuid7_from_bits(ms, bits) == uuid7(ms, rand)
+
+
+def test_rfc3339_across_seconds() -> None:
+    # the text of the last second is reused: going back to an earlier second must not.
+    for ns in [MS * 10**6 + 5_123, MS * 10**6 + 999_999_999, (MS + 1000) * 10**6, 0, MS * 10**6]:
+        expected = (
+            datetime.datetime.fromtimestamp(ns // 10**9, datetime.UTC).strftime(
+                "%Y-%m-%dT%H:%M:%S."
+            )
+            + f"{ns % 10**9 // 1000:06d}Z"
+        )
+        assert rfc3339(ns) == expected
