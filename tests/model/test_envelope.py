@@ -4,6 +4,7 @@ import hashlib
 import json
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.model.records import THREAD, encode, make_record, record_id
@@ -381,3 +382,38 @@ def test_a_type_that_is_not_a_valid_name_is_refused_even_with_a_matching_hash(
 def test_records_parsed_share_one_string_per_type(line: bytes) -> None:
     first, second = parse_line(line), parse_line(bytes(line))
     assert first.type == "custom.note" and first.type is second.type
+
+
+@pytest.mark.parametrize(
+    ("name", "odd"),
+    [
+        ("id", 'q"uote'),
+        ("thread", "back\\slash"),
+        ("ts", "é"),
+        ("type", "tab\there"),
+        ("parent", "new\nline"),
+        ("prev", "\x7f"),
+        ("id", "plain-id"),
+        ("parent", None),
+    ],
+)
+def test_encode_record_is_the_sorted_dump_of_the_record_whatever_its_strings(
+    name: str, odd: str | None
+) -> None:
+    # The plain-ASCII path and the general one must both write what dumping the whole
+    # record with sorted keys writes.
+    fields: dict[str, Any] = {
+        "id": "i",
+        "thread": "t",
+        "ord": 3,
+        "parent": "p",
+        "ts": "ts",
+        "type": "custom.x",
+        "prev": "a" * 64,
+        name: odd,
+    }
+    data = {"b": [1, None], "a": "é"}
+    line, digest = encode_record(data_json=canonical(data), **fields)
+    body = orjson.dumps({**fields, "data": data, "v": 1}, option=orjson.OPT_SORT_KEYS)
+    assert digest == hashlib.sha256(body).hexdigest()
+    assert line == body[:-1] + b',"hash":"' + digest.encode() + b'"}\n'

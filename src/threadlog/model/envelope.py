@@ -137,15 +137,12 @@ def encode_record(
         prev_json = "null" if prev is None else orjson.dumps(prev).decode()
         tail = (
             f',"id":"{id}","ord":{ord},"parent":{parent_json},"prev":{prev_json},'
-            f'"thread":"{thread}","ts":"{ts}","type":"{type}","v":{v}}}'
-        )
-        body = b'{"data":' + data_json + tail.encode()
+            f'"thread":"{thread}","ts":"{ts}","type":"{type}","v":{v}'
+        ).encode()
     else:
         dumps = orjson.dumps
-        body = b"".join(
+        tail = b"".join(
             (
-                b'{"data":',
-                data_json,
                 b',"id":',
                 dumps(id),
                 b',"ord":',
@@ -162,11 +159,12 @@ def encode_record(
                 dumps(type),
                 b',"v":',
                 dumps(v),
-                b"}",
             )
         )
-    digest = hashlib.sha256(body).hexdigest()
-    return body[:-1] + _HASH_HEAD + digest.encode() + b'"}\n', digest
+    # The body (what is hashed) and the line are each joined once from the same pieces: the
+    # line is the body with the hash as its last key.
+    digest = hashlib.sha256(b"".join((b'{"data":', data_json, tail, b"}"))).hexdigest()
+    return b"".join((b'{"data":', data_json, tail, _HASH_HEAD, digest.encode(), b'"}\n')), digest
 
 
 def record_hash(record: Record, data_json: bytes) -> str:
