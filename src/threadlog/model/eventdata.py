@@ -3,7 +3,8 @@
 `from_data` is the one place a record's data becomes a typed event: the type must be in the
 catalogue (`threadlog.model.events`) or ``custom.*``, every field must be known, present when
 required and of its declared type (a large value moved to the artifact store stands for any
-non-numeric field). `to_data` is its inverse for what the runtime produces.
+non-numeric field). `check_data` makes the same checks without building the event, for a
+caller that only validates. `to_data` is the inverse for what the runtime produces.
 """
 
 from __future__ import annotations
@@ -71,13 +72,11 @@ _SCHEMAS: dict[str, _Schema] = {}
 
 
 def _schema(type_name: str) -> _Schema | None:
-    """The schema of a catalogued type (cached), None for a ``custom.*`` one.
+    """The schema of a catalogued type, gathered and kept in ``_SCHEMAS`` (callers look
+    there first), None for a ``custom.*`` one.
 
     Raises `InvalidEventType` for a type that is neither.
     """
-    schema = _SCHEMAS.get(type_name)
-    if schema is not None:
-        return schema
     cls = CATALOGUE.get(type_name)
     if cls is None:
         if type_name.startswith("custom."):
