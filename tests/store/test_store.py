@@ -9,9 +9,11 @@ import os
 import subprocess
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import threadlog
 from threadlog import (
@@ -456,3 +458,54 @@ def test_the_scan_that_opened_a_thread_serves_the_next_read_once(home: str) -> N
         store.append(thread, "custom.x", {"i": 5}, durable=False)  # drops the opening scan
         store.flush()
         assert [r.ord for r in store.read(thread)] == [1, 2, 3, 4, 5, 6, 7]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    title=st.one_of(st.none(), st.sampled_from(["", "named"])),
+    steps=st.lists(st.sampled_from(["turn", "empty", "end", "call", "archive", "memory"])),
+    cut=st.integers(min_value=1, max_value=3),
+)
+def test_a_batch_indexes_as_its_records_one_by_one(
+    tmp_path_factory: pytest.TempPathFactory, title: str | None, steps: list[str], cut: int
+) -> None:
+    """`Index.apply` merges a batch's changes of one row (the thread's, a turn's, a call's)
+    into one statement: the rows end as applying each record alone leaves them (the batch
+    whole, or its first records and then the rest)."""
+    from threadlog.model.envelope import Record
+    from threadlog.store.embedded.index import Index
+
+    thread = "0190b6d0-0000-7000-8000-000000000001"
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("thread.created", {"principal": "p", "title": title, "config": {}})
+    ]
+    for n, step in enumerate(steps):
+        if step in ("turn", "empty"):
+            events.append(
+                ("turn.started", {"turn_id": f"t{n}", "input": f"ask {n}" * (step == "turn")})
+            )
+        elif step == "end":
+            events.append(("turn.ended", {"turn_id": f"t{n - 1}", "outcome": "completed"}))
+        elif step == "call":
+            events.append(("tool_call.proposed", {"call_id": f"c{n}", "turn_id": "t", "tool": "x"}))
+            events.append(("tool_call.started", {"call_id": f"c{n}"}))
+        elif step == "archive":
+            events.append(("thread.archived", {"archived": n % 2 == 0}))
+        else:
+            events.append(("memory.written", {"memory_id": "m", "fact": f"f{n}"}))
+            events.append(("memory.revoked", {"memory_id": "m"}))
+    records = [
+        Record(1, f"r{i}", thread, i, None, f"2026-01-01T00:00:{i:02d}Z", t, d, None, f"h{i}")
+        for i, (t, d) in enumerate(events, 1)
+    ]
+    root = tmp_path_factory.mktemp("index")
+    whole, alone = Index(str(root / "whole.sqlite3")), Index(str(root / "alone.sqlite3"))
+    try:
+        whole.apply([(thread, "p", records[:cut], 100)])
+        whole.apply([(thread, "p", records[cut:], 100)])
+        for record in records:
+            alone.apply([(thread, "p", [record], 100)])
+        assert whole.dump() == alone.dump()
+    finally:
+        whole.close()
+        alone.close()

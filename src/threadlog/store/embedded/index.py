@@ -437,12 +437,13 @@ class Index:
         new_turns = new_calls = 0
         # the changes of one turn's or call's row are merged and written once (a call's
         # proposed, approved, started and finished are one insert, not four statements): the
-        # row ends the same, later fields over earlier ones
+        # row ends the same, later fields over earlier ones; so are the thread's own changes
         rows: dict[tuple[str, str], dict[str, Any]] = {}
+        thread: dict[str, Any] = {}
         for record in fresh:
             for change in project(record):
                 if change.table == "thread":
-                    self._set_thread(thread_id, change.fields)
+                    _merge_thread(thread, change.fields)
                 elif change.table == "turn":
                     if "started_ord" in change.fields:
                         new_turns += 1
@@ -473,9 +474,15 @@ class Index:
                         rows["tool_calls", change.key] = dict(change.fields)
                     else:
                         row.update(change.fields)
+        if thread:
+            self._set_thread(thread_id, thread)
+        # rows with the same columns (a new thread's turns, its calls) in one statement each
+        same: dict[tuple[str, tuple[str, ...]], list[tuple[Any, ...]]] = {}
         for (table, key), fields in rows.items():
+            same.setdefault((table, tuple(fields)), []).append((thread_id, key, *fields.values()))
+        for (table, names), values in same.items():
             name = "turn_id" if table == "turns" else "call_id"
-            self._upsert(table, ("thread_id", name), (thread_id, key), fields)
+            db.executemany(_upsert_sql(table, ("thread_id", name), names), values)
         last = fresh[-1]
         db.execute(
             "UPDATE threads SET last_ord = ?, last_hash = ?, last_ts = ?, bytes = ?, "
@@ -509,14 +516,38 @@ class Index:
     def _upsert(
         self, table: str, keys: tuple[str, str], key_values: tuple[str, str], fields: dict[str, Any]
     ) -> None:
-        names = (*keys, *fields)
-        placeholders = ", ".join("?" for _ in names)
-        updates = ", ".join(f"{name} = excluded.{name}" for name in fields)
-        self._db.execute(
-            f"INSERT INTO {table} ({', '.join(names)}) VALUES ({placeholders}) "
-            f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}",
-            (*key_values, *fields.values()),
-        )
+        self._db.execute(_upsert_sql(table, keys, tuple(fields)), (*key_values, *fields.values()))
+
+
+@functools.lru_cache(maxsize=64)
+def _upsert_sql(table: str, keys: tuple[str, str], names: tuple[str, ...]) -> str:
+    """The upsert of a ``table`` row keyed by ``keys``, setting columns ``names``."""
+    columns = (*keys, *names)
+    placeholders = ", ".join("?" for _ in columns)
+    updates = ", ".join(f"{name} = excluded.{name}" for name in names)
+    return (
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders}) "
+        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}"
+    )
+
+
+def _merge_thread(merged: dict[str, Any], fields: dict[str, Any]) -> None:
+    """Fold one change of the thread's row into ``merged``, so that `Index._set_thread` of
+    the result leaves the row as applying each change in turn would: later fields over
+    earlier ones, and a ``title_if_empty`` kept only while no title is known (or settled
+    at once on a known empty title)."""
+    for name, value in fields.items():
+        if name != "title_if_empty":
+            merged[name] = value
+    if "title" in fields:
+        merged.pop("title_if_empty", None)  # a title set after it: the earlier one is moot
+    candidate = fields.get("title_if_empty")
+    if candidate:
+        if "title" in merged:
+            if merged["title"] is None:
+                merged["title"] = candidate
+        else:
+            merged.setdefault("title_if_empty", candidate)
 
 
 def _set_aside(path: str, exc: DamagedIndex) -> str:
