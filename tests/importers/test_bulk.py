@@ -358,3 +358,15 @@ def test_the_command_builds_many_files_in_workers(tmp_path: Path) -> None:
             assert store.verify(thread).ok
     again = run()
     assert again["totals"]["unchanged"] == PARALLEL_FILES + 4 and again["totals"]["records"] == 0
+
+
+@given(item=st.text(max_size=40), n=st.integers(min_value=0, max_value=200))
+def test_an_emitters_record_ids_are_derived_ids(item: str, n: int) -> None:
+    """`Emitter.record_id`, computed from a cached prefix hash, is `derived_id` bit for bit."""
+    from threadlog.importers._emit import Emitter
+    from threadlog.importers._report import FileReport
+    from threadlog.model.ids import derived_id
+
+    key = "claude-code:5a49-ü"
+    emitter = Emitter(None, "thread", key, "root", FileReport("x", "claude-code"))  # type: ignore[arg-type]
+    assert emitter.record_id(item, n) == derived_id("threadlog.import", key, item, str(n))

@@ -9,9 +9,11 @@ import os
 import subprocess
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import threadlog
 from threadlog import (
@@ -27,6 +29,7 @@ from threadlog import (
     open_store,
 )
 from threadlog.model.ids import uuid7
+from threadlog.model.projection import project_log
 from threadlog.store._fileops import FileOps
 from threadlog.testing.contract._common import start_call
 
@@ -456,3 +459,85 @@ def test_the_scan_that_opened_a_thread_serves_the_next_read_once(home: str) -> N
         store.append(thread, "custom.x", {"i": 5}, durable=False)  # drops the opening scan
         store.flush()
         assert [r.ord for r in store.read(thread)] == [1, 2, 3, 4, 5, 6, 7]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    title=st.one_of(st.none(), st.sampled_from(["", "named"])),
+    steps=st.lists(st.sampled_from(["turn", "empty", "end", "call", "archive", "memory"])),
+    cut=st.integers(min_value=1, max_value=3),
+)
+def test_a_batch_indexes_as_its_records_one_by_one(
+    tmp_path_factory: pytest.TempPathFactory, title: str | None, steps: list[str], cut: int
+) -> None:
+    """`Index.apply` merges a batch's changes of one row (the thread's, a turn's, a call's)
+    into one statement: the rows end as applying each record alone leaves them (the batch
+    whole, or its first records and then the rest)."""
+    from threadlog.model.envelope import Record
+    from threadlog.store.embedded.index import Index
+
+    thread = "0190b6d0-0000-7000-8000-000000000001"
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("thread.created", {"principal": "p", "title": title, "config": {}})
+    ]
+    for n, step in enumerate(steps):
+        if step in ("turn", "empty"):
+            events.append(
+                ("turn.started", {"turn_id": f"t{n}", "input": f"ask {n}" * (step == "turn")})
+            )
+        elif step == "end":
+            events.append(("turn.ended", {"turn_id": f"t{n - 1}", "outcome": "completed"}))
+        elif step == "call":
+            events.append(("tool_call.proposed", {"call_id": f"c{n}", "turn_id": "t", "tool": "x"}))
+            events.append(("tool_call.started", {"call_id": f"c{n}"}))
+        elif step == "archive":
+            events.append(("thread.archived", {"archived": n % 2 == 0}))
+        else:
+            events.append(("memory.written", {"memory_id": "m", "fact": f"f{n}"}))
+            events.append(("memory.revoked", {"memory_id": "m"}))
+    records = [
+        Record(1, f"r{i}", thread, i, None, f"2026-01-01T00:00:{i:02d}Z", t, d, None, f"h{i}")
+        for i, (t, d) in enumerate(events, 1)
+    ]
+    root = tmp_path_factory.mktemp("index")
+    whole, alone = Index(str(root / "whole.sqlite3")), Index(str(root / "alone.sqlite3"))
+    built = Index(str(root / "built.sqlite3"))
+    try:
+        whole.apply([(thread, "p", records[:cut], 100)])
+        whole.apply([(thread, "p", records[cut:], 100)])
+        for record in records:
+            alone.apply([(thread, "p", [record], 100)])
+        assert whole.dump() == alone.dump()
+        built.apply([(thread, "p", project_log(records), 100)])  # as a worker sends it
+        assert built.dump() == alone.dump()
+        assert built.positions() == alone.positions()
+    finally:
+        whole.close()
+        alone.close()
+        built.close()
+
+
+def test_a_projected_log_the_index_holds_already_changes_nothing(tmp_path: Path) -> None:
+    """A new log's `Projected` (`NewThreads`) for a thread a catch-up indexed meanwhile: the
+    rows stay; indexed in part, it is left for the next catch-up (never applied twice)."""
+    from threadlog.model.envelope import Record
+    from threadlog.store.embedded.index import Index
+
+    thread = "0190b6d0-0000-7000-8000-000000000001"
+    records = [
+        Record(1, "r1", thread, 1, None, "ts1", "thread.created", {"principal": "p"}, None, "h1"),
+        Record(1, "r2", thread, 2, "r1", "ts2", "turn.started", {"turn_id": "t"}, "h1", "h2"),
+        Record(1, "r3", thread, 3, "r2", "ts3", "custom.x", {}, "h2", "h3"),
+    ]
+    index = Index(str(tmp_path / "index.sqlite3"))
+    try:
+        index.apply([(thread, "p", records, 300)])
+        rows = index.dump()
+        index.apply([(thread, "p", project_log(records), 300)])
+        assert index.dump() == rows
+        index.reset_thread(thread)
+        index.apply([(thread, "p", records[:2], 200)])
+        index.apply([(thread, "p", project_log(records), 300)])
+        assert index.positions()[thread][1] == 2
+    finally:
+        index.close()

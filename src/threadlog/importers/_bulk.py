@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
     from threadlog.importers._ledger import Ledger
     from threadlog.importers._report import FileReport
+    from threadlog.model.projection import Projected
     from threadlog.model.state import ThreadState
 
 __all__ = ["Bulk", "BulkStore", "NewLog", "ThreadBatch"]
@@ -63,7 +64,10 @@ class ThreadBatch(Protocol):
     def __len__(self) -> int: ...
 
     def add(
-        self, thread_id: str, lines: Sequence[bytes], records: Sequence[Record] | None = None
+        self,
+        thread_id: str,
+        lines: Sequence[bytes],
+        records: Sequence[Record] | Projected | None = None,
     ) -> None: ...
 
     def commit(self) -> list[str]: ...
@@ -91,7 +95,9 @@ class Written(Protocol):
     def lines(self) -> Sequence[bytes]: ...
 
     @property
-    def records(self) -> Sequence[Record]: ...
+    def records(self) -> Sequence[Record] | Projected:
+        """Its records, or what they change in the index (`project_log` of them all)."""
+        ...
 
 
 class NewLog:

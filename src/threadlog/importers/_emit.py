@@ -134,16 +134,13 @@ class Emitter:
     def record_id(self, item: str, n: int) -> str:
         """``derived_id("threadlog.import", key, item, str(n))``, from a cached prefix hash
         (the ids of an import cost a tenth of its time otherwise): the same bits, version 8
-        and the RFC 4122 variant set in the digest's bytes."""
+        and the RFC 4122 variant set in the digest's hex digits."""
         if self._prefix is None:
             self._prefix = hashlib.sha256(_part("threadlog.import") + _part(self.key))
         h = self._prefix.copy()
         h.update(_part(item) + (_NUMBERS[n] if n < _SMALL else _part(str(n))))
-        raw = bytearray(h.digest()[:16])
-        raw[6] = (raw[6] & 0x0F) | 0x80
-        raw[8] = (raw[8] & 0x3F) | 0x80
-        x = raw.hex()
-        return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
+        x = h.hexdigest()  # (the version nibble replaced, the variant's two bits set)
+        return f"{x[:8]}-{x[8:12]}-8{x[13:16]}-{_VARIANT[x[16]]}{x[17:20]}-{x[20:32]}"
 
     def parent_of(self, parent: str | None, *, previous: bool = False) -> str:
         """The record an item continues: the anchor of source item ``parent``; the previous
@@ -416,6 +413,8 @@ def _part(text: str) -> bytes:
 _SMALL = 64
 _NUMBERS = [_part(str(n)) for n in range(_SMALL)]
 """The encoded record positions of an item (an item has a handful of records)."""
+_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
+"""A hex digit with its top two bits set to the RFC 4122 variant (``10``)."""
 
 
 def _numbers(usage: dict[str, Any] | None) -> dict[str, Any]:

@@ -7,9 +7,11 @@ its file without touching the store: its cost is the import's, and files are ind
 So `import_paths(workers=N)` hands the files that may be new to ``N`` worker processes
 (`build`), each of which imports its file as the importing process would, into a store that
 holds nothing and a ledger that knows nothing, and sends back the finished threads' lines and
-records, the report, and the import keys it asked for. The importing process takes the results
-in the files' order and writes them as its own (`Bulk.add`, the ledger), so the threads, the
-reports, the ledger and the crash safety are those of an import in one process.
+what their records change in the index (`threadlog.model.projection.project_log`: plain
+values, a third of what pickling the records cost), the report, and the import keys it asked
+for. The importing process takes the results in the files' order and writes them as its own
+(`Bulk.add`, the ledger), so the threads, the reports, the ledger and the crash safety are
+those of an import in one process.
 
 A worker's answer is dropped, and the file imported in the importing process instead, when
 it cannot be the same: the worker asked for an import key the importing process knows (the
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from threadlog.importers._bulk import Bulk
 from threadlog.importers._ledger import Ledger
-from threadlog.model.projection import PROJECTED
+from threadlog.model.projection import Projected, project_log
 from threadlog.store.offload import encode_data
 
 if TYPE_CHECKING:
@@ -38,11 +40,12 @@ __all__ = ["Built", "Finished", "build"]
 
 
 class Finished(NamedTuple):
-    """A new thread a worker built: its lines, and the records the index needs."""
+    """A new thread a worker built: its lines, and what its records change in the index
+    (plain values: cheaper to send back than the records)."""
 
     thread_id: str
     lines: list[bytes]
-    records: list[Record]
+    records: Projected
 
 
 @dataclass(slots=True)
@@ -79,12 +82,14 @@ class _Batch:
         return len(self.threads)
 
     def add(
-        self, thread_id: str, lines: Sequence[bytes], records: Sequence[Record] | None = None
+        self,
+        thread_id: str,
+        lines: Sequence[bytes],
+        records: Sequence[Record] | Projected | None = None,
     ) -> None:
-        kept = list(records or ())
-        last = len(kept) - 1
-        kept = [r for i, r in enumerate(kept) if r.type in PROJECTED or i == last]
-        self.threads.append(Finished(thread_id, list(lines), kept))
+        assert records, "a worker's new thread comes with its records"
+        projected = records if isinstance(records, Projected) else project_log(records)
+        self.threads.append(Finished(thread_id, list(lines), projected))
 
     def commit(self) -> list[str]:
         return [t.thread_id for t in self.threads]

@@ -8,16 +8,18 @@ ordinal, so applying a record twice changes nothing (catch-up and rebuild are id
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from threadlog.errors import IntegrityError
 from threadlog.model.envelope import FORMAT_VERSION
 from threadlog.model.upcast import upcast
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from threadlog.model.envelope import Record
 
-__all__ = ["PROJECTED", "RowChange", "project"]
+__all__ = ["PROJECTED", "Projected", "RowChange", "project", "project_log"]
 
 _TOOL_STATUS = {
     "tool_call.approved": "approved",
@@ -179,3 +181,83 @@ def project(record: Record) -> list[RowChange]:
             return []
         return [RowChange("tool_call", call_id, {"status": status, "last_ord": record.ord})]
     return []
+
+
+class Projected(NamedTuple):
+    """What consecutive records of one log change in the index, each row's changes merged
+    (`project_log`): plain values, cheap to send from a worker process."""
+
+    first: int
+    """The ordinal of the first record."""
+    last: tuple[int, str, str]
+    """The last record's ``(ord, hash, ts)``."""
+    thread: dict[str, Any]
+    """The thread row's fields (``title_if_empty``: set if its title is still empty)."""
+    rows: dict[tuple[str, str], dict[str, Any]]
+    """``("turns" | "tool_calls", id)`` → the row's fields."""
+    meta: dict[str, Any]
+    """The thread's ``metadata`` setting, key → value."""
+    memories: list[tuple[str, dict[str, Any]]]
+    """``(memory id, fields)`` upserts, in order."""
+    turns: int
+    """Turns started."""
+    calls: int
+    """Tool calls proposed."""
+
+
+def project_log(records: Sequence[Record]) -> Projected:
+    """The index changes of ``records`` (consecutive records of one log, at least one), as
+    applying each record's `project` in turn leaves the rows: the changes of one turn's or
+    call's row merged (a call's proposed, approved, started and finished are one insert, not
+    four), later fields over earlier ones; the thread's own changes merged likewise."""
+    thread: dict[str, Any] = {}
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    meta: dict[str, Any] = {}
+    memories: list[tuple[str, dict[str, Any]]] = []
+    turns = calls = 0
+    for record in records:
+        for change in project(record):
+            table = change.table
+            if table == "thread":
+                _merge_thread(thread, change.fields)
+                continue
+            if table == "meta":
+                meta.update((str(key), value) for key, value in change.fields.items())
+                continue
+            if table == "memory":
+                memories.append((change.key, change.fields))
+                continue
+            if table == "turn":
+                name = "turns"
+                turns += "started_ord" in change.fields
+            else:
+                name = "tool_calls"
+                calls += change.fields.get("status") == "proposed"
+            row = rows.get((name, change.key))
+            if row is None:
+                rows[name, change.key] = dict(change.fields)
+            else:
+                row.update(change.fields)
+    last = records[-1]
+    return Projected(
+        records[0].ord, (last.ord, last.hash, last.ts), thread, rows, meta, memories, turns, calls
+    )
+
+
+def _merge_thread(merged: dict[str, Any], fields: dict[str, Any]) -> None:
+    """Fold one change of the thread's row into ``merged``, so that setting the result
+    leaves the row as applying each change in turn would: later fields over earlier ones,
+    and a ``title_if_empty`` kept only while no title is known (or settled at once on a
+    known empty title)."""
+    for name, value in fields.items():
+        if name != "title_if_empty":
+            merged[name] = value
+    if "title" in fields:
+        merged.pop("title_if_empty", None)  # a title set after it: the earlier one is moot
+    candidate = fields.get("title_if_empty")
+    if candidate:
+        if "title" in merged:
+            if merged["title"] is None:
+                merged["title"] = candidate
+        else:
+            merged.setdefault("title_if_empty", candidate)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from threadlog.errors import StorageError
 from threadlog.model import codec
-from threadlog.model.projection import project
+from threadlog.model.projection import Projected, project_log
 from threadlog.store.embedded.schema import (
     THREAD_COLUMNS,
     AckMark,
@@ -414,8 +414,15 @@ class Index:
             self._db.execute("COMMIT")
 
     def _apply_one(
-        self, thread_id: str, path: str, records: Sequence[Record], end: int, acknowledged: bool
+        self,
+        thread_id: str,
+        path: str,
+        records: Sequence[Record] | Projected,
+        end: int,
+        acknowledged: bool,
     ) -> None:
+        """Apply one batch: records, or a whole new log's `Projected` (built where the log
+        was, `threadlog.store.embedded.transfer.NewThreads`)."""
         db = self._db
         row = db.execute(
             "SELECT last_ord FROM threads WHERE thread_id = ?", (thread_id,)
@@ -425,71 +432,61 @@ class Index:
             applied = 0
         else:
             applied = row[0]
-        if acknowledged and records:
-            self._acknowledge(thread_id, records[-1], end)
-        fresh = [r for r in records if r.ord > applied]
-        if not fresh:
-            return
-        if fresh[0].ord != applied + 1:
+        if isinstance(records, Projected):
+            projected = records
+            if acknowledged:
+                self._acknowledge(thread_id, *projected.last[:2], end)
+            if projected.last[0] <= applied:
+                return  # indexed already (a catch-up met its file)
+            if projected.first <= applied:
+                log.warning(  # its file was indexed in part: the next catch-up completes it
+                    "index: thread %s is indexed to ord %d, not from ord %d",
+                    thread_id,
+                    applied,
+                    projected.first,
+                )
+                return
+        else:
+            if acknowledged and records:
+                self._acknowledge(thread_id, records[-1].ord, records[-1].hash, end)
+            fresh = [r for r in records if r.ord > applied]
+            if not fresh:
+                return
+            projected = project_log(fresh)
+        if projected.first != applied + 1:
             raise StorageError(
-                f"index: thread {thread_id} jumps from ord {applied} to {fresh[0].ord}"
+                f"index: thread {thread_id} jumps from ord {applied} to {projected.first}"
             )
-        new_turns = new_calls = 0
-        # the changes of one turn's or call's row are merged and written once (a call's
-        # proposed, approved, started and finished are one insert, not four statements): the
-        # row ends the same, later fields over earlier ones
-        rows: dict[tuple[str, str], dict[str, Any]] = {}
-        for record in fresh:
-            for change in project(record):
-                if change.table == "thread":
-                    self._set_thread(thread_id, change.fields)
-                elif change.table == "turn":
-                    if "started_ord" in change.fields:
-                        new_turns += 1
-                    row = rows.get(("turns", change.key))
-                    if row is None:
-                        rows["turns", change.key] = dict(change.fields)
-                    else:
-                        row.update(change.fields)
-                elif change.table == "meta":
-                    for key, value in change.fields.items():
-                        db.execute(
-                            "INSERT OR REPLACE INTO thread_meta (thread_id, key, value) "
-                            "VALUES (?, ?, ?)",
-                            (thread_id, str(key), codec.canonical(value).decode()),
-                        )
-                elif change.table == "memory":
-                    self._upsert(
-                        "memories",
-                        ("thread_id", "memory_id"),
-                        (thread_id, change.key),
-                        change.fields,
-                    )
-                else:
-                    if change.fields.get("status") == "proposed":
-                        new_calls += 1
-                    row = rows.get(("tool_calls", change.key))
-                    if row is None:
-                        rows["tool_calls", change.key] = dict(change.fields)
-                    else:
-                        row.update(change.fields)
-        for (table, key), fields in rows.items():
+        if projected.thread:
+            self._set_thread(thread_id, projected.thread)
+        for key, value in projected.meta.items():
+            db.execute(
+                "INSERT OR REPLACE INTO thread_meta (thread_id, key, value) VALUES (?, ?, ?)",
+                (thread_id, key, codec.canonical(value).decode()),
+            )
+        for memory_id, fields in projected.memories:
+            self._upsert("memories", ("thread_id", "memory_id"), (thread_id, memory_id), fields)
+        # rows with the same columns (a new thread's turns, its calls) in one statement each
+        same: dict[tuple[str, tuple[str, ...]], list[tuple[Any, ...]]] = {}
+        for (table, key), fields in projected.rows.items():
+            same.setdefault((table, tuple(fields)), []).append((thread_id, key, *fields.values()))
+        for (table, names), values in same.items():
             name = "turn_id" if table == "turns" else "call_id"
-            self._upsert(table, ("thread_id", name), (thread_id, key), fields)
-        last = fresh[-1]
+            db.executemany(_upsert_sql(table, ("thread_id", name), names), values)
+        last_ord, last_hash, last_ts = projected.last
         db.execute(
             "UPDATE threads SET last_ord = ?, last_hash = ?, last_ts = ?, bytes = ?, "
             "turns = turns + ?, tool_calls = tool_calls + ?, path = ? WHERE thread_id = ?",
-            (last.ord, last.hash, last.ts, end, new_turns, new_calls, path, thread_id),
+            (last_ord, last_hash, last_ts, end, projected.turns, projected.calls, path, thread_id),
         )
 
-    def _acknowledge(self, thread_id: str, last: Record, end: int) -> None:
+    def _acknowledge(self, thread_id: str, last_ord: int, last_hash: str, end: int) -> None:
         self._db.execute(
             "INSERT INTO acknowledged (thread_id, last_ord, last_hash, bytes) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (thread_id) DO UPDATE SET last_ord = excluded.last_ord, "
             "last_hash = excluded.last_hash, bytes = excluded.bytes "
             "WHERE excluded.last_ord > acknowledged.last_ord",
-            (thread_id, last.ord, last.hash, end),
+            (thread_id, last_ord, last_hash, end),
         )
 
     def _set_thread(self, thread_id: str, fields: dict[str, Any]) -> None:
@@ -509,14 +506,19 @@ class Index:
     def _upsert(
         self, table: str, keys: tuple[str, str], key_values: tuple[str, str], fields: dict[str, Any]
     ) -> None:
-        names = (*keys, *fields)
-        placeholders = ", ".join("?" for _ in names)
-        updates = ", ".join(f"{name} = excluded.{name}" for name in fields)
-        self._db.execute(
-            f"INSERT INTO {table} ({', '.join(names)}) VALUES ({placeholders}) "
-            f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}",
-            (*key_values, *fields.values()),
-        )
+        self._db.execute(_upsert_sql(table, keys, tuple(fields)), (*key_values, *fields.values()))
+
+
+@functools.lru_cache(maxsize=64)
+def _upsert_sql(table: str, keys: tuple[str, str], names: tuple[str, ...]) -> str:
+    """The upsert of a ``table`` row keyed by ``keys``, setting columns ``names``."""
+    columns = (*keys, *names)
+    placeholders = ", ".join("?" for _ in columns)
+    updates = ", ".join(f"{name} = excluded.{name}" for name in names)
+    return (
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders}) "
+        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {updates}"
+    )
 
 
 def _set_aside(path: str, exc: DamagedIndex) -> str:

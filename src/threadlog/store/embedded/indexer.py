@@ -60,7 +60,7 @@ class Indexer:
         self._layout = layout
         self._reader = reader
         self._recovery = recovery
-        self._backlog: list[IndexBatch] = []
+        self._backlog: list[_Appended] = []
         self._forked: list[Forked] = []
         """Forks written by this store, to index from the bytes they were written from."""
         self._backlog_lock = threading.Lock()
@@ -216,14 +216,18 @@ class Indexer:
         return self.index.tool_calls(thread_id)
 
 
-def _by_thread(backlog: list[IndexBatch]) -> list[IndexBatch]:
+_Appended = tuple[str, str, "list[Record]", int]
+"""An `IndexBatch` of records that became durable."""
+
+
+def _by_thread(backlog: list[_Appended]) -> list[IndexBatch]:
     """The backlog with each thread's batches joined into one, in their order: a thread
     appended to by many commits since the last drain is applied as one batch (one lookup and
     one update of its row, not one per commit: with one record per commit, the drain cost
     three statements per record). The result is the same: a thread's batches follow one
     another in ordinal order, and the last one carries its latest end."""
     if len(backlog) < 2:
-        return backlog
+        return list(backlog)
     joined: dict[str, tuple[str, list[Record], int]] = {}
     for thread_id, path, records, end in backlog:
         seen = joined.get(thread_id)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from threadlog.model.envelope import Record
+    from threadlog.model.projection import Projected
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -48,8 +49,9 @@ IndexPosition = tuple[int, int, "str | None"]
 """``(bytes, last_ord, last_hash)``: how far the index has applied a thread's rollout."""
 AckMark = tuple[int, "str | None", int]
 """``(last_ord, last_hash, bytes)``: the furthest a thread was ever acknowledged."""
-IndexBatch = tuple[str, str, "Sequence[Record]", int]
-"""``(thread_id, path, records, end_offset)``: records to apply, and where they end."""
+IndexBatch = tuple[str, str, "Sequence[Record] | Projected", int]
+"""``(thread_id, path, records, end_offset)``: records to apply (or a whole new log's
+`Projected`), and where they end."""
 
 
 class DamagedIndex(StorageError):

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from threadlog.errors import ConflictError, StorageError, UsageError
-from threadlog.model.projection import PROJECTED
+from threadlog.model.projection import Projected, project_log
 from threadlog.store.embedded.fork import Forked
 from threadlog.store.transfer import check_import, conflict_message, same_log
 
@@ -189,11 +189,15 @@ class NewThreads:
         return any(p[0] == thread_id for p in self._pending)
 
     def add(
-        self, thread_id: str, lines: Sequence[bytes], records: Sequence[Record] | None = None
+        self,
+        thread_id: str,
+        lines: Sequence[bytes],
+        records: Sequence[Record] | Projected | None = None,
     ) -> None:
         """Write a new thread's rollout ``lines`` (its ``thread.created`` first, each line
         encoded by `encode_record` and admitted by the reducer) to its temporary file.
-        ``records``, the records of those lines if the caller holds them, spare the index
+        ``records``, the records of those lines if the caller holds them, or what they change
+        in the index (`project_log` of them all: built where they were), spare the index
         parsing the lines again.
 
         Raises `UsageError` (a malformed id, no lines, or a line not of this thread),
@@ -213,10 +217,9 @@ class NewThreads:
         body = b"".join(lines[1:])
         fd = _write_temporary(self._fops, thread_id, tmp, lines[0], body)
         if records:
-            last = len(records) - 1
-            kept = tuple(r for i, r in enumerate(records) if r.type in PROJECTED or i == last)
+            projected = records if isinstance(records, Projected) else project_log(records)
             indexed: Forked = _Built(
-                thread_id, path, b"", b"", 0, 0, b"", kept, len(lines[0]) + len(body)
+                thread_id, path, b"", b"", 0, 0, b"", projected, len(lines[0]) + len(body)
             )
         else:
             indexed = Forked(thread_id, path, lines[0], body, 0, len(body), b"")
@@ -288,11 +291,12 @@ class NewThreads:
 
 @dataclass(frozen=True, slots=True)
 class _Built(Forked):
-    """A new thread written from records its writer holds: indexed from them (those that
-    change index rows, and the last), without parsing its lines again."""
+    """A new thread written from records its writer holds: indexed from what they change
+    (`project_log`), without parsing its lines again."""
 
-    records: tuple[Record, ...] = ()
+    projected: Projected | None = None
     size: int = 0
 
     def batch(self) -> IndexBatch:
-        return self.thread_id, self.path, list(self.records), self.size
+        assert self.projected is not None
+        return self.thread_id, self.path, self.projected, self.size
