@@ -46,7 +46,12 @@ def rfc3339(ns: int) -> str:
             second,
             datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S."),
         )
-    return f"{cached[1]}{rest // 1000:06d}Z"
+    return f"{cached[1]}{_DIGITS[rest // 1_000_000]}{_DIGITS[rest // 1000 % 1000]}Z"
+
+
+_DIGITS = [f"{n:03d}" for n in range(1000)]
+"""``000`` … ``999``: the milliseconds and the microseconds of `rfc3339`, looked up (a
+format with a width costs twice the rest of the call)."""
 
 
 # Event ids need uniqueness, not secrecy: a PRNG seeded from the OS is ~50x cheaper per id

@@ -475,3 +475,11 @@ def test_a_value_a_check_cannot_judge_does_not_hide_an_earlier_fault() -> None:
     for judge in (from_data, check_data):
         with pytest.raises(InvalidData, match="field 'tool' must be str"):
             judge("tool_call.proposed", data)
+
+
+@pytest.mark.parametrize("type_name", CATALOGUED)
+def test_building_a_checked_event_cannot_fail(type_name: str) -> None:
+    # check_data stands in for from_data where the event is not needed (the append's schema
+    # check): that holds only while construction adds no check of its own.
+    cls = CATALOGUE[type_name]
+    assert not any("__post_init__" in vars(base) for base in cls.__mro__), type_name

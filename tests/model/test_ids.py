@@ -165,8 +165,11 @@ def test_uuid7_from_bits_is_uuid7_of_the_same_bits() -> None:
 
 
 def test_rfc3339_across_seconds() -> None:
-    # the text of the last second is reused: going back to an earlier second must not.
-    for ns in [MS * 10**6 + 5_123, MS * 10**6 + 999_999_999, (MS + 1000) * 10**6, 0, MS * 10**6]:
+    # the text of the last second is reused (going back to an earlier second must not), and
+    # the fraction is two looked-up groups of three digits.
+    base = MS * 10**6
+    fractions = [5_123, 999_999_999, 1_000_000, 999_999, 1_000, 123_456_789, 0]
+    for ns in [base + f for f in fractions] + [(MS + 1000) * 10**6, 0, base, -1]:
         expected = (
             datetime.datetime.fromtimestamp(ns // 10**9, datetime.UTC).strftime(
                 "%Y-%m-%dT%H:%M:%S."

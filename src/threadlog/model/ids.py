@@ -47,9 +47,13 @@ def uuid7_from_bits(unix_ms: int, bits: int) -> str:
     if cached[0] != unix_ms:
         stamp = unix_ms & 0xFFFF_FFFF_FFFF
         cached = _millisecond = (unix_ms, f"{stamp >> 16:08x}-{stamp & 0xFFFF:04x}-7")
-    # rand_a (12 bits), the variant and rand_b (62 bits): the last 19 hex digits
-    h = f"{((bits >> 62) & 0x0FFF) << 64 | (0b10 << 62) | (bits & 0x3FFF_FFFF_FFFF_FFFF):019x}"
-    return f"{cached[1]}{h[:3]}-{h[3:7]}-{h[7:]}"
+    # rand_a (12 bits), the variant and rand_b (62 bits): the last 19 hex digits, under a
+    # marker bit that keeps their leading zeros (hex() has no width; a format with one costs
+    # a fifth of the id)
+    h = hex(
+        (1 << 76) | ((bits >> 62) & 0x0FFF) << 64 | (0b10 << 62) | (bits & 0x3FFF_FFFF_FFFF_FFFF)
+    )
+    return f"{cached[1]}{h[3:6]}-{h[6:10]}-{h[10:]}"
 
 
 def uuid7_millis(uuid: str) -> int:
