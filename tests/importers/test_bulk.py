@@ -388,3 +388,19 @@ def test_record_ids_asked_item_after_item_are_derived_ids(asks: list[tuple[str, 
     emitter = Emitter(None, "thread", key, "root", FileReport("x", "claude-code"))  # type: ignore[arg-type]
     for item, n in asks:
         assert emitter.record_id(item, n) == derived_id("threadlog.import", key, item, str(n))
+
+
+@given(rest=st.lists(st.binary(max_size=30).map(lambda b: b + b"\n"), max_size=8))
+def test_a_workers_thread_keeps_its_lines_bytes(rest: list[bytes]) -> None:
+    """A worker sends a thread's first line and the others joined in one: the same bytes,
+    the first line still its own (what `NewThreads.add` checks and writes)."""
+    from threadlog.importers._parallel import _Batch
+    from threadlog.model.projection import Projected
+
+    first = b'{"thread":"t"}\n'
+    batch = _Batch(1 << 20, 1 << 24)
+    batch.add("t", [first, *rest], Projected(1, (1, "h", "ts"), {}, {}, {}, [], 0, 0))
+    (finished,) = batch.threads
+    assert finished.lines[0] == first
+    assert b"".join(finished.lines) == first + b"".join(rest)
+    assert len(finished.lines) == 2
