@@ -370,3 +370,37 @@ def test_an_emitters_record_ids_are_derived_ids(item: str, n: int) -> None:
     key = "claude-code:5a49-ü"
     emitter = Emitter(None, "thread", key, "root", FileReport("x", "claude-code"))  # type: ignore[arg-type]
     assert emitter.record_id(item, n) == derived_id("threadlog.import", key, item, str(n))
+
+
+@given(
+    asks=st.lists(
+        st.tuples(st.sampled_from(["a", "b", "", "ü~results"]), st.integers(0, 70)), max_size=20
+    )
+)
+def test_record_ids_asked_item_after_item_are_derived_ids(asks: list[tuple[str, int]]) -> None:
+    """`Emitter.record_id`'s cached hash of the last item never leaks into another item's
+    ids: asked in any order, each id is `derived_id` bit for bit."""
+    from threadlog.importers._emit import Emitter
+    from threadlog.importers._report import FileReport
+    from threadlog.model.ids import derived_id
+
+    key = "claude-code:s"
+    emitter = Emitter(None, "thread", key, "root", FileReport("x", "claude-code"))  # type: ignore[arg-type]
+    for item, n in asks:
+        assert emitter.record_id(item, n) == derived_id("threadlog.import", key, item, str(n))
+
+
+@given(rest=st.lists(st.binary(max_size=30).map(lambda b: b + b"\n"), max_size=8))
+def test_a_workers_thread_keeps_its_lines_bytes(rest: list[bytes]) -> None:
+    """A worker sends a thread's first line and the others joined in one: the same bytes,
+    the first line still its own (what `NewThreads.add` checks and writes)."""
+    from threadlog.importers._parallel import _Batch
+    from threadlog.model.projection import Projected
+
+    first = b'{"thread":"t"}\n'
+    batch = _Batch(1 << 20, 1 << 24)
+    batch.add("t", [first, *rest], Projected(1, (1, "h", "ts"), {}, {}, {}, [], 0, 0))
+    (finished,) = batch.threads
+    assert finished.lines[0] == first
+    assert b"".join(finished.lines) == first + b"".join(rest)
+    assert len(finished.lines) == 2

@@ -6,8 +6,8 @@ Building a new thread (`threadlog.importers._bulk`) reads, parses, maps, checks 
 its file without touching the store: its cost is the import's, and files are independent.
 So `import_paths(workers=N)` hands the files that may be new to ``N`` worker processes
 (`build`), each of which imports its file as the importing process would, into a store that
-holds nothing and a ledger that knows nothing, and sends back the finished threads' lines and
-what their records change in the index (`threadlog.model.projection.project_log`: plain
+holds nothing and a ledger that knows nothing, and sends back the finished threads' lines (the
+first, and the rest joined in one) and what their records change in the index (`threadlog.model.projection.project_log`: plain
 values, a third of what pickling the records cost), the report, and the import keys it asked
 for. The importing process takes the results in the files' order and writes them as its own
 (`Bulk.add`, the ledger), so the threads, the reports, the ledger and the crash safety are
@@ -45,6 +45,8 @@ class Finished(NamedTuple):
 
     thread_id: str
     lines: list[bytes]
+    """Its first line, and the others joined in one (the same bytes for `ThreadBatch.add`,
+    which writes them one after another): two objects to pickle instead of one a line."""
     records: Projected
 
 
@@ -89,7 +91,7 @@ class _Batch:
     ) -> None:
         assert records, "a worker's new thread comes with its records"
         projected = records if isinstance(records, Projected) else project_log(records)
-        self.threads.append(Finished(thread_id, list(lines), projected))
+        self.threads.append(Finished(thread_id, [lines[0], b"".join(lines[1:])], projected))
 
     def commit(self) -> list[str]:
         return [t.thread_id for t in self.threads]
