@@ -6,10 +6,10 @@ Building a new thread (`threadlog.importers._bulk`) reads, parses, maps, checks 
 its file without touching the store: its cost is the import's, and files are independent.
 So `import_paths(workers=N)` hands the files that may be new to ``N`` worker processes
 (`build`), each of which imports its file as the importing process would, into a store that
-holds nothing and a ledger that knows nothing, and sends back the finished threads' lines (the
-first, and the rest joined in one) and what their records change in the index (`threadlog.model.projection.project_log`: plain
-values, a third of what pickling the records cost), the report, and the import keys it asked
-for. The importing process takes the results in the files' order and writes them as its own
+holds nothing and a ledger that knows nothing, and sends back the finished threads' lines
+(the first, and the rest joined in one) and what their records change in the index
+(`threadlog.model.projection.project_log`: plain values, a third of what pickling the records
+cost), the report, and the import keys it asked for. The importing process takes the results in the files' order and writes them as its own
 (`Bulk.add`, the ledger), so the threads, the reports, the ledger and the crash safety are
 those of an import in one process.
 
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from threadlog.importers._bulk import Bulk
 from threadlog.importers._ledger import Ledger
-from threadlog.model.projection import Projected, project_log
+from threadlog.model.projection import Projected, as_projected
 from threadlog.store.offload import encode_data
 
 if TYPE_CHECKING:
@@ -90,8 +90,9 @@ class _Batch:
         records: Sequence[Record] | Projected | None = None,
     ) -> None:
         assert records, "a worker's new thread comes with its records"
-        projected = records if isinstance(records, Projected) else project_log(records)
-        self.threads.append(Finished(thread_id, [lines[0], b"".join(lines[1:])], projected))
+        self.threads.append(
+            Finished(thread_id, [lines[0], b"".join(lines[1:])], as_projected(records))
+        )
 
     def commit(self) -> list[str]:
         return [t.thread_id for t in self.threads]

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from threadlog.model.envelope import Record
 
-__all__ = ["PROJECTED", "Projected", "RowChange", "project", "project_log"]
+__all__ = ["PROJECTED", "Projected", "RowChange", "as_projected", "project", "project_log"]
 
 _TOOL_STATUS = {
     "tool_call.approved": "approved",
@@ -242,6 +242,12 @@ def project_log(records: Sequence[Record]) -> Projected:
     return Projected(
         records[0].ord, (last.ord, last.hash, last.ts), thread, rows, meta, memories, turns, calls
     )
+
+
+def as_projected(records: Sequence[Record] | Projected) -> Projected:
+    """``records`` as what they change in the index: `project_log` of them, unless they are
+    that already (a worker built it where the records were)."""
+    return records if isinstance(records, Projected) else project_log(records)
 
 
 def _merge_thread(merged: dict[str, Any], fields: dict[str, Any]) -> None:

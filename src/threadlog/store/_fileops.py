@@ -162,7 +162,7 @@ class FileOps:
         so that `remove_orphan_temp` sweeps it if we die), fsync, rename, fsync of the
         directory. On failure the temp file is removed and nothing has replaced ``path``."""
         directory, name = os.path.split(path)
-        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.{os.getpid()}.tmp")
+        tmp = temporary_path(directory, f"{name}.{secrets.token_hex(4)}")
         fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             try:
@@ -207,6 +207,12 @@ def move_to_quarantine(path: str, home: str, fops: FileOps, label: str) -> str:
     fops.fsync_dir(os.path.dirname(path))
     fops.fsync_dir(aside)
     return dest
+
+
+def temporary_path(directory: str, name: str) -> str:
+    """``directory/.<name>.<pid>.tmp``: the name every temporary file of the store takes, so
+    that `remove_orphan_temp` can tell (by the pid) whether its writer is still alive."""
+    return os.path.join(directory, f".{name}.{os.getpid()}.tmp")
 
 
 def remove_orphan_temp(path: str) -> bool:

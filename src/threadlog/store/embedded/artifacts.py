@@ -30,7 +30,12 @@ from typing import TYPE_CHECKING, BinaryIO, Self
 
 from threadlog.errors import IntegrityError, StorageError, UsageError
 from threadlog.model.refs import ArtifactRef, is_artifact_ref
-from threadlog.store._fileops import DEFAULT_FILEOPS, FileOps, remove_orphan_temps
+from threadlog.store._fileops import (
+    DEFAULT_FILEOPS,
+    FileOps,
+    remove_orphan_temps,
+    temporary_path,
+)
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -231,7 +236,7 @@ class BlobWriter:
         self._done = False
         try:
             self._fops.makedirs(spool)
-            self._tmp = os.path.join(spool, f".blob.{secrets.token_hex(8)}.{os.getpid()}.tmp")
+            self._tmp = temporary_path(spool, f"blob.{secrets.token_hex(8)}")
             self._fd: int | None = self._fops.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         except OSError as exc:
             raise StorageError(f"could not start an artifact: {exc}") from exc

@@ -44,6 +44,7 @@ from threadlog.model.eventdata import from_data, to_data
 from threadlog.model.events import ThreadCreated
 from threadlog.model.lineage import Copied, copied_prefix
 from threadlog.model.projection import PROJECTED
+from threadlog.store._fileops import temporary_path
 from threadlog.store._forks import child_created
 from threadlog.store.embedded.rollout import scan
 
@@ -167,7 +168,7 @@ class Forker:
             )
         path = self._layout.path_of(child)
         directory = os.path.dirname(path)
-        tmp = os.path.join(directory, f".{child}.{os.getpid()}.tmp")
+        tmp = temporary_path(directory, child)
         fops = self._fops
         fd, writer, renamed = -1, None, False
         try:

@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, NoReturn
 from threadlog import _hooks
 from threadlog.errors import StorageError
 from threadlog.model.envelope import Record
+from threadlog.store._fileops import temporary_path
 from threadlog.store._perms import journal_header
 
 if TYPE_CHECKING:
@@ -377,7 +378,7 @@ class Journal:
         fops = self._fops
         fops.makedirs(self.directory)
         name = f"{os.getpid()}-{secrets.token_hex(8)}"
-        tmp = os.path.join(self.directory, f".{name}.{os.getpid()}.tmp")  # (swept if orphaned)
+        tmp = temporary_path(self.directory, name)  # (swept if orphaned)
         final = os.path.join(self.directory, f"{name}.wal")
         fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         try:

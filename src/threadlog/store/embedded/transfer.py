@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from threadlog.errors import ConflictError, StorageError, UsageError
-from threadlog.model.projection import Projected, project_log
+from threadlog.model.projection import Projected, as_projected
+from threadlog.store._fileops import temporary_path
 from threadlog.store.embedded.fork import Forked
 from threadlog.store.transfer import check_import, conflict_message, same_log
 
@@ -78,7 +79,7 @@ class Importer:
         if self._held(thread_id, records):
             return False
         directory = os.path.dirname(path)
-        tmp = os.path.join(directory, f".{thread_id}.{os.getpid()}.tmp")
+        tmp = temporary_path(directory, thread_id)
         fops = self._fops
         body = b"".join(a.line for a in adopted[1:])
         fd = _write_temporary(fops, thread_id, tmp, adopted[0].line, body)
@@ -97,11 +98,7 @@ class Importer:
                     fops.unlink(tmp)
             fops.fsync_dir(directory)
         except BaseException as exc:
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    fops.close(fd)
-            with contextlib.suppress(OSError):
-                fops.unlink(tmp)
+            _discard(fops, fd, tmp)
             if isinstance(exc, OSError):
                 raise StorageError(f"cannot import thread {thread_id}: {exc}") from exc
             raise
@@ -130,15 +127,22 @@ def _write_temporary(fops: FileOps, thread_id: str, tmp: str, first: bytes, body
         fops.write_all(fd, first)
         fops.write_all(fd, body)
     except BaseException as exc:
-        if fd >= 0:
-            with contextlib.suppress(OSError):
-                fops.close(fd)
-            with contextlib.suppress(OSError):
-                fops.unlink(tmp)
+        if fd >= 0:  # (a file not created is not this write's to remove)
+            _discard(fops, fd, tmp)
         if isinstance(exc, OSError):
             raise StorageError(f"cannot import thread {thread_id}: {exc}") from exc
         raise
     return fd
+
+
+def _discard(fops: FileOps, fd: int, tmp: str) -> None:
+    """Close ``fd`` (unless it is -1: closed already) and remove the temporary file ``tmp``,
+    ignoring errors: what a write of a thread that failed, or was given up, leaves."""
+    if fd >= 0:
+        with contextlib.suppress(OSError):
+            fops.close(fd)
+    with contextlib.suppress(OSError):
+        fops.unlink(tmp)
 
 
 SYNC_WORKERS = 8
@@ -213,11 +217,11 @@ class NewThreads:
         if os.path.exists(path) or self.pending(thread_id):
             raise ConflictError(f"thread {thread_id} exists already; nothing was written")
         directory = os.path.dirname(path)
-        tmp = os.path.join(directory, f".{thread_id}.{os.getpid()}.tmp")
+        tmp = temporary_path(directory, thread_id)
         body = b"".join(lines[1:])
         fd = _write_temporary(self._fops, thread_id, tmp, lines[0], body)
         if records:
-            projected = records if isinstance(records, Projected) else project_log(records)
+            projected = as_projected(records)
             indexed: Forked = _Built(
                 thread_id, path, b"", b"", 0, 0, b"", projected, len(lines[0]) + len(body)
             )
@@ -280,10 +284,7 @@ class NewThreads:
         """Close and remove the temporary files; unlink rollouts linked by a failed commit
         (not durable, never acknowledged: no thread at all)."""
         for _, _, tmp, fd, _ in pending:
-            with contextlib.suppress(OSError):
-                self._fops.close(fd)
-            with contextlib.suppress(OSError):
-                self._fops.unlink(tmp)
+            _discard(self._fops, fd, tmp)
         for _, path, _, _, _ in linked:
             with contextlib.suppress(OSError):
                 self._fops.unlink(path)
