@@ -45,7 +45,7 @@ import asyncio
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -60,6 +60,7 @@ from google.adk.sessions.base_session_service import (
 from google.adk.sessions.session import Session
 from google.adk.sessions.state import State
 
+from threadlog._dataclass import dataclass
 from threadlog.adapters._threads import NamedThreads, records_after
 from threadlog.errors import ThreadNotFound
 from threadlog.model.ids import derived_id

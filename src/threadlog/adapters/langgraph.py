@@ -48,7 +48,7 @@ import asyncio
 import base64
 import random
 import threading
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import (
@@ -62,6 +62,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 
+from threadlog._dataclass import dataclass
 from threadlog.adapters._threads import NamedThreads, records_after
 from threadlog.errors import ThreadNotFound
 

@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
+from threadlog._dataclass import dataclass
 from threadlog.adapters._threads import NamedThreads, records_after
 from threadlog.errors import OrdinalConflict, ThreadNotFound
 

@@ -25,11 +25,12 @@ with its parent entry, for ``--json``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
+from threadlog._dataclass import dataclass
 from threadlog.cli._out import short as _short
 from threadlog.model.reducer import replay
 from threadlog.model.tree import ENTRY_TYPES, Tree

@@ -11,12 +11,12 @@ as data. All user and model text reaches the terminal as plain `rich.text.Text`.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 from rich.text import Text
 
+from threadlog._dataclass import dataclass
 from threadlog.cli import EXIT_STORE, cli, fail, handle_errors, store_options
 from threadlog.cli._describe import describe, thread_row
 from threadlog.cli._fetch import records_for_show

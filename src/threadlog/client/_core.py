@@ -20,13 +20,14 @@ from __future__ import annotations
 import os
 import random
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from urllib.parse import quote, urlsplit
 
 import httpx
 import orjson
 
+from threadlog._dataclass import dataclass
 from threadlog._version import __version__
 from threadlog.client._errors import ServiceError, ServiceUnreachable
 from threadlog.errors import UsageError

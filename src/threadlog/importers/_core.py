@@ -44,9 +44,10 @@ import multiprocessing
 import os
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import ThreadlogError
 from threadlog.importers._bulk import Bulk, BulkStore, NewLog
 from threadlog.importers._emit import Emitter

@@ -36,9 +36,10 @@ store for an illegal transition; what the store still refuses is reported, never
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import ConflictError, UsageError
 from threadlog.model.ids import derived_id
 from threadlog.model.tree import ENTRY_TYPES

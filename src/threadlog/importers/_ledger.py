@@ -31,11 +31,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from threadlog._dataclass import dataclass
 from threadlog.store._fileops import durable_fsync
 from threadlog.store.protocol import LocalHome
 

@@ -12,10 +12,11 @@ import stopped at: both unchanged means the file only grew.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
+
+from threadlog._dataclass import dataclass
 
 if TYPE_CHECKING:
     from typing import BinaryIO

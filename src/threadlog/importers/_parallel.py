@@ -22,9 +22,10 @@ moved a value to the artifact store (a worker has none), or the worker failed.
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from threadlog._dataclass import dataclass
 from threadlog.importers._bulk import Bulk
 from threadlog.importers._ledger import Ledger
 from threadlog.model.projection import Projected, as_projected

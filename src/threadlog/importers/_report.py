@@ -7,8 +7,10 @@ rest of the file is imported. ``threadlog import --json`` prints `ImportReport.t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from threadlog._dataclass import dataclass
 
 __all__ = ["FileReport", "ImportReport", "Problem"]
 

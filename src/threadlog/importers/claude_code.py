@@ -30,9 +30,10 @@ line of the main chain, as Claude Code resumes it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from threadlog._dataclass import dataclass
 from threadlog.importers._core import FileContext, Identity, Line
 from threadlog.importers._emit import Call, Emitter
 from threadlog.importers._values import as_dict, as_int, as_str

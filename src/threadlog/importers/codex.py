@@ -36,11 +36,12 @@ is not conversation is kept as a note.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import orjson
 
+from threadlog._dataclass import dataclass
 from threadlog.importers._core import FileContext, Identity, Line
 from threadlog.importers._emit import Call
 from threadlog.importers._values import as_dict, as_str

@@ -33,9 +33,9 @@ response; a tool result finishes its call; model and thinking changes are
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
+from threadlog._dataclass import dataclass
 from threadlog.importers._core import FileContext, Identity, Line
 from threadlog.importers._emit import Call, Emitter
 from threadlog.importers._values import as_dict, as_str

@@ -31,9 +31,9 @@ Pure: no I/O (this is `threadlog.model`).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import UsageError
 from threadlog.model.events import Resolution  # noqa: TC001 (read by get_type_hints at run time)
 from threadlog.model.typecheck import describe, field_names, field_table

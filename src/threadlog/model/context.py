@@ -16,11 +16,12 @@ Bookkeeping (step and provider records, approvals, labels, memory) does not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from threadlog._dataclass import dataclass
 from threadlog.model.envelope import FORMAT_VERSION
 from threadlog.model.refs import is_artifact_ref, is_escaped, unescape
 from threadlog.model.stepcontext import ContextMismatch, resolve

@@ -11,8 +11,9 @@ Types outside the catalogue are allowed under the ``custom.`` prefix and stay pl
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any, Literal, get_args
+
+from threadlog._dataclass import dataclass
 
 __all__ = [
     "CATALOGUE",

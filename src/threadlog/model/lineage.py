@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from threadlog._dataclass import dataclass
 
 __all__ = ["Copied", "check_new_lineage", "copied_prefix", "inherits"]
 

@@ -18,9 +18,9 @@ facts recorded their project has none and is seen only in the thread that wrote 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, cast
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import UsageError
 from threadlog.model.events import MemoryWritten
 

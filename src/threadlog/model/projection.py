@@ -7,9 +7,9 @@ ordinal, so applying a record twice changes nothing (catch-up and rebuild are id
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import IntegrityError
 from threadlog.model.envelope import FORMAT_VERSION
 from threadlog.model.upcast import upcast

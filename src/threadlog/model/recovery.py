@@ -18,8 +18,10 @@ issued again; a turn still running is ended ``interrupted``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
+
+from threadlog._dataclass import dataclass
 
 if TYPE_CHECKING:
     from threadlog.model.state import ThreadState

@@ -18,9 +18,9 @@ loading anything (for the model's context). The stored (escaped) data is what is
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from threadlog._dataclass import dataclass
 from threadlog.model import codec
 
 if TYPE_CHECKING:

@@ -7,8 +7,10 @@ keep a snapshot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from threadlog._dataclass import dataclass
 
 __all__ = [
     "InputState",

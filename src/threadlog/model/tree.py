@@ -11,8 +11,9 @@ the branch-carried settings — model, thinking level, active tools (`threadlog.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
+
+from threadlog._dataclass import dataclass
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

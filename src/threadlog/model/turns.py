@@ -23,9 +23,9 @@ by the next one.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from threadlog._dataclass import dataclass
 from threadlog.model.approvals import decide
 
 if TYPE_CHECKING:

@@ -26,10 +26,11 @@ from __future__ import annotations
 import bisect
 import contextlib
 import threading
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Literal
 
 from threadlog import _hooks
+from threadlog._dataclass import dataclass
 
 if TYPE_CHECKING:
     from threadlog.model.envelope import Record

@@ -41,9 +41,11 @@ put in spans. Records of a type the builder does not know change nothing.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
+
+from threadlog._dataclass import dataclass
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

@@ -14,11 +14,12 @@ not as divergences: a model that takes the same path more cheaply has not diverg
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from threadlog._dataclass import dataclass
 from threadlog.observe.spans import ts_ns
 
 if TYPE_CHECKING:

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import RunError, StorageError
 from threadlog.model.envelope import Record
 

@@ -29,10 +29,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from threadlog._clock import new_id
+from threadlog._dataclass import dataclass
 from threadlog.errors import UsageError
 from threadlog.model.events import (
     CATALOGUE,

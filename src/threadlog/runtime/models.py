@@ -13,9 +13,10 @@ Messages are the provider-neutral dicts of `threadlog.model.context`; a tool cal
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import RunError
 
 if TYPE_CHECKING:

@@ -32,7 +32,6 @@ systems without ``/proc`` (not Linux) the reaper finds nothing and says so.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
 import os
@@ -40,9 +39,10 @@ import secrets
 import signal
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
+from threadlog._dataclass import dataclass
 from threadlog.store._fileops import DEFAULT_FILEOPS
 
 if TYPE_CHECKING:
@@ -306,6 +306,8 @@ def die_with_parent() -> Callable[[], None] | None:
         return None
     if not _prctl_loaded:
         _prctl_loaded = True
+        import ctypes  # (here, once: the first child process; ctypes is slow to import)
+
         try:
             fn = ctypes.CDLL(None, use_errno=True).prctl
             fn.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import UsageError
 from threadlog.model import codec
 from threadlog.model.stepcontext import StepContexts

@@ -45,9 +45,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from threadlog._dataclass import dataclass
 from threadlog.model.events import (
     OperationFinished,
     ProviderInterrupted,

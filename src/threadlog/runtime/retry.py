@@ -25,9 +25,9 @@ returns at once.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import UsageError
 from threadlog.model.events import ProviderInterrupted, ProviderStarted
 from threadlog.runtime.bus import Progress

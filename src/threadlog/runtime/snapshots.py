@@ -41,10 +41,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from threadlog import _clock
+from threadlog._dataclass import dataclass
 from threadlog.model import snapshot
 from threadlog.store.protocol import Snapshots
 

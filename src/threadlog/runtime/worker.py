@@ -41,9 +41,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
+from threadlog._dataclass import dataclass
 from threadlog.runtime.takeover import interrupted_threads, take_over, waiting_threads
 
 if TYPE_CHECKING:

@@ -8,8 +8,10 @@ the app itself (`FastAPI.add_api_route`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
+
+from threadlog._dataclass import dataclass
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -28,11 +28,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from fastapi import FastAPI
 
+from threadlog._dataclass import dataclass
 from threadlog._version import __version__
 from threadlog.runtime.runtime import Runtime
 from threadlog.runtime.tools import BUILTIN_TOOLS

@@ -16,11 +16,11 @@ at run time.
 
 import asyncio
 import threading
-from dataclasses import dataclass
 from typing import Annotated, Protocol
 
 from fastapi import Depends, Request
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import ThreadNotFound
 from threadlog.server.errors import ApiError
 from threadlog.store.protocol import Catalog, Store

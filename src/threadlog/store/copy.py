@@ -26,9 +26,10 @@ source thread meanwhile: the copy holds what was durable when it was read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Literal
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import IntegrityError, ThreadlogError, UsageError
 from threadlog.model.refs import referenced
 from threadlog.store.protocol import Artifacts, Transfer

@@ -21,7 +21,6 @@ import os
 import re
 import threading
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
 
 from threadlog.errors import UsageError
 
@@ -58,6 +57,8 @@ def parse_target(target: str | os.PathLike[str] | None) -> tuple[str, str | None
         return "embedded", target
     scheme = match.group(1).lower()
     if scheme == "file":
+        from urllib.parse import unquote, urlsplit  # (here: a plain path never needs them)
+
         parts = urlsplit(target)
         if not target.lower().startswith("file://") or parts.netloc not in ("", "localhost"):
             raise UsageError(

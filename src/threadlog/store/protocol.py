@@ -30,9 +30,9 @@ mypy holds a backend to.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import IntegrityError, InvalidTransition, StorageError
 from threadlog.model.envelope import Record
 

@@ -74,9 +74,10 @@ import random
 import sys
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Literal
 
+from threadlog._dataclass import dataclass
 from threadlog.store._fileops import FileOps
 
 if TYPE_CHECKING:

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from threadlog._dataclass import dataclass
 from threadlog.runtime.models import Completed, ModelEvent, ModelRequest, ProviderError
 from threadlog.runtime.providers._sse import error_excerpt, stream_deltas
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Literal
 
+from threadlog._dataclass import dataclass
 from threadlog.runtime.models import Completed, ModelEvent, ModelRequest, ProviderError
 from threadlog.runtime.providers._sse import error_excerpt, stream_deltas
 

@@ -33,10 +33,11 @@ import errno
 import os
 import stat
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import UsageError
 from threadlog.store._fileops import durable_fsync
 

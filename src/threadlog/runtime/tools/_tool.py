@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, cast
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import UsageError
 from threadlog.runtime.tools._confine import ToolContext
 

@@ -16,9 +16,10 @@ import fcntl
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import InsecureHome, IntegrityError, StorageError
 from threadlog.model.envelope import BadRecord, Record, parse_line
 from threadlog.store._fileops import move_to_quarantine

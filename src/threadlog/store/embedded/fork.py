@@ -23,13 +23,13 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from threadlog import _faults
 from threadlog._clock import new_id, rfc3339, wall_ns
+from threadlog._dataclass import dataclass
 from threadlog.errors import IntegrityError, StorageError, ThreadNotFound, UsageError
 from threadlog.model import codec
 from threadlog.model.envelope import (

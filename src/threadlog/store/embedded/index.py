@@ -24,7 +24,6 @@ import os
 import sqlite3
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -190,8 +189,10 @@ class Index:
         """Copy the acknowledged marks that can still be read from a damaged index file set
         aside at ``damaged`` (they are not a projection: no rollout can give them back);
         how many. Whatever cannot be read is skipped."""
+        from urllib.parse import quote  # (here: only a damaged index needs it)
+
         try:
-            old = sqlite3.connect(f"file:{urllib.parse.quote(damaged)}?mode=ro", uri=True)
+            old = sqlite3.connect(f"file:{quote(damaged)}?mode=ro", uri=True)
         except sqlite3.Error:
             return 0
         try:
@@ -332,19 +333,25 @@ class Index:
         """The thread's snapshot, if any; without ``payload``, its anchor only (the payload
         is then ``b""``: a long thread's snapshot is megabytes, its anchor a few bytes);
         with ``payload="line"``, its payload's first line only (without the newline), read
-        from the blob a chunk at a time."""
-        what = "payload" if payload is True else "x''"
+        from the blob a chunk at a time.
+
+        The payload is read through a blob handle, not selected: a selected blob is
+        gathered from its overflow pages into a buffer that the driver then copies, where
+        one ``read`` of the handle fills the result directly (a million-record thread's
+        20 MB snapshot in about half the time)."""
         with self._lock:
             row = self._db.execute(
-                f"SELECT ord, hash, end_offset, version, {what}, rowid FROM snapshots "
-                "WHERE thread_id = ?",
+                "SELECT ord, hash, end_offset, version, rowid FROM snapshots WHERE thread_id = ?",
                 (thread_id,),
             ).fetchone()
             if row is None:
                 return None
-            data = bytes(row[4])
+            data = b""
             if payload == "line":
-                data = self._first_line(row[5])
+                data = self._first_line(row[4])
+            elif payload:
+                with self._db.blobopen("snapshots", "payload", row[4], readonly=True) as blob:
+                    data = blob.read()
         return SnapshotRow(row[0], row[1], row[2], row[3], data)
 
     def _first_line(self, rowid: int) -> bytes:

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import InsecureHome, StorageError, UsageError
 from threadlog.model.ids import is_uuid, uuid7_millis
 from threadlog.store._fileops import remove_orphan_temp

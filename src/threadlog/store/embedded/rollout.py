@@ -29,9 +29,10 @@ Appending (and the group commit that makes appends durable) lives in
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, BinaryIO
 
+from threadlog._dataclass import dataclass
 from threadlog._gc import paused
 from threadlog.errors import (
     IntegrityError,

@@ -34,9 +34,9 @@ from __future__ import annotations
 import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from threadlog._dataclass import dataclass
 from threadlog.errors import ConflictError, StorageError, UsageError
 from threadlog.model.projection import Projected, as_projected
 from threadlog.store._fileops import temporary_path
