@@ -62,6 +62,8 @@ from threadlog.runtime import procs
 from threadlog.runtime.artifact_audit import damaged_artifacts
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from threadlog.model.envelope import Record
     from threadlog.model.events import Event
     from threadlog.model.state import ThreadState, ToolCallState
@@ -175,6 +177,12 @@ class Resumable(Protocol):
     @property
     def base_ord(self) -> int:
         """The snapshot the session started from (0: it reduced the whole log)."""
+        ...
+
+    @property
+    def referencing(self) -> Sequence[Record]:
+        """Of the records the session opened with (those after ``base_ord``), the ones that
+        reference a blob (`threadlog.runtime.artifact_audit`)."""
         ...
 
     async def append(
@@ -363,7 +371,7 @@ async def recover(
     # First end what a dead agent's commands left running, so that the effect of a call
     # of unknown outcome is over before anyone (a reconcile hook, a human) decides on it.
     orphans, notes, over = await _reap_orphans(session)
-    damaged = await damaged_artifacts(store, session.thread_id, after=session.base_ord)
+    damaged = await damaged_artifacts(store, session.thread_id, session.referencing)
     repairs = (
         (taken if taken is not None else store.take_repairs(session.thread_id))
         + orphans

@@ -63,11 +63,12 @@ from threadlog.model.events import (
 )
 from threadlog.model.legality import replay_log
 from threadlog.model.reducer import apply
+from threadlog.model.refs import referenced
 from threadlog.runtime import mailbox_watch, request
 from threadlog.runtime.bus import Bus, Progress, SubscriberDropped
 from threadlog.runtime.deps import SessionDeps
 from threadlog.runtime.identity import SessionIdentity, stamp
-from threadlog.runtime.large_values import LargeValues
+from threadlog.runtime.large_values import LargeValues, holds_refs
 from threadlog.runtime.plans import PlanCommands
 from threadlog.runtime.resume import abort_undriven
 from threadlog.runtime.snapshots import DEFAULT_SNAPSHOTS, SnapshotPolicy, SnapshotWriter
@@ -136,7 +137,10 @@ class Session(PlanCommands, TreeCommands):
         self.thread_id = thread_id
         self.large_values = LargeValues(runtime.store)
         """Loads the records' artifact references, and cuts what a model call cannot take."""
-        records = [self.large_values.load(record) for record in records]
+        self.referencing: list[Record] = []
+        """Of the records the session opened with, those that reference a blob: what
+        recovery checks the blobs of (`threadlog.runtime.artifact_audit`)."""
+        records = [self._opened(record) for record in records]
         self.identity = SessionIdentity.new(source)
         """Who writes: this session's id, process, host and source."""
         self._announced = False  # session.opened is written (before the first record)
@@ -173,6 +177,15 @@ class Session(PlanCommands, TreeCommands):
         self._closed = False
         self._broken: BaseException | None = None
         self._bus.attach(runtime.store)
+
+    def _opened(self, record: Record) -> Record:
+        """A record the session opened with, its large values loaded; kept in
+        `referencing` if it references a blob (one look at the data for both)."""
+        if record.type != "artifact.stored" and not holds_refs(record.data):
+            return record  # the usual record: nothing to load, no blob to audit
+        if referenced(record.type, record.data):
+            self.referencing.append(record)
+        return self.large_values.load(record)
 
     # -- the pipeline ----------------------------------------------------------------------
 
