@@ -394,11 +394,11 @@ def scan_file(path: str, thread_id: str, *, end: int | None = None) -> Scan:
 
 
 class LinePieces:
-    """A rollout file read in pieces of whole lines, at most ``size`` bytes each (more for a
-    longer line), never past byte ``end``: iterating gives ``(offset, data, final)``; the
-    ``final`` piece holds what follows the last newline (a fragment, or nothing). `rest`
-    returns what is not read yet, for a caller that must judge a line on all that follows it
-    (`scan_file`, `threadlog.store.embedded.streamscan`)."""
+    """A rollout file read in pieces of whole lines, each ``size`` bytes and the rest of the
+    line that size ends in, never past byte ``end``: iterating gives ``(offset, data,
+    final)``; the ``final`` piece holds what follows the last newline (a fragment, or nothing).
+    `rest` returns what is not read yet, for a caller that must judge a line on all that
+    follows it (`scan_file`, `threadlog.store.embedded.streamscan`)."""
 
     def __init__(self, f: BinaryIO, size: int, end: int | None) -> None:
         self._f = f
@@ -409,22 +409,32 @@ class LinePieces:
     def __iter__(self) -> Iterator[tuple[int, bytes, bool]]:
         offset = 0
         while True:
-            want = self._size
-            if self._end is not None:
-                want = min(want, self._end - offset - len(self._pending))
-            data = self._f.read(want) if want > 0 else b""
-            final = not data
-            data, self._pending = self._pending + data, b""
-            if not final:
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:
-                    self._pending = data  # a line longer than a piece: read on
-                    continue
-                data, self._pending = data[:cut], data[cut:]
-            yield offset, data, final
-            if final:
-                return
-            offset += len(data)
+            data = self._read(offset)
+            if data.endswith(b"\n"):
+                yield offset, data, False
+                offset += len(data)
+                continue
+            # the end of the file (or ``end``): nothing more, or a final fragment
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                self._pending = data[cut:]
+                yield offset, data[:cut], False
+                offset += cut
+                data, self._pending = self._pending, b""
+            yield offset, data, True
+            return
+
+    def _read(self, offset: int) -> bytes:
+        """The next piece, from ``offset`` (where the file is), to the end of the line its
+        ``size`` bytes end in, unless the file or ``end`` ends first."""
+        f, end = self._f, self._end
+        want = self._size if end is None else min(self._size, end - offset)
+        data = f.read(want) if want > 0 else b""
+        if data and not data.endswith(b"\n"):
+            # The line the piece cuts is finished by reading on, not kept for the next piece
+            # (which costs a copy of every piece: a long read's time went there measurably).
+            data += f.readline(-1 if end is None else max(0, end - offset - len(data)))
+        return data
 
     def rest(self) -> bytes:
         """The bytes after the last piece yielded, up to ``end`` (the file read to there)."""
