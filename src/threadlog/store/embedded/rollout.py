@@ -253,7 +253,7 @@ def _scan(
         prev = record.hash
         expected += 1
         pos = nl + 1
-        result.end = base_offset + pos
+    result.end = base_offset + pos  # just past the last valid record: where the loop stopped
     if copied is not None and whole and expected <= copied.until and result.error is None:
         result.torn = None  # a crash cannot cut a fork's file: it was renamed into place whole
         result.error = IntegrityError(
