@@ -37,7 +37,7 @@ from threadlog._gc import paused
 from threadlog.errors import (
     IntegrityError,
 )
-from threadlog.model.envelope import BadRecord, Record, parse_line
+from threadlog.model.envelope import BadRecord, Record, parse_line, parse_next
 from threadlog.model.lineage import Copied, copied_prefix
 
 if TYPE_CHECKING:
@@ -159,13 +159,15 @@ def _scan(
     seen: set[str],
 ) -> Scan:
     result = Scan(end=base_offset)
+    records, offsets = result.records, result.offsets
     expected = start_ord
     prev = prev_hash
     last_id: str | None = None
     pos = 0
     size = len(data)
+    find, view = data.find, memoryview(data)
     while pos < size:
-        nl = data.find(b"\n", pos)
+        nl = find(b"\n", pos)
         if nl < 0:
             _classify(
                 result,
@@ -180,44 +182,54 @@ def _scan(
             if result.torn is not None and result.torn.offset == base_offset + pos:
                 result.torn.completes = _whole_but_newline(data[pos:], thread_id, expected, prev)
             break
-        line = data[pos : nl + 1]
-        problem: str | None = None
-        record: Record | None = None
-        try:
-            record = parse_line(line)
-        except BadRecord as exc:
-            problem = str(exc)
-        if record is not None:
-            inherited = copied if copied is not None and 2 <= expected <= copied.until else None
-            if (
-                record.thread != thread_id
-                if inherited is None
-                else record.thread == thread_id or record.thread not in inherited.threads
-            ):
-                problem = f"record belongs to thread {record.thread}"
-            elif record.ord != expected:
-                problem = f"ord {record.ord} where {expected} was expected"
-            elif record.prev != (inherited.prev if inherited and expected == 2 else prev):
-                problem = "prev does not match the previous record's hash (chain broken)"
-            elif record.id in seen:
-                problem = f"event id {record.id} appears twice"
-            elif inherited and expected == inherited.until and record.hash != inherited.last:
-                problem = "the last inherited record is not the one the fork names (lineage hash)"
-            elif expected == 1 and record.type == "thread.created":
-                try:
-                    copied = inherited_prefix(record)
-                except ValueError as exc:
-                    problem = str(exc)
-        if problem is not None:
-            _classify(result, data, pos, line, problem, thread_id, expected, base_offset)
-            break
-        assert record is not None
-        seen.add(record.id)
-        if keep_records:
-            if record.prev is not None and record.thread == thread_id:
+        # The common line (the thread's own, past its first and any inherited prefix) is
+        # parsed and checked in one go by `parse_next`; any other, or one it refuses, takes
+        # the general way below, which finds what is wrong and says so.
+        record = (
+            parse_next(data, view, pos, nl + 1, thread_id, expected, prev, last_id)
+            if prev is not None and expected > 1 and (copied is None or expected > copied.until)
+            else None
+        )
+        if record is None or record.id in seen:
+            line = data[pos : nl + 1]
+            problem: str | None = None
+            record = None
+            try:
+                record = parse_line(line)
+            except BadRecord as exc:
+                problem = str(exc)
+            if record is not None:
+                inherited = copied if copied is not None and 2 <= expected <= copied.until else None
+                if (
+                    record.thread != thread_id
+                    if inherited is None
+                    else record.thread == thread_id or record.thread not in inherited.threads
+                ):
+                    problem = f"record belongs to thread {record.thread}"
+                elif record.ord != expected:
+                    problem = f"ord {record.ord} where {expected} was expected"
+                elif record.prev != (inherited.prev if inherited and expected == 2 else prev):
+                    problem = "prev does not match the previous record's hash (chain broken)"
+                elif record.id in seen:
+                    problem = f"event id {record.id} appears twice"
+                elif inherited and expected == inherited.until and record.hash != inherited.last:
+                    problem = (
+                        "the last inherited record is not the one the fork names (lineage hash)"
+                    )
+                elif expected == 1 and record.type == "thread.created":
+                    try:
+                        copied = inherited_prefix(record)
+                    except ValueError as exc:
+                        problem = str(exc)
+            if problem is not None:
+                _classify(result, data, pos, line, problem, thread_id, expected, base_offset)
+                break
+            assert record is not None
+            if keep_records and record.prev is not None and record.thread == thread_id:
                 # Held records share the strings a log repeats (the thread id, the previous
                 # record's hash and id; `parse_line` already shares the type's) instead of a
-                # copy each: a long read holds a fifth less memory, and allocates that much less.
+                # copy each, as `parse_next` builds them: a long read holds a fifth less
+                # memory, and allocates that much less.
                 v, id_, _, ord_, parent, ts, type_, data_, _, hash_ = record
                 record = _new_record(
                     Record,
@@ -234,13 +246,15 @@ def _scan(
                         hash_,
                     ),
                 )
-            result.records.append(record)
-            result.offsets.append(base_offset + pos)
+        seen.add(record.id)
+        if keep_records:
+            records.append(record)
+            offsets.append(base_offset + pos)
             last_id = record.id
         prev = record.hash
         expected += 1
         pos = nl + 1
-        result.end = base_offset + pos
+    result.end = base_offset + pos  # just past the last valid record: where the loop stopped
     if copied is not None and whole and expected <= copied.until and result.error is None:
         result.torn = None  # a crash cannot cut a fork's file: it was renamed into place whole
         result.error = IntegrityError(
@@ -381,11 +395,11 @@ def scan_file(path: str, thread_id: str, *, end: int | None = None) -> Scan:
 
 
 class LinePieces:
-    """A rollout file read in pieces of whole lines, at most ``size`` bytes each (more for a
-    longer line), never past byte ``end``: iterating gives ``(offset, data, final)``; the
-    ``final`` piece holds what follows the last newline (a fragment, or nothing). `rest`
-    returns what is not read yet, for a caller that must judge a line on all that follows it
-    (`scan_file`, `threadlog.store.embedded.streamscan`)."""
+    """A rollout file read in pieces of whole lines, each ``size`` bytes and the rest of the
+    line that size ends in, never past byte ``end``: iterating gives ``(offset, data,
+    final)``; the ``final`` piece holds what follows the last newline (a fragment, or nothing).
+    `rest` returns what is not read yet, for a caller that must judge a line on all that
+    follows it (`scan_file`, `threadlog.store.embedded.streamscan`)."""
 
     def __init__(self, f: BinaryIO, size: int, end: int | None) -> None:
         self._f = f
@@ -396,22 +410,32 @@ class LinePieces:
     def __iter__(self) -> Iterator[tuple[int, bytes, bool]]:
         offset = 0
         while True:
-            want = self._size
-            if self._end is not None:
-                want = min(want, self._end - offset - len(self._pending))
-            data = self._f.read(want) if want > 0 else b""
-            final = not data
-            data, self._pending = self._pending + data, b""
-            if not final:
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:
-                    self._pending = data  # a line longer than a piece: read on
-                    continue
-                data, self._pending = data[:cut], data[cut:]
-            yield offset, data, final
-            if final:
-                return
-            offset += len(data)
+            data = self._read(offset)
+            if data.endswith(b"\n"):
+                yield offset, data, False
+                offset += len(data)
+                continue
+            # the end of the file (or ``end``): nothing more, or a final fragment
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                self._pending = data[cut:]
+                yield offset, data[:cut], False
+                offset += cut
+                data, self._pending = self._pending, b""
+            yield offset, data, True
+            return
+
+    def _read(self, offset: int) -> bytes:
+        """The next piece, from ``offset`` (where the file is), to the end of the line its
+        ``size`` bytes end in, unless the file or ``end`` ends first."""
+        f, end = self._f, self._end
+        want = self._size if end is None else min(self._size, end - offset)
+        data = f.read(want) if want > 0 else b""
+        if data and not data.endswith(b"\n"):
+            # The line the piece cuts is finished by reading on, not kept for the next piece
+            # (which costs a copy of every piece: a long read's time went there measurably).
+            data += f.readline(-1 if end is None else max(0, end - offset - len(data)))
+        return data
 
     def rest(self) -> bytes:
         """The bytes after the last piece yielded, up to ``end`` (the file read to there)."""
