@@ -29,7 +29,7 @@ log, so any prefix of a run, cut anywhere, is continued correctly.
 
 Output, one line each, flushed: ``THREAD <id>`` once the session is open, ``ACK <ord> <hash>``
 for every record received through `Session.subscribe` (records are delivered only once
-durable), and ``DONE`` at the end. A ``faulthandler`` watchdog ends a run stuck for 120 s.
+durable), and ``DONE`` at the end. A ``faulthandler`` watchdog ends a run stuck for 100 s.
 
 ``--all-types`` makes the run produce every event type a fresh run can (for
 ``tests/faults/test_crash_at_every_type.py``; needs ``K >= 3``): goal 1 also calls
@@ -51,6 +51,7 @@ import os
 import random
 import re
 import sys
+import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,7 +66,7 @@ from threadlog.runtime.tools import Tool, ToolContext, list_dir, read_file, writ
 from threadlog.store.embedded import EmbeddedStore
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Coroutine, Sequence
 
     from threadlog.runtime.resume import RecoveryReport
     from threadlog.runtime.session import Session
@@ -101,7 +102,9 @@ CHARGES_FILE = "charges.txt"
 RESOLVER = "workload"
 """The ``by`` of the approvals and resolutions the workload makes itself."""
 
-WATCHDOG_SECONDS = 120.0
+WATCHDOG_SECONDS = 100.0
+"""A stuck run dumps every thread's stack to stderr and exits after this long: before the
+harness gives up on it (``agent_crashloop.FINAL_TIMEOUT``), so its report holds the stacks."""
 
 CHARGE_LATENCY = 0.005
 """Seconds ``charge`` waits before and after its effect (so that kills land inside it)."""
@@ -611,6 +614,35 @@ async def run_workload(
     return result
 
 
+async def _watched(work: Coroutine[Any, Any, WorkloadResult]) -> WorkloadResult:
+    """Run ``work``; if it is still running shortly before the watchdog fires, print the stack
+    of every task to stderr (the watchdog's dump shows threads only, and a stuck event loop
+    waits in ``select``)."""
+    loop = asyncio.get_running_loop()
+    timer = threading.Timer(WATCHDOG_SECONDS - 5, loop.call_soon_threadsafe, (_print_tasks,))
+    timer.daemon = True
+    timer.start()
+    try:
+        return await work
+    finally:
+        timer.cancel()
+
+
+def _print_tasks() -> None:
+    for task in asyncio.all_tasks():
+        print(f"task {task.get_name()}:", file=sys.stderr)
+        awaited: Any = task.get_coro()
+        while awaited is not None:  # down the chain of awaits (get_stack gives the first only)
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
+            if frame is None:
+                print(f"  awaiting {awaited!r}", file=sys.stderr)
+                break
+            code = frame.f_code
+            print(f"  {code.co_filename}:{frame.f_lineno} in {code.co_name}", file=sys.stderr)
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
+    sys.stderr.flush()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.harness.agent_workload",
@@ -634,17 +666,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--turns must be >= 1 (>= 3 with --all-types)")
     faulthandler.dump_traceback_later(WATCHDOG_SECONDS, exit=True)
     os.makedirs(args.workspace, exist_ok=True)
-    asyncio.run(
-        run_workload(
-            args.home,
-            args.workspace,
-            args.seed,
-            args.turns,
-            all_types=args.all_types,
-            die_in_charge=args.die_in_charge,
-            out=sys.stdout,
-        )
+    workload = run_workload(
+        args.home,
+        args.workspace,
+        args.seed,
+        args.turns,
+        all_types=args.all_types,
+        die_in_charge=args.die_in_charge,
+        out=sys.stdout,
     )
+    asyncio.run(_watched(workload))
     faulthandler.cancel_dump_traceback_later()
     sys.stdout.write("DONE\n")
     sys.stdout.flush()

@@ -159,6 +159,8 @@ class TurnDriver:
         self._parked = asyncio.Event()
         """Set while the turn loop sleeps waiting for a human decision."""
         self._task: asyncio.Task[None] | None = None
+        self._driving: str | None = None
+        """The turn ``_task`` drives."""
         self._closing = False
 
     # -- control ---------------------------------------------------------------------------
@@ -169,10 +171,22 @@ class TurnDriver:
         return self._task is not None and not self._task.done()
 
     def start(self) -> None:
-        """Drive the running turn of the log, unless it is driven already."""
-        if self.busy or self._host.state.active_turn is None:
+        """Drive the running turn of the log, unless it is driven already.
+
+        A turn can start while the task of the one before is still finishing (its
+        ``turn.ended`` is appended, and whoever awaited that append runs before the task
+        returns): the new turn is then driven as soon as that task is done, not left without
+        a driver."""
+        turn_id = self._host.state.active_turn
+        if turn_id is None or self._closing:
             return
-        self._task = asyncio.create_task(self._drive(), name=f"turn {self._host.state.active_turn}")
+        task = self._task
+        if task is not None and not task.done():
+            if self._driving != turn_id:
+                task.add_done_callback(lambda _: self.start())
+            return
+        self._driving = turn_id
+        self._task = asyncio.create_task(self._drive(), name=f"turn {turn_id}")
 
     async def cancel(self) -> None:
         """Cancel the running turn (it ends ``aborted``); returns once it has ended."""
