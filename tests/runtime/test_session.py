@@ -355,33 +355,44 @@ def test_tool_errors_are_results(home: str, workspace: Path) -> None:
     assert calls["nope"][0] == "denied"
 
 
-def test_a_turn_submitted_while_the_last_one_finishes_is_driven(home: str, workspace: Path) -> None:
+@pytest.mark.parametrize("then", ["run", "cancel"])
+def test_a_turn_submitted_while_the_last_one_finishes_is_driven(
+    home: str, workspace: Path, then: str
+) -> None:
     """The next turn can start between the previous turn's ``turn.ended`` and the end of the
     task that drove it (a caller polling the state sees the turn ended first): it is driven
-    once that task is done, not left running in the log with nothing driving it."""
+    by that task, next, not left running in the log with nothing driving it; a cancel that
+    reaches the task in between ends the new turn."""
     model = ScriptedModel([Reply("a"), Reply("b")])
 
     async def main() -> list[str]:
         async with Runtime(home, model=model) as runtime:
             session = await runtime.create("u", cwd=str(workspace))
-            append = session.append
+            append, ended = session.append, []
 
             async def submit_on_end(event: Any, *args: Any, **kwargs: Any) -> Record:
                 record = await append(event, *args, **kwargs)
-                if isinstance(event, TurnEnded) and len(model.requests) == 1:
+                if isinstance(event, TurnEnded) and not ended:
+                    ended.append(event)
                     # still inside the first turn's task, which has not returned yet
                     await session.submit("two")
+                    if then == "cancel":
+                        task = asyncio.current_task()
+                        assert task is not None
+                        task.cancel()
+                        await asyncio.sleep(0)
                 return record
 
             session.append = submit_on_end  # type: ignore[method-assign]
             await session.submit("one")
             async with asyncio.timeout(10):
-                while len(model.requests) < 2 or session.state.active_turn is not None:
+                while session.state.active_turn is not None or len(session.state.turns) < 2:
                     await session.wait_idle()
                     await asyncio.sleep(0.01)
             return [t.status for t in session.state.turns.values()]
 
-    assert run(main()) == ["completed", "completed"]
+    expected = {"run": ["completed", "completed"], "cancel": ["completed", "aborted"]}
+    assert run(main()) == expected[then]
 
 
 def test_config_changes_between_turns_are_recorded(home: str, workspace: Path) -> None:

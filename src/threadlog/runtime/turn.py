@@ -159,8 +159,6 @@ class TurnDriver:
         self._parked = asyncio.Event()
         """Set while the turn loop sleeps waiting for a human decision."""
         self._task: asyncio.Task[None] | None = None
-        self._driving: str | None = None
-        """The turn ``_task`` drives."""
         self._closing = False
 
     # -- control ---------------------------------------------------------------------------
@@ -171,22 +169,11 @@ class TurnDriver:
         return self._task is not None and not self._task.done()
 
     def start(self) -> None:
-        """Drive the running turn of the log, unless it is driven already.
-
-        A turn can start while the task of the one before is still finishing (its
-        ``turn.ended`` is appended, and whoever awaited that append runs before the task
-        returns): the new turn is then driven as soon as that task is done, not left without
-        a driver."""
-        turn_id = self._host.state.active_turn
-        if turn_id is None or self._closing:
+        """Drive the running turn of the log, unless it is driven already (a turn that starts
+        while the task of the one before is finishing is driven by that task, next)."""
+        if self._closing or self.busy or self._host.state.active_turn is None:
             return
-        task = self._task
-        if task is not None and not task.done():
-            if self._driving != turn_id:
-                task.add_done_callback(lambda _: self.start())
-            return
-        self._driving = turn_id
-        self._task = asyncio.create_task(self._drive(), name=f"turn {turn_id}")
+        self._task = asyncio.create_task(self._drive(), name=f"turn {self._host.state.active_turn}")
 
     async def cancel(self) -> None:
         """Cancel the running turn (it ends ``aborted``); returns once it has ended."""
@@ -241,9 +228,21 @@ class TurnDriver:
     # -- the loop --------------------------------------------------------------------------
 
     async def _drive(self) -> None:
+        """Drive the running turn to its end, then the next one if it has started by then.
+
+        A turn can start between the previous one's ``turn.ended`` and the end of its task
+        (whoever awaited that append runs first): the task goes on with it, so no turn is
+        ever left running in the log with nothing driving it, and `busy` never says idle in
+        between. Nothing is awaited between the last check and the task's end."""
+        turn_id = self._host.state.active_turn
+        while turn_id is not None:
+            await self._drive_turn(turn_id)
+            if self._host.state.active_turn == turn_id:
+                return  # its end could not be recorded: left for the next resume
+            turn_id = self._host.state.active_turn
+
+    async def _drive_turn(self, turn_id: str) -> None:
         host = self._host
-        turn_id = host.state.active_turn
-        assert turn_id is not None
         max_steps = int(host.state.config.get("max_steps") or 100)
         try:
             while True:
@@ -281,10 +280,13 @@ class TurnDriver:
                         )
                         return
         except asyncio.CancelledError:
-            if not (self._closing and self.waiting_for_human):
+            # The running turn is cancelled: this one, or the one that started as this one
+            # ended, if the cancel came in between.
+            running = host.state.active_turn
+            if running is not None and not (self._closing and self.waiting_for_human):
                 # A turn parked on a human decision survives closing: the wait is durable
                 # (a proposal without a decision) and a reopened session waits again.
-                await self._abort(turn_id, "session closed" if self._closing else "cancelled")
+                await self._abort(running, "session closed" if self._closing else "cancelled")
             raise
         except _TurnFailed as exc:
             await self._end_turn(turn_id, "failed", exc.reason)
