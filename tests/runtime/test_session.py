@@ -395,6 +395,34 @@ def test_a_turn_submitted_while_the_last_one_finishes_is_driven(
     assert run(main()) == expected[then]
 
 
+def test_closing_lets_an_ended_turn_finish_its_append(home: str, workspace: Path) -> None:
+    """A session closed while its turn's task still awaits ``turn.ended``'s durability does
+    not cancel that append (the turn is over): it returns as usual."""
+    model = ScriptedModel([Reply("a")])
+
+    async def main() -> list[str]:
+        async with Runtime(home, model=model) as runtime:
+            session = await runtime.create("u", cwd=str(workspace))
+            store: Any = runtime.store
+            aappend, ended, returned = store.aappend, asyncio.Event(), []
+
+            async def slow_end(thread_id: str, type: Any, *args: Any, **kwargs: Any) -> Record:
+                record: Record = await aappend(thread_id, type, *args, **kwargs)
+                if record.type == "turn.ended":
+                    ended.set()
+                    await asyncio.sleep(0.05)  # the durability wait, drawn out
+                    returned.append(record.type)
+                return record
+
+            store.aappend = slow_end
+            await session.submit("one")
+            await ended.wait()
+            await session.close()
+            return returned
+
+    assert run(main()) == ["turn.ended"]
+
+
 def test_config_changes_between_turns_are_recorded(home: str, workspace: Path) -> None:
     model = ScriptedModel([Reply("a"), Reply("b")])
 

@@ -183,8 +183,15 @@ class TurnDriver:
             await asyncio.gather(task, return_exceptions=True)
 
     async def close(self) -> None:
-        """Cancel as the session closes: a turn parked on a human decision is not ended."""
+        """Cancel as the session closes: a turn parked on a human decision is not ended.
+
+        A task whose turn has ended (its ``turn.ended`` appended, its durability awaited) is
+        let finish instead: nothing is left to cancel, and the append returns as usual."""
         self._closing = True
+        task = self._task
+        if task is not None and not task.done() and self._host.state.active_turn is None:
+            await asyncio.gather(task, return_exceptions=True)
+            return
         await self.cancel()
 
     async def wait_idle(self, timeout: float | None = None) -> None:
