@@ -176,23 +176,23 @@ class TurnDriver:
         self._task = asyncio.create_task(self._drive(), name=f"turn {self._host.state.active_turn}")
 
     async def cancel(self) -> None:
-        """Cancel the running turn (it ends ``aborted``); returns once it has ended."""
+        """Cancel the running turn (it ends ``aborted``); returns once it has ended.
+
+        A task whose turn has ended already (its ``turn.ended`` appended, its durability
+        awaited) is not cancelled: nothing is left to cancel, and its append returns as
+        usual."""
         task = self._task
-        if task is not None and not task.done():
+        if task is not None and not task.done() and self._host.state.active_turn is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
     async def close(self) -> None:
-        """Cancel as the session closes: a turn parked on a human decision is not ended.
-
-        A task whose turn has ended (its ``turn.ended`` appended, its durability awaited) is
-        let finish instead: nothing is left to cancel, and the append returns as usual."""
+        """Cancel as the session closes (a turn parked on a human decision is not ended),
+        then wait for the task to finish (one whose turn had ended, its last append)."""
         self._closing = True
-        task = self._task
-        if task is not None and not task.done() and self._host.state.active_turn is None:
-            await asyncio.gather(task, return_exceptions=True)
-            return
         await self.cancel()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
 
     async def wait_idle(self, timeout: float | None = None) -> None:
         """See `Session.wait_idle`."""
