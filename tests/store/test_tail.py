@@ -8,14 +8,17 @@ the whole-file scan with one that fails.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import pytest
 
 from threadlog import EmbeddedStore, IntegrityError, UsageError
+from threadlog.model import envelope
 from threadlog.store.embedded import checkpoint, streamscan
 from threadlog.store.embedded import reader as reader_module
 from threadlog.store.embedded import recovery as recovery_module
@@ -278,6 +281,77 @@ def test_a_flipped_byte_after_the_checkpoint_is_reported(copy: tuple[str, str]) 
         assert info.value.ord == RECORDS + 5
         report = store.verify(thread)
         assert report.error is not None and report.error.ord == RECORDS + 5
+
+
+# -- whole reads over a checkpoint -----------------------------------------------------------
+
+
+def _canonical_checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the records a read re-encodes to prove their bytes canonical (`parse_next`)."""
+    calls: list[int] = []
+    dumps = envelope._dumps
+
+    def counted(*args: Any, **kwargs: Any) -> bytes:
+        calls.append(1)
+        return dumps(*args, **kwargs)
+
+    monkeypatch.setattr(envelope, "_dumps", counted)
+    return calls
+
+
+def test_a_whole_read_trusts_the_canonical_bytes_up_to_the_checkpoint(
+    copy: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, thread = copy
+    with EmbeddedStore(home) as store:
+        calls = _canonical_checks(monkeypatch)
+        records = store.read(thread)
+        assert calls == []
+        assert [r.ord for r in records] == list(range(1, RECORDS + 1))
+        assert store.read(thread, after=RECORDS - 3) == records[-3:]
+        store.index.run("DELETE FROM checkpoints")
+    with EmbeddedStore(home) as store:  # the same read, with every check
+        assert store.read(thread) == records
+        assert len(calls) > RECORDS - 10
+
+
+def _rechain(lines: list[bytes], start: int) -> None:
+    """Give ``lines[start:]`` the hashes their bytes have now, each chained on the one before."""
+    prev = orjson.loads(lines[start - 1])["hash"]
+    for i in range(start, len(lines)):
+        obj = orjson.loads(lines[i])
+        del obj["hash"]
+        obj["prev"] = prev
+        body = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+        if i == start:  # this one made non-canonical: a space after a colon in its data
+            body = body.replace(b'"data":{"i":', b'"data":{"i": ', 1)
+        prev = hashlib.sha256(body).hexdigest()
+        lines[i] = body[:-1] + b',"hash":"' + prev.encode() + b'"}\n'
+
+
+def test_a_rewritten_chain_under_the_checkpoint_is_read_with_every_check(
+    copy: tuple[str, str],
+) -> None:
+    """A record made non-canonical, with its hash and every later one recomputed: each line
+    matches its hash and the chain holds, but it no longer reaches the checkpoint's hash, so
+    the scan checks every record again and finds the bad one."""
+    home, thread = copy
+    with EmbeddedStore(home) as store:
+        path = store.path_of(thread)
+        row = _row(store, thread)
+    with open(path, "rb") as f:
+        lines = f.readlines()
+    _rechain(lines, 100)
+    with open(path, "wb") as f:
+        f.writelines(lines)
+    scanned = scan_file(path, thread, verified=(row[1], row[2]))
+    assert scanned.error is not None and scanned.error.ord == 101
+    assert "not canonical" in str(scanned.error)
+    assert len(scanned.records) == 100
+    with EmbeddedStore(home) as store:
+        with pytest.raises(IntegrityError, match="not canonical") as info:
+            store.read(thread)
+        assert info.value.ord == 101
 
 
 # -- streaming verify ------------------------------------------------------------------------

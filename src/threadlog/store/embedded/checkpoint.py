@@ -144,6 +144,18 @@ class Checkpoints:
         ord_, digest, end, version, state = rows[0]
         return Checkpoint(ord_, digest, end, version, bytes(state))
 
+    def verified(self, thread_id: str) -> tuple[int, str] | None:
+        """``(ord, hash)`` of the thread's checkpoint, if any: a record this store verified
+        with all before it, canonical bytes included (`scan_file`'s ``verified``); unchecked
+        against the rollout, None if the index fails."""
+        try:
+            rows = self._index.run(
+                "SELECT ord, hash FROM checkpoints WHERE thread_id = ?", (thread_id,)
+            )
+        except StorageError:
+            return None
+        return (rows[0][0], rows[0][1]) if rows else None
+
     def anchored_tail(
         self, thread_id: str, path: str, durable: int | None = None
     ) -> tuple[Record, Scan, Checkpoint] | None:

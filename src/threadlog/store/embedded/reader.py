@@ -282,9 +282,13 @@ class Reader:
 
     def scan_whole(self, path: str, thread_id: str, end: int | None, known: AckMark | None) -> Scan:
         """The whole log up to ``end``, checked as a reader must: damage, records lost below
-        the acknowledged mark ``known`` (taken before ``end``), a thread that has none."""
+        the acknowledged mark ``known`` (taken before ``end``), a thread that has none. The
+        records up to the thread's checkpoint are not re-encoded (`scan_file`'s ``verified``):
+        their chain must reach the checkpoint's hash."""
+        checkpoints = self.checkpoints
+        verified = None if checkpoints is None else checkpoints.verified(thread_id)
         try:
-            scanned = scan_file(path, thread_id, end=end)
+            scanned = scan_file(path, thread_id, end=end, verified=verified)
         except FileNotFoundError:
             raise ThreadNotFound(thread_id) from None
         if scanned.error is not None:

@@ -122,6 +122,7 @@ def scan(
     copied: Copied | None = None,
     whole: bool = True,
     seen: set[str] | None = None,
+    canonical_until: int = 0,
 ) -> Scan:
     """Validate rollout bytes; see the module docstring for torn tail vs corruption.
 
@@ -132,6 +133,10 @@ def scan(
     part's). A fork's file is written whole, so one that ends (or is torn) inside its
     inherited prefix is damaged — unless ``whole`` is False: ``data`` is then only the first
     lines of the file.
+
+    Records up to ord ``canonical_until`` are taken to be canonical JSON once their hash
+    matches (`parse_next`'s ``known_canonical``): only for a caller that checks the chain
+    against a hash verified before (`scan_file`'s ``verified``).
     """
     with paused():  # one dict and one Record per line, no cycles (`threadlog._gc`)
         return _scan(
@@ -144,6 +149,7 @@ def scan(
             copied,
             whole,
             set() if seen is None else seen,
+            canonical_until,
         )
 
 
@@ -157,6 +163,7 @@ def _scan(
     copied: Copied | None,
     whole: bool,
     seen: set[str],
+    canonical_until: int,
 ) -> Scan:
     result = Scan(end=base_offset)
     records, offsets = result.records, result.offsets
@@ -186,7 +193,17 @@ def _scan(
         # parsed and checked in one go by `parse_next`; any other, or one it refuses, takes
         # the general way below, which finds what is wrong and says so.
         record = (
-            parse_next(data, view, pos, nl + 1, thread_id, expected, prev, last_id)
+            parse_next(
+                data,
+                view,
+                pos,
+                nl + 1,
+                thread_id,
+                expected,
+                prev,
+                last_id,
+                expected <= canonical_until,
+            )
             if prev is not None and expected > 1 and (copied is None or expected > copied.until)
             else None
         )
@@ -337,7 +354,13 @@ def _whole_but_newline(
     return record
 
 
-def scan_file(path: str, thread_id: str, *, end: int | None = None) -> Scan:
+def scan_file(
+    path: str,
+    thread_id: str,
+    *,
+    end: int | None = None,
+    verified: tuple[int, str] | None = None,
+) -> Scan:
     """`scan` a rollout file from disk, up to byte ``end`` if given (the durable end a live
     writer publishes: what lies past it may not be on disk yet).
 
@@ -345,7 +368,24 @@ def scan_file(path: str, thread_id: str, *, end: int | None = None) -> Scan:
     the one before (its offset, ordinal, hash, the fork's prefix and the ids seen), so a long
     log's bytes are never all in memory beside its records. A bad line that a piece's scan
     takes for a torn tail is one only if nothing valid follows it: the rest of the file is
-    then scanned from that line in one piece, as a scan of the whole file would."""
+    then scanned from that line in one piece, as a scan of the whole file would.
+
+    ``verified`` is ``(ord, hash)`` of a record this store verified, with every record before
+    it, canonical bytes included (a checkpoint, `threadlog.store.embedded.checkpoint`). The
+    records up to it then have their hashes and the chain checked but are not re-encoded to
+    prove their bytes canonical: if the chain reaches ``hash`` at ``ord``, the bytes are the
+    ones verified before. If it does not (the file was replaced, cut or damaged), the file is
+    scanned again with every check, and that scan's records and findings are the answer.
+    """
+    if verified is not None:
+        fast = _scan_file(path, thread_id, end, verified[0])
+        ord_, digest = verified
+        if len(fast.records) >= ord_ and fast.records[ord_ - 1].hash == digest:
+            return fast
+    return _scan_file(path, thread_id, end, 0)
+
+
+def _scan_file(path: str, thread_id: str, end: int | None, canonical_until: int) -> Scan:
     result = Scan()
     seen: set[str] = set()
     copied: Copied | None = None
@@ -364,6 +404,7 @@ def scan_file(path: str, thread_id: str, *, end: int | None = None) -> Scan:
                 copied=copied,
                 whole=final,
                 seen=seen,
+                canonical_until=canonical_until,
             )
             if (part.torn is not None or part.error is not None) and not final:
                 # judged on the rest of the file, as a scan of the whole file judges it
@@ -376,6 +417,7 @@ def scan_file(path: str, thread_id: str, *, end: int | None = None) -> Scan:
                     prev_hash=part.records[-1].hash if part.records else prev,
                     copied=copied or prefix_of(part.records),
                     seen=seen,
+                    canonical_until=canonical_until,
                 )
                 part.records += tail.records
                 part.offsets += tail.offsets
