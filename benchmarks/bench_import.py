@@ -258,6 +258,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     files = 50 if args.quick else args.files
+    if args.dir is not None:
+        os.makedirs(args.dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="bench-import-", dir=args.dir)
     try:
         sources, store = os.path.join(work, "sources"), os.path.join(work, "store")

@@ -378,10 +378,11 @@ def scan_file(
     scanned again with every check, and that scan's records and findings are the answer.
     """
     if verified is not None:
-        fast = _scan_file(path, thread_id, end, verified[0])
         ord_, digest = verified
+        fast = _scan_file(path, thread_id, end, ord_)
         if len(fast.records) >= ord_ and fast.records[ord_ - 1].hash == digest:
             return fast
+        del fast  # (not held beside the second scan's records)
     return _scan_file(path, thread_id, end, 0)
 
 
