@@ -354,6 +354,34 @@ def test_a_rewritten_chain_under_the_checkpoint_is_read_with_every_check(
         assert info.value.ord == 101
 
 
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        "UPDATE checkpoints SET version = 'another'",
+        "UPDATE checkpoints SET ord = 0",
+        "UPDATE checkpoints SET hash = '" + "0" * 64 + "'",
+    ],
+)
+def test_a_checkpoint_row_not_to_be_trusted_reads_with_every_check(
+    copy: tuple[str, str], monkeypatch: pytest.MonkeyPatch, spoil: str
+) -> None:
+    home, thread = copy
+    with EmbeddedStore(home) as store:
+        store.index.run(spoil)
+    with EmbeddedStore(home) as store:
+        calls = _canonical_checks(monkeypatch)
+        assert [r.ord for r in store.read(thread)] == list(range(1, RECORDS + 1))
+        assert len(calls) > RECORDS - 10
+
+
+def test_an_empty_file_under_a_bad_checkpoint_row_is_no_thread(tmp_path: Path) -> None:
+    path = str(tmp_path / "empty.jsonl")
+    open(path, "wb").close()
+    for verified in ((0, "x"), (-1, "x"), (3, "x")):
+        scanned = scan_file(path, "t", verified=verified)
+        assert scanned.records == [] and scanned.error is None
+
+
 # -- streaming verify ------------------------------------------------------------------------
 
 

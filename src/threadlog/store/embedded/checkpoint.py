@@ -147,14 +147,19 @@ class Checkpoints:
     def verified(self, thread_id: str) -> tuple[int, str] | None:
         """``(ord, hash)`` of the thread's checkpoint, if any: a record this store verified
         with all before it, canonical bytes included (`scan_file`'s ``verified``); unchecked
-        against the rollout, None if the index fails."""
+        against the rollout. None if the index fails or the row is another version's."""
         try:
             rows = self._index.run(
-                "SELECT ord, hash FROM checkpoints WHERE thread_id = ?", (thread_id,)
+                "SELECT ord, hash, version FROM checkpoints WHERE thread_id = ?", (thread_id,)
             )
         except StorageError:
             return None
-        return (rows[0][0], rows[0][1]) if rows else None
+        if not rows:
+            return None
+        ord_, digest, version = rows[0]
+        if version != snapshot.SNAPSHOT_VERSION or ord_.__class__ is not int or ord_ < 1:
+            return None  # another threadlog's row, or not one this store wrote
+        return ord_, digest
 
     def anchored_tail(
         self, thread_id: str, path: str, durable: int | None = None

@@ -377,7 +377,7 @@ def scan_file(
     ones verified before. If it does not (the file was replaced, cut or damaged), the file is
     scanned again with every check, and that scan's records and findings are the answer.
     """
-    if verified is not None:
+    if verified is not None and verified[0] >= 1:
         ord_, digest = verified
         fast = _scan_file(path, thread_id, end, ord_)
         if len(fast.records) >= ord_ and fast.records[ord_ - 1].hash == digest:
