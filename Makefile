@@ -29,8 +29,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# one worker process per core (pytest-xdist); a single test file: .venv/bin/pytest -q FILE
 pytest: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto
 
 # the wheel, installed into a fresh venv, running the README's quickstarts (tests/test_release.py)
 release-check: $(STAMP)
