@@ -665,3 +665,58 @@ def test_progress_is_transient(home: str, workspace: Path) -> None:
 
 def _unused(_: Callable[..., Any]) -> None:
     pass
+
+
+def test_a_late_subscriber_gets_the_answer_so_far_then_the_rest(home: str, workspace: Path) -> None:
+    """A subscription with progress that starts mid-answer (a page opened while the model
+    writes) first gets ``text_so_far``, then the deltas after it: the whole answer, once."""
+    words = " ".join(f"w{i}" for i in range(12))
+    model = ScriptedModel([Reply(words), Reply("second answer")], delay=0.01)
+
+    async def main() -> tuple[list[Progress], list[Progress]]:
+        async with Runtime(home, model=model) as runtime:
+            session = await runtime.create("u", cwd=str(workspace))
+            deltas = 0
+            halfway = asyncio.Event()
+            late: list[Progress] = []
+            after_answer: list[Progress] = []
+
+            async def first() -> None:
+                nonlocal deltas
+                async for item in session.subscribe(progress=True):
+                    if isinstance(item, Progress) and item.kind == "text":
+                        deltas += 1
+                        if deltas == 5:
+                            halfway.set()
+                    elif isinstance(item, Record) and item.type == "turn.ended":
+                        return
+
+            async def watch(into: list[Progress]) -> None:
+                async for item in session.subscribe(session.state.last_ord, progress=True):
+                    if isinstance(item, Progress):
+                        into.append(item)
+                    elif isinstance(item, Record) and item.type == "turn.ended":
+                        return
+
+            watcher = asyncio.create_task(first())
+            await session.submit("say it")
+            await asyncio.wait_for(halfway.wait(), 10)
+            late_task = asyncio.create_task(watch(late))
+            await asyncio.wait_for(watcher, 10)
+            await asyncio.wait_for(late_task, 10)
+            # after the answer is durable, nothing stale is handed to a new subscriber
+            third = asyncio.create_task(watch(after_answer))
+            await asyncio.sleep(0.05)
+            await session.submit("again")
+            await asyncio.wait_for(third, 10)
+            return late, after_answer
+
+    late, after_answer = run(main())
+    kinds = [p.kind for p in late]
+    assert kinds[0] == "text_so_far" and kinds.count("text_so_far") == 1
+    so_far = late[0].data["text"]
+    assert so_far.startswith("w0 w1 w2 w3 w4") and so_far != words
+    rest = "".join(p.data["text"] for p in late[1:] if p.kind == "text")
+    assert so_far + rest == words
+    assert "text_so_far" not in [p.kind for p in after_answer]
+    assert "".join(p.data["text"] for p in after_answer if p.kind == "text") == "second answer"

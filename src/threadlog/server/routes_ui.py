@@ -17,8 +17,9 @@ The JSON routes (``docs/ui.md``):
   "continue from here");
 * ``GET /v1/threads/{thread}/progress``: the transient updates of the thread's running turn
   in this server (model text as it streams, "thinking", tool progress), as Server-Sent
-  Events ``event: progress``; never logged, so never replayed: a client that connects late
-  sees only what comes next. It ends (``event: end``, ``reason``: ``idle``) once no turn runs
+  Events ``event: progress``; never logged. A client that connects while the model's answer
+  streams first gets ``text_so_far`` (the answer so far, `threadlog.runtime.bus.Progress`),
+  then what comes next; earlier tool progress is not replayed. It ends (``event: end``, ``reason``: ``idle``) once no turn runs
   here or the turn waits for a human (at once when so: the page opens it again when a turn
   runs), after `MAX_OPEN` seconds, and with ``shutdown`` when the server stops.
 

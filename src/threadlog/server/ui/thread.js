@@ -93,6 +93,7 @@ export function threadPage(threadId) {
     if (data?.step_id && ctl.doneSteps.has(data.step_id)) return;
     if (kind === "thinking") ctl.streaming.set(data.step_id, "");
     else if (kind === "text") ctl.streaming.set(data.step_id, (ctl.streaming.get(data.step_id) || "") + data.text);
+    else if (kind === "text_so_far") ctl.streaming.set(data.step_id, data.text); // a late start: all of it
     else if (kind === "tool_progress") ctl.toolProgress.set(data.call_id, data);
     else return;
     drawLive(convo, ctl);
