@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from threadlog._dataclass import dataclass
 from threadlog.errors import RunError, StorageError
@@ -62,6 +62,18 @@ class Progress:
     data: dict[str, Any]
 
 
+class Streaming(Protocol):
+    """A model call streaming its answer (`Bus.streaming`)."""
+
+    @property
+    def step_id(self) -> str: ...
+
+    @property
+    def text(self) -> str:
+        """The answer the current try has streamed so far."""
+        ...
+
+
 LiveItem: TypeAlias = Record | Progress
 """What a subscription yields: durable records, and `Progress` for those who asked."""
 
@@ -89,9 +101,9 @@ class Bus:
         self._subscribers: list[tuple[asyncio.Queue[Any], bool]] = []
         self._store_error: StorageError | None = None
         """Set when the store stopped acknowledging writes: no record will come any more."""
-        self._streaming: tuple[str, list[str]] | None = None
-        """The step whose answer streams now and its text deltas so far (on the loop; until
-        the step's ``model.responded`` or ``provider.interrupted``, or the turn's end)."""
+        self.streaming: Streaming | None = None
+        """The model call whose answer streams now (`threadlog.runtime.retry.StepAttempts`
+        sets itself here while it runs): what a late subscriber is given first."""
 
     # -- the store's side -------------------------------------------------------------------
 
@@ -106,7 +118,7 @@ class Bus:
         store.remove_error_listener(self._on_store_error)
 
     def _on_durable(self, thread_id: str, records: list[Record]) -> None:
-        if thread_id != self.thread_id or not (self._subscribers or self._streaming):
+        if thread_id != self.thread_id or not self._subscribers:
             return
         try:
             self._loop.call_soon_threadsafe(self.publish, records)
@@ -133,10 +145,6 @@ class Bus:
     def publish(self, item: list[Record] | Progress) -> None:
         """Hand a batch of durable records, or a `Progress`, to every subscriber (on the
         loop); drop a subscriber that is full (see the module docstring)."""
-        if isinstance(item, Progress):
-            self._track(item)
-        elif self._streaming is not None:
-            self._settle(item)
         transient = isinstance(item, Progress)
         for queue, wants_progress in list(self._subscribers):
             if transient and not wants_progress:
@@ -155,31 +163,6 @@ class Bus:
                     )
                 )
 
-    def _track(self, item: Progress) -> None:
-        """Keep the streaming answer's text for late subscribers (`Progress`)."""
-        if item.kind == "thinking":
-            self._streaming = (item.data["step_id"], [])
-        elif item.kind == "text":
-            step_id = item.data["step_id"]
-            if self._streaming is None or self._streaming[0] != step_id:
-                self._streaming = (step_id, [])
-            self._streaming[1].append(item.data["text"])
-        elif item.kind == "retrying":
-            self._streaming = None  # the next attempt streams its answer anew
-
-    def _settle(self, records: list[Record]) -> None:
-        """Forget the streaming text once its step's answer (or the turn's end) is durable."""
-        assert self._streaming is not None
-        step_id = self._streaming[0]
-        for record in records:
-            if record.type == "turn.ended" or (
-                record.type in ("model.responded", "provider.interrupted")
-                and isinstance(record.data, dict)
-                and record.data.get("step_id") == step_id
-            ):
-                self._streaming = None
-                return
-
     def close(self) -> None:
         """End every subscription (after what each has queued)."""
         for queue, _ in self._subscribers:
@@ -197,10 +180,11 @@ class Bus:
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=buffer)
         entry = (queue, progress)
         self._subscribers.append(entry)
-        if progress and self._streaming is not None and self._streaming[1]:
-            step_id, parts = self._streaming
+        streaming = self.streaming
+        if progress and streaming is not None and streaming.text:
             # (with no await since the last delta: the deltas after it follow in the queue)
-            queue.put_nowait(Progress("text_so_far", {"step_id": step_id, "text": "".join(parts)}))
+            so_far = {"step_id": streaming.step_id, "text": streaming.text}
+            queue.put_nowait(Progress("text_so_far", so_far))
         if self._store_error is not None:  # it failed before: the log is all there is
             queue.put_nowait(self._store_error)
         try:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from threadlog._dataclass import dataclass
 from threadlog.errors import UsageError
 from threadlog.model.events import ProviderInterrupted, ProviderStarted
-from threadlog.runtime.bus import Progress
+from threadlog.runtime.bus import Bus, Progress
 from threadlog.runtime.models import Completed, ProviderError, TextDelta
 
 if TYPE_CHECKING:
@@ -166,19 +166,24 @@ class StepAttempts:
     def __init__(
         self,
         host: StepHost,
-        publish: Callable[[Progress], None],
+        bus: Bus,
         model: Model,
         request: ModelRequest,
         turn_id: str,
         step_id: str,
     ) -> None:
         self._host = host
-        self._publish = publish
+        self._bus = bus
+        self._publish = bus.publish
         self._model = model
         self._request = request
         self._turn_id = turn_id
         self._step_id = step_id
         self._partial: list[str] = []
+
+    @property
+    def step_id(self) -> str:
+        return self._step_id
 
     @property
     def text(self) -> str:
@@ -189,12 +194,16 @@ class StepAttempts:
         """The complete response, after up to the thread's ``model_attempts`` tries; raises
         the last `ProviderError` (or what is not one) as it comes."""
         policy = self._host.runtime.retry
-        return await call_with_retries(
-            self._attempt,
-            policy=policy,
-            attempts=attempts_for(self._host.state.config, policy),
-            on_retry=self._on_retry,
-        )
+        self._bus.streaming = self  # what a subscriber that starts mid-answer is given first
+        try:
+            return await call_with_retries(
+                self._attempt,
+                policy=policy,
+                attempts=attempts_for(self._host.state.config, policy),
+                on_retry=self._on_retry,
+            )
+        finally:
+            self._bus.streaming = None
 
     async def _attempt(self, n: int) -> Completed:
         step_id = self._step_id
@@ -232,6 +241,7 @@ class StepAttempts:
                 attempt=n,
             )
         )
+        self._partial.clear()  # recorded: the next try streams its answer anew
         self._publish(
             Progress(
                 "retrying",

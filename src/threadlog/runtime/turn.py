@@ -378,7 +378,7 @@ class TurnDriver:
                     )
                 )
             raise
-        tries = StepAttempts(host, self._bus.publish, model, request, turn_id, step_id)
+        tries = StepAttempts(host, self._bus, model, request, turn_id, step_id)
         try:
             completed = await tries.run()
         except ProviderError as exc:

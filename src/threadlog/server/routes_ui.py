@@ -19,9 +19,10 @@ The JSON routes (``docs/ui.md``):
   in this server (model text as it streams, "thinking", tool progress), as Server-Sent
   Events ``event: progress``; never logged. A client that connects while the model's answer
   streams first gets ``text_so_far`` (the answer so far, `threadlog.runtime.bus.Progress`),
-  then what comes next; earlier tool progress is not replayed. It ends (``event: end``, ``reason``: ``idle``) once no turn runs
-  here or the turn waits for a human (at once when so: the page opens it again when a turn
-  runs), after `MAX_OPEN` seconds, and with ``shutdown`` when the server stops.
+  then what comes next; earlier tool progress is not replayed. It ends (``event: end``,
+  ``reason``: ``idle``) once no turn runs here or the turn waits for a human (at once when
+  so: the page opens it again when a turn runs), after `MAX_OPEN` seconds, and with
+  ``shutdown`` when the server stops.
 
 The three that name a thread go through the same ownership dependency as every other route.
 
