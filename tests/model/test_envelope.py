@@ -14,6 +14,7 @@ from threadlog.model.envelope import (
     BadRecord,
     Record,
     encode_record,
+    line_ids,
     parse_line,
     record_from_obj,
     valid_type_name,
@@ -417,3 +418,24 @@ def test_encode_record_is_the_sorted_dump_of_the_record_whatever_its_strings(
     body = orjson.dumps({**fields, "data": data, "v": 1}, option=orjson.OPT_SORT_KEYS)
     assert digest == hashlib.sha256(body).hexdigest()
     assert line == body[:-1] + b',"hash":"' + digest.encode() + b'"}\n'
+
+
+def test_line_ids_finds_each_records_own_id_on_the_bytes() -> None:
+    events = [
+        ("custom.a", {"id": "not-the-record", "nested": {"id": "nor-this"}}),
+        ("custom.b", {"text": ',"id":"inside a string"'}),
+        ("custom.c", {}),
+    ]
+    lines, prev = [], None
+    for n, event in enumerate(events, 1):
+        own = 'odd"id\\' if n == 3 else None  # a caller's id that JSON must escape
+        line = encode(event, ord=n, prev=prev, id=own)
+        lines.append(line)
+        prev = parse_line(line).hash
+    data = b"".join(lines)
+    ids, offsets = line_ids(data, 0, len(data))
+    assert ids == [parse_line(line).id for line in lines]
+    assert ids[2] == 'odd"id\\'
+    assert offsets == [0, len(lines[0]), len(lines[0]) + len(lines[1])]
+    with pytest.raises(BadRecord):
+        line_ids(data[:-1], 0, len(data) - 1)  # a torn last line

@@ -48,7 +48,7 @@ def fetch_for_show(store: DiskStore, thread: str, last_n: int, *, whole: bool) -
     """Read what ``show`` prints: every record with ``whole`` (the tree), else only the
     latest (`threadlog.cli._fetch.records_for_show`)."""
     records, complete = records_for_show(store, thread, last_n, whole=whole)
-    state = store.state(thread)
+    state = store.state(thread, history=False)
     info = store.thread_info(thread)
     turns = store.turns(thread)
     calls = store.tool_calls(thread)

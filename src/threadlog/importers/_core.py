@@ -65,12 +65,12 @@ from threadlog.importers._lines import (
 )
 from threadlog.importers._report import FileReport, ImportReport
 from threadlog.model.ids import derived_id
-from threadlog.model.legality import replay_log
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Iterable, Iterator
 
     from threadlog.importers._parallel import Built
+    from threadlog.model.envelope import Record
     from threadlog.model.state import ThreadState
     from threadlog.store.protocol import Store
 
@@ -224,18 +224,51 @@ def open_emitter(
     if bulk is not None and bulk.pending(thread):
         bulk.commit()  # the session's thread is in the batch: make it readable
         store.flush()
-    records = store.read(thread)
-    emitter = Emitter(store, thread, identity.key, records[0].id, report)
-    emitter.known = {r.id for r in records}
-    emitter.parents = {r.id: r.parent for r in records}
-    progress = None
-    for record in records:
-        if record.type == PROGRESS and isinstance(record.data, dict):
-            if record.data.get("path") == source:
-                progress = record.data
-    state = replay_log(thread, records)
+    # The thread's state as it stands and its latest records, back to the last import of
+    # this file (a crashed import of it may have written records past its progress record:
+    # the lines read again find them there, or the store returns them as replays, see
+    # `Emitter.floor`). The rest is read only if a line names an older record
+    # (`Emitter.holds`), e.g. when the file must be read again from the start.
+    state = store.state(thread, history=False)
+    recent, progress = _latest(store, thread, source)
+    first = recent[0] if recent and recent[0].ord == 1 else store.read(thread, limit=1)[0]
+    emitter = Emitter(store, thread, identity.key, first.id, report)
+    emitter.known = {first.id, *(r.id for r in recent)}
+    emitter.parents = {first.id: first.parent, **{r.id: r.parent for r in recent}}
+    if (recent[0].ord if recent else state.last_ord + 1) > 2:  # not all of them
+        emitter.rest = lambda: store.read(thread)
+    emitter.floor = state.last_ord
     emitter.leaf = state.leaf
     return emitter, state, progress
+
+
+PAGE = 256
+"""Records read at a time, from the end, looking for a file's last progress record."""
+
+
+def _latest(store: Store, thread: str, source: str) -> tuple[list[Record], dict[str, Any] | None]:
+    """``thread``'s records read from its end, a page at a time, back to the page that holds
+    its last progress record for ``source`` (the last items that import wrote, which the new
+    lines continue, are in it), and that record's data; every record and None if there is
+    none."""
+    pages: list[list[Record]] = []
+    before = 2**62
+    progress: dict[str, Any] | None = None
+    while progress is None:
+        page = store.read(thread, before=before, limit=PAGE)
+        pages.append(page)
+        for record in reversed(page):
+            if (
+                record.type == PROGRESS
+                and isinstance(record.data, dict)
+                and record.data.get("path") == source
+            ):
+                progress = record.data
+                break
+        if not page or page[0].ord <= 1:
+            break
+        before = page[0].ord
+    return [r for page in reversed(pages) for r in page], progress
 
 
 def new_thread(

@@ -45,6 +45,7 @@ from threadlog.model.ids import derived_id
 from threadlog.model.tree import ENTRY_TYPES
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
     from types import EllipsisType
 
     from threadlog.importers._report import FileReport
@@ -95,9 +96,16 @@ class Emitter:
     """The id of the thread's ``thread.created`` record."""
     report: FileReport
     known: set[str] = field(default_factory=set)
-    """Ids of the thread's records (parents must be among them)."""
+    """Ids of the thread's records the emitter has seen (parents must be among them; see
+    `holds`)."""
     parents: dict[str, str | None] = field(default_factory=dict)
-    """Record id → its parent, for the thread's records."""
+    """Record id → its parent, for the records in ``known``."""
+    rest: Callable[[], Iterable[Record]] | None = None
+    """The thread's records not in ``known`` (a thread imported before is opened with its
+    latest records only): read the first time an id is looked for and not found."""
+    floor: int = 0
+    """The thread's last ordinal when the emitter opened it: the store returning a record at
+    or below it for an append means that record was there already (a replay)."""
     active_turn: str | None = None
     calls: dict[str, str] = field(default_factory=dict)
     """call id → ``running`` | ``done`` (finished, or ended otherwise)."""
@@ -128,6 +136,27 @@ class Emitter:
             self.calls[call_id] = "running" if call.status == "running" else "done"
 
     # -- ids and parents ---------------------------------------------------------------------
+
+    def holds(self, rid: str) -> bool:
+        """Whether the thread holds record ``rid`` (reading the rest of its records, once,
+        if the latest ones do not have it)."""
+        if rid in self.known:
+            return True
+        if self.rest is None:
+            return False
+        self.complete()
+        return rid in self.known
+
+    def complete(self) -> None:
+        """Know every record of the thread (`rest`), e.g. before its file is read again
+        from the start."""
+        rest, self.rest = self.rest, None
+        if rest is None:
+            return
+        known, parents = self.known, self.parents
+        for record in rest():
+            known.add(record.id)
+            parents.setdefault(record.id, record.parent)
 
     def anchor(self, item: str) -> str:
         """The id of the last record of item ``item`` (what its children continue)."""
@@ -161,7 +190,7 @@ class Emitter:
         if parent is None:
             return self.root
         anchor = self.anchor(parent)
-        if anchor in self.known:
+        if self.holds(anchor):
             return anchor
         self.report.problem(self.line, "broken_parent", f"parent {parent!r} is not in the session")
         return self.root
@@ -169,11 +198,14 @@ class Emitter:
     def item_parent(self, item: str) -> str | None:
         """The record the first record of item ``item`` continues (its parent item's anchor),
         or None if the item was never imported."""
-        node: str | None = self.anchor(item)
-        if node not in self.known:
+        anchor = self.anchor(item)
+        if not self.holds(anchor):
             return None
-        own = {node} | {self.record_id(item, n) for n in range(1, 64)}
+        node: str | None = anchor
+        own = {anchor} | {self.record_id(item, n) for n in range(1, 64)}
         while node in own:
+            if node not in self.parents:
+                self.complete()
             node = self.parents.get(node)
         return node
 
@@ -364,7 +396,7 @@ class Emitter:
 
     def move_leaf(self, to: str, tag: str) -> None:
         """Make ``to`` (a record id) the active leaf, unless it is already."""
-        if to == self.leaf or to not in self.known:
+        if to == self.leaf or not self.holds(to):
             return
         self._append(
             derived_id("threadlog.import", self.key, tag, "leaf"), "leaf.moved", {"to": to}, to
@@ -391,7 +423,9 @@ class Emitter:
 
     def _append(self, rid: str, type_: str, data: dict[str, Any], parent: str) -> bool:
         try:
-            self.store.append(self.thread_id, type_, data, durable=False, id=rid, parent=parent)
+            stored = self.store.append(
+                self.thread_id, type_, data, durable=False, id=rid, parent=parent
+            )
         except ConflictError as exc:
             self.report.problem(
                 self.line,
@@ -403,7 +437,7 @@ class Emitter:
         except UsageError as exc:
             self.report.problem(self.line, "refused", f"{type_}: {exc}")
             return False
-        if rid in self.known:
+        if rid in self.known or stored.ord <= self.floor:
             return True  # imported before: the log (and its leaf) did not change
         self.known.add(rid)
         self.parents[rid] = parent

@@ -162,7 +162,7 @@ class _Parser:
             parent = obj.get("parentId")
             up = emit.parent_of(parent if isinstance(parent, str) else None)
         self._entry(emit, key, up, kind, obj, ts, line)
-        if emit.anchor(key) in emit.known:
+        if emit.holds(emit.anchor(key)):
             self.leaf = emit.anchor(key)
 
     def _ref(self, emit: Emitter, entry: Any) -> str | None:
@@ -170,7 +170,7 @@ class _Parser:
         if not isinstance(entry, str):
             return None
         anchor = emit.anchor(entry)
-        return anchor if anchor in emit.known else None
+        return anchor if emit.holds(anchor) else None
 
     def _entry(
         self,

@@ -31,6 +31,7 @@ __all__ = [
     "Record",
     "encode_record",
     "line_hash",
+    "line_ids",
     "parse_line",
     "parse_next",
     "record_from_obj",
@@ -410,6 +411,38 @@ def _bad(reason: str, index: int, offset: int) -> BadRecord:
     exc.index = index  # type: ignore[attr-defined]
     exc.offset = offset  # type: ignore[attr-defined]
     return exc
+
+
+def line_ids(data: bytes, start: int, end: int) -> tuple[list[str], list[int]]:
+    """The event id and offset of each line in ``data[start:end]`` (whole lines), found on
+    the bytes: nothing is decoded or verified but the id.
+
+    In canonical order ``id`` is the first envelope key after ``data``, and every field after
+    it is a number, a null or a string that cannot hold ``,"id":"`` unescaped, so the last
+    ``,"id":"`` of a line is the record's own. For the lines a caller already verified (a
+    writer completing the ids of a log it opened from a checkpoint, `threadlog.store.embedded.
+    rolloutlog`): about a tenth of the cost of parsing them.
+
+    Raises:
+        BadRecord: a line without a newline or an id (``.index`` and ``.offset`` say where).
+    """
+    ids: list[str] = []
+    offsets: list[int] = []
+    find, rfind = data.find, data.rfind
+    pos, index = start, 0
+    while pos < end:
+        nl = find(b"\n", pos, end)
+        if nl < 0:
+            raise _bad("line has no terminating newline (torn write)", index, pos)
+        at = rfind(b',"id":"', pos, nl) + 7
+        close = find(b'"', at, nl)
+        if at < 7 or close < 0:
+            raise _bad("line has no event id", index, pos)
+        raw = data[at:close]
+        ids.append(raw.decode() if b"\\" not in raw else parse_line(data[pos : nl + 1]).id)
+        offsets.append(pos)
+        pos, index = nl + 1, index + 1
+    return ids, offsets
 
 
 def line_hash(line: bytes) -> str:

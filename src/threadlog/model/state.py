@@ -20,6 +20,7 @@ __all__ = [
     "ThreadState",
     "ToolCallState",
     "TurnState",
+    "trim",
 ]
 
 
@@ -148,6 +149,10 @@ class ThreadState:
     session: str | None = None
     """The session that opened the thread (``session.opened``) and has not closed it: the
     live one, or one whose process stopped without closing."""
+    trimmed: bool = False
+    """Whether `trim` dropped payloads of this state's finished history (then it decides
+    what may be appended next exactly as the whole state would, but it does not describe
+    every past call and turn)."""
 
     @property
     def pending_inputs(self) -> list[InputState]:
@@ -160,3 +165,43 @@ class ThreadState:
         from threadlog.model.toolcalls import TERMINAL
 
         return [c for c in self.tool_calls.values() if c.status not in TERMINAL]
+
+
+def trim(state: ThreadState) -> bool:
+    """Drop, in place, the payloads of what is over and done in ``state``: the input of every
+    turn that ended before the latest one, the text of the steering inputs those turns
+    consumed, and the arguments, intent, result and error of their tool calls that reached a
+    terminal status. True if anything was dropped (``state.trimmed`` is then set).
+
+    What the reducer checks an event against (statuses, ordinals, which ids exist) is all
+    kept, so a trimmed state admits and refuses exactly what the whole one does; it is what
+    a store keeps to check appends with (its checkpoints), where the whole history's
+    payloads would make the state as large as the log. Views of past turns and calls read
+    the log instead (`threadlog.store.protocol.Store.state`). One pass over the turns.
+    """
+    from threadlog.model.toolcalls import TERMINAL
+
+    dropped = False
+    latest = next(reversed(state.turns), None)
+    calls, inputs = state.tool_calls, state.inputs
+    for turn_id, turn in state.turns.items():
+        if turn_id == latest or turn.status == "running":
+            continue
+        if turn.input:
+            turn.input = ""
+            dropped = True
+        for input_id in turn.inputs:
+            steered = inputs.get(input_id)
+            if steered is not None and steered.text:
+                steered.text = ""
+                dropped = True
+        for call_id in turn.tool_calls:
+            call = calls.get(call_id)
+            if call is None or call.status not in TERMINAL:
+                continue
+            if call.args or call.result is not None or call.intent is not None or call.error:
+                call.args, call.result, call.intent, call.error = {}, None, None, None
+                dropped = True
+    if dropped:
+        state.trimmed = True
+    return dropped

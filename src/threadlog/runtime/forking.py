@@ -44,7 +44,7 @@ def fork_point(
     records may not be durable yet); otherwise the store's state is used. Raises `UsageError`
     for an ordinal or entry the thread does not have.
     """
-    state = live if live is not None else store.state(thread_id)
+    state = live if live is not None else store.state(thread_id, history=False)
     if at is None:
         target = state.last_ord
     elif isinstance(at, str):

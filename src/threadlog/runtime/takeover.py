@@ -64,7 +64,7 @@ def interrupted_threads(
         if thread_id in skipped:
             continue
         try:
-            state = store.state(thread_id)
+            state = store.state(thread_id, history=False)
             if state.active_turn is None or state.session is None:
                 continue
             if opened_by(store, thread_id, state.session) in wanted:
@@ -86,7 +86,7 @@ def waiting_threads(store: Store, *, skip: Iterable[str] = ()) -> list[str]:
             if isinstance(store, Mailbox) and store.pending(thread_id):
                 found.append(thread_id)
                 continue
-            state = store.state(thread_id)
+            state = store.state(thread_id, history=False)
             if state.active_turn is None and state.pending_inputs:
                 found.append(thread_id)
         except Exception as exc:

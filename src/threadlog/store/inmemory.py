@@ -268,7 +268,7 @@ class MemoryStore(MemoryBlobs, MemoryMailbox, MemoryCredentials, MemoryTransfer)
             out = out[:limit] if before is None else (out[-limit:] if limit > 0 else [])
         return [_copy(r, js) for r, js in out]
 
-    def state(self, thread_id: str) -> ThreadState:
+    def state(self, thread_id: str, *, history: bool = True) -> ThreadState:
         """The thread's state, reduced from its log; `IntegrityError` (with its ordinal) if
         the log holds an event the reducer refuses (written by an older threadlog)."""
         return replay_log(thread_id, self.read(thread_id))

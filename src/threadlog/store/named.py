@@ -48,7 +48,7 @@ def archive(store: Store, thread_id: str, archived: bool) -> bool:
     try:
         store.append(thread_id, ThreadArchived(archived=archived), durable=True)
     except InvalidTransition:
-        if store.state(thread_id).archived == archived:
+        if store.state(thread_id, history=False).archived == archived:
             return False
         raise
     return True

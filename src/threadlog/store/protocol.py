@@ -221,9 +221,14 @@ class Store(Protocol):
         another process. Raises `ThreadNotFound`, `IntegrityError`."""
         ...
 
-    def state(self, thread_id: str) -> ThreadState:
+    def state(self, thread_id: str, *, history: bool = True) -> ThreadState:
         """The thread's state, reduced from its whole log. Raises `IntegrityError` naming the
-        ordinal if the log holds an event the reducer refuses."""
+        ordinal if the log holds an event the reducer refuses.
+
+        ``history=False`` lets the store answer with a trimmed state
+        (`threadlog.model.state.trim`: past turns and calls without their payloads), which
+        may cost the log's tail instead of its length: enough for what the thread is doing
+        now (its running turn, open calls, leaf, settings), not for a view of its past."""
         ...
 
     def exists(self, thread_id: str) -> bool:

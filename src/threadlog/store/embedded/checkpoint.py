@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from threadlog.errors import StorageError
 from threadlog.model import snapshot
 from threadlog.model.context import Context
+from threadlog.model.state import trim
 from threadlog.store.embedded.snapshots import tail_after
 
 if TYPE_CHECKING:
@@ -130,19 +131,22 @@ class Checkpoints:
 
     # -- using -------------------------------------------------------------------------------
 
-    def get(self, thread_id: str) -> Checkpoint | None:
-        """The thread's checkpoint row, if any (unchecked), or None if the index fails."""
+    def get(self, thread_id: str, *, state: bool = True) -> Checkpoint | None:
+        """The thread's checkpoint row, if any (unchecked), or None if the index fails;
+        without its state (``b""``) unless ``state`` (the state is most of the row)."""
+        columns = (
+            "ord, hash, end_offset, version, state" if state else "ord, hash, end_offset, version"
+        )
         try:
             rows = self._index.run(
-                "SELECT ord, hash, end_offset, version, state FROM checkpoints WHERE thread_id = ?",
-                (thread_id,),
+                f"SELECT {columns} FROM checkpoints WHERE thread_id = ?", (thread_id,)
             )
         except StorageError:
             return None
         if not rows:
             return None
-        ord_, digest, end, version, state = rows[0]
-        return Checkpoint(ord_, digest, end, version, bytes(state))
+        ord_, digest, end, version = rows[0][:4]
+        return Checkpoint(ord_, digest, end, version, bytes(rows[0][4]) if state else b"")
 
     def verified(self, thread_id: str) -> tuple[int, str] | None:
         """``(ord, hash)`` of the thread's checkpoint, if any: a record this store verified
@@ -166,7 +170,7 @@ class Checkpoints:
     ) -> tuple[Record, Scan, Checkpoint] | None:
         """The checkpoint's record (verified against the rollout) and the scan of what
         follows it; None when there is no usable checkpoint (see the module docstring)."""
-        row = self.get(thread_id)
+        row = self.get(thread_id, state=False)
         if row is None or row.version != snapshot.SNAPSHOT_VERSION:
             return None
         fast = tail_after(
@@ -186,7 +190,7 @@ class Checkpoints:
         """Where opening a thread for writing may start: the later of this checkpoint and
         the runtime's snapshot that checks out against the rollout, as ``(anchor, scan of
         what follows, how to get the state at the anchor)``; None for neither."""
-        row = self.get(thread_id)
+        row = self.get(thread_id, state=False)
         try:
             snap = self._index.get_snapshot(thread_id, payload=False)  # its anchor only
         except StorageError:
@@ -205,8 +209,14 @@ class Checkpoints:
         fast = self.anchored_tail(thread_id, path)
         if fast is None:
             return None
-        anchor, scanned, row = fast
-        return anchor, scanned, lambda: state_of(row, anchor)
+        anchor, scanned, _ = fast
+        return anchor, scanned, lambda: self._state_at(thread_id, anchor)
+
+    def _state_at(self, thread_id: str, anchor: Record) -> ThreadState | None:
+        """The state of the thread's checkpoint, read now, if it is still the one at
+        ``anchor`` (the state is read only when a first append needs it)."""
+        row = self.get(thread_id)
+        return None if row is None else state_of(row, anchor)
 
     @staticmethod
     def _from_snapshot(
@@ -233,7 +243,7 @@ class Checkpoints:
             rows = []
         if rows:
             best = (rows[0][0], rows[0][1], None)
-        row = self.get(thread_id)
+        row = self.get(thread_id, state=False)
         if row is not None and row.ord < ord_ and (best is None or best[0] <= row.ord + 1):
             best = (row.ord + 1, row.end, row.hash)
         return best
@@ -261,4 +271,7 @@ def state_at(row: Checkpoint) -> ThreadState | None:
 
 
 def _dump_state(state: ThreadState) -> bytes:
+    # The log's own state (what its appends are checked against), trimmed in place: past
+    # turns' and calls' payloads would make it, and each checkpoint, as large as the log.
+    trim(state)
     return snapshot.dump(state, Context())

@@ -124,13 +124,17 @@ class Queries:
         """`read`, as an iterator."""
         yield from self.read(thread_id, after)
 
-    def state(self, thread_id: str) -> ThreadState:
+    def state(self, thread_id: str, *, history: bool = True) -> ThreadState:
         """The thread's state, reduced from its log; `IntegrityError` (with its ordinal) if
-        the log holds an event the reducer refuses (written by an older threadlog)."""
+        the log holds an event the reducer refuses (written by an older threadlog).
+
+        It starts from the store's checkpoint and reduces only the records after it, unless
+        the checkpoint's state is trimmed (`threadlog.model.state.trim`: a thread with
+        finished turns) and ``history`` asks for every past turn and call whole."""
         row = self._checkpoints.get(thread_id)
         if row is not None:
             base = state_at(row)  # the store's checkpoint, then the records after it
-            if base is not None:
+            if base is not None and not (history and base.trimmed):
                 tail = self.read(thread_id, after=row.ord)
                 if not tail or tail[0].prev == row.hash:
                     return replay_log(thread_id, tail, base)

@@ -37,7 +37,7 @@ from threadlog._gc import paused
 from threadlog.errors import (
     IntegrityError,
 )
-from threadlog.model.envelope import BadRecord, Record, parse_line, parse_next
+from threadlog.model.envelope import BadRecord, Record, line_ids, parse_line, parse_next
 from threadlog.model.lineage import Copied, copied_prefix
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ __all__ = [
     "Scan",
     "TornTail",
     "inherited_prefix",
+    "prefix_ids",
     "prefix_of",
     "scan",
     "scan_file",
@@ -485,6 +486,30 @@ class LinePieces:
         more = -1 if self._end is None else max(0, self._end - self._f.tell())
         rest, self._pending = self._pending + self._f.read(more), b""
         return rest
+
+
+def prefix_ids(path: str, thread_id: str, end: int) -> tuple[list[str], list[int]]:
+    """The event ids and line offsets of a rollout's records up to byte ``end`` (the end of
+    a record this store verified with all before it: a checkpoint's or a snapshot's anchor),
+    read on the bytes (`threadlog.model.envelope.line_ids`), a piece at a time.
+
+    Raises:
+        IntegrityError: a line there has no id or no newline (the file changed under it).
+    """
+    ids: list[str] = []
+    offsets: list[int] = []
+    with open(path, "rb") as f:
+        for offset, data, _ in LinePieces(f, FILE_CHUNK, end):
+            try:
+                part, starts = line_ids(data, 0, len(data))
+            except BadRecord as exc:
+                at = len(ids) + getattr(exc, "index", 0) + 1
+                raise IntegrityError(
+                    thread_id, at, str(exc), offset=offset + getattr(exc, "offset", 0)
+                ) from None
+            ids.extend(part)
+            offsets.extend([offset + o for o in starts] if offset else starts)
+    return ids, offsets
 
 
 def prefix_of(records: list[Record]) -> Copied | None:

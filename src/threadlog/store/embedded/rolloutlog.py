@@ -84,13 +84,14 @@ class RolloutLog:
         scanned: Scan,
         max_record_bytes: int,
         anchor: Record | None = None,
-        load_prefix: Callable[[], Scan] | None = None,
+        load_prefix: Callable[[int], tuple[list[str], list[int]]] | None = None,
         publish: Callable[[int], None] | None = None,
         first_state: Callable[[], ThreadState | None] | None = None,
     ) -> None:
         """``scanned`` covers the file from its start, or (with ``anchor``, the verified record
         just before it, e.g. a snapshot's) only its tail; the prefix's offsets and ids are
-        then loaded with ``load_prefix`` the first time they are needed. ``first_state``
+        then loaded with ``load_prefix(end)`` (the ids and offsets of the lines up to byte
+        ``end``) the first time they are needed. ``first_state``
         builds the reduced state of the log as opened, the first time a record is checked
         (default: reduce the file)."""
         self.thread_id = thread_id
@@ -290,23 +291,22 @@ class RolloutLog:
             return scanned.records[after - self._fresh_after :]
 
     def _complete_prefix(self) -> None:
-        """Load the offsets and ids of the records before ``_first_ord``. Lock held."""
+        """Load the offsets and ids of the records before ``_first_ord``. Lock held.
+
+        They are read on the bytes up to the anchor's end (`rollout.prefix_ids`): the open
+        checked the anchor's line, and the store verified the records before it when it
+        took the checkpoint or snapshot; `threadlog verify` reads them with every check."""
         assert self._load_prefix is not None
-        full = self._load_prefix()
-        if full.error is not None:
-            raise full.error
-        prefix = [
-            (r, off)
-            for r, off in zip(full.records, full.offsets, strict=True)
-            if r.ord < self._first_ord
-        ]
-        if len(prefix) != self._first_ord - 1:
+        ids, offsets = self._load_prefix(self._prefix_end)
+        if len(ids) != self._first_ord - 1:
             raise IntegrityError(
-                self.thread_id, len(prefix) + 1, "the rollout's prefix is incomplete"
+                self.thread_id,
+                min(len(ids), self._first_ord - 1) + 1,
+                f"the rollout holds {len(ids)} records before the one it was opened from "
+                f"(ord {self._first_ord - 1})",
             )
-        self._offsets = [off for _, off in prefix] + self._offsets
-        for record, _ in prefix:
-            self._ids[record.id] = record.ord
+        self._offsets = offsets + self._offsets
+        self._ids.update(zip(ids, range(1, len(ids) + 1), strict=True))
         self._first_ord = 1
 
     def offset_after(self, ord_: int) -> int | None:

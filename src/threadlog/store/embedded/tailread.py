@@ -116,7 +116,7 @@ def _window(
             hi = min(hi, lo + limit - 1)
     marks = [known[:2]] if known is not None else []
     if checkpoints is not None:
-        row = checkpoints.get(thread_id)
+        row = checkpoints.get(thread_id, state=False)
         if row is not None:
             marks.append((row.ord, row.hash))
     if any(ord_ == last.ord and digest != last.hash for ord_, digest in marks):

@@ -40,7 +40,7 @@ from threadlog.store.embedded.layout import MiB
 from threadlog.store.embedded.leases import Lease
 from threadlog.store.embedded.reader import lost_acknowledged
 from threadlog.store.embedded.recovery import UNBORN_AGE
-from threadlog.store.embedded.rollout import Scan, scan_file
+from threadlog.store.embedded.rollout import Scan, prefix_ids, scan_file
 from threadlog.store.embedded.rolloutlog import RolloutLog
 from threadlog.store.named import check_thread_id, same_creation
 from threadlog.store.validate import thread_created_data
@@ -373,7 +373,7 @@ class OpenLogs:
             scanned=scanned,
             max_record_bytes=self._max_record_bytes,
             anchor=anchor,
-            load_prefix=lambda: scan_file(path, thread_id),
+            load_prefix=lambda end: prefix_ids(path, thread_id, end),
             publish=lease.publish,
             first_state=self._first_state(thread_id, anchor, scanned.records, base),
         )

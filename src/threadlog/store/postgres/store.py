@@ -482,7 +482,7 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
 
     # -- reading ---------------------------------------------------------------------------
 
-    def state(self, thread_id: str) -> ThreadState:
+    def state(self, thread_id: str, *, history: bool = True) -> ThreadState:
         """The thread's state, reduced from its whole log."""
         return replay_log(thread_id, self.read(thread_id))
 
