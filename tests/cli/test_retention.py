@@ -37,7 +37,7 @@ def test_archive_then_gc_the_archived(home: str) -> None:
     code, out, _ = run("ls", "--home", home, "--json")
     assert old not in out and kept in out
     code, out, err = run("gc", "--older-than", "0s", "--archived", "--dry-run", "--home", home)
-    assert (code, out) == (0, f"would delete {old}\n1 thread would delete\n"), err
+    assert (code, out) == (0, f"would delete {old}\n1 thread would be deleted\n"), err
     code, out, err = run("gc", "--older-than", "30d", "--archived", "--home", home, "--json")
     assert json.loads(out) == {"deleted": [], "dry_run": False, "in_use": []}  # not old enough
     code, out, err = run("gc", "--older-than", "0s", "--archived", "--home", home, "--json")

@@ -24,7 +24,20 @@ if TYPE_CHECKING:
     from threadlog.cli._store import DiskStore
     from threadlog.model.envelope import Record
 
-__all__ = ["activity", "describe", "status_of", "thread_row", "waiting"]
+__all__ = ["activity", "describe", "lineage_text", "status_of", "thread_row", "waiting"]
+
+
+def lineage_text(lineage: dict[str, Any], width: int | None = None) -> str:
+    """Where a thread comes from, in words: "forked from T at ord N", "sub-agent of T",
+    "replay of T at ord N" (an imported sub-agent or fork has no ord; one imported before its
+    parent names the parent's import key instead of a thread)."""
+    kind = lineage.get("kind")
+    verb = {"subagent": "sub-agent of", "replay": "replay of"}.get(str(kind), "forked from")
+    source = lineage.get("thread") or lineage.get("source_key") or "an unknown thread"
+    text = f"{verb} {short(source, width)}"
+    if lineage.get("ord") is not None:
+        text += f" at ord {lineage['ord']}"
+    return text
 
 
 def _size(value: Any) -> int:
@@ -47,9 +60,7 @@ def describe(record: Record, width: int | None = 90) -> Text:
         case "thread.created":
             lineage = data.get("lineage")
             if isinstance(lineage, dict) and lineage.get("thread"):
-                return Text(
-                    f"forked from {cut(lineage.get('thread'), None)} at ord {lineage.get('ord')}"
-                )
+                return Text(lineage_text(lineage))
             return Text(f"created for {cut(data.get('principal'), 40)}")
         case "turn.started":
             out = Text("user", style="bold")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from threadlog._dataclass import dataclass
+from threadlog.cli._describe import lineage_text
 from threadlog.cli._out import short as _short
 from threadlog.model.reducer import replay
 from threadlog.model.tree import ENTRY_TYPES, Tree
@@ -290,13 +291,7 @@ def render_tree(
     head: Segments = [("thread ", "bold"), (short(et.state.thread_id, None), "")]
     lineage = et.state.lineage
     if lineage:
-        head.append(
-            (
-                f"  (forked from {short(lineage.get('thread'), None)} at ord "
-                f"{short(lineage.get('ord'))})",
-                "dim",
-            )
-        )
+        head.append((f"  ({lineage_text(lineage)})", "dim"))
     return [Line("", None, head, False), *layout(et, everything=everything)]
 
 

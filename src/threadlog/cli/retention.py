@@ -111,4 +111,7 @@ def gc(home: str | None, as_json: bool, older_than: str, archived: bool, dry_run
         click.echo(f"{verb} {thread_id}")
     for thread_id in in_use:
         click.echo(f"skipped {thread_id} (open for writing by another process)")
-    click.echo(f"{len(doomed)} thread{'s' if len(doomed) != 1 else ''} {verb}")
+    click.echo(
+        f"{len(doomed)} thread{'s' if len(doomed) != 1 else ''} "
+        + ("would be deleted" if dry_run else "deleted")
+    )

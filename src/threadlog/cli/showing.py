@@ -18,7 +18,7 @@ from rich.text import Text
 
 from threadlog._dataclass import dataclass
 from threadlog.cli import EXIT_STORE, cli, fail, handle_errors, store_options
-from threadlog.cli._describe import describe, thread_row
+from threadlog.cli._describe import describe, lineage_text, thread_row
 from threadlog.cli._fetch import records_for_show
 from threadlog.cli._out import clean, console, is_terminal, print_json, progress, short, table
 from threadlog.cli._store import THREAD, DiskStore, open_disk_store, resolve_thread
@@ -160,11 +160,7 @@ def _print_show(shown: Shown, last_n: int) -> None:
             screen, "title", short(state.title or row.get("title"), 70 if is_terminal() else None)
         )
     if state.lineage:
-        _field(
-            screen,
-            "forked",
-            f"from {state.lineage.get('thread')} at ord {state.lineage.get('ord')}",
-        )
+        _field(screen, "lineage", lineage_text(state.lineage))
     status = str(row["status"])
     styles = {"damaged": "bold red", "interrupted": "yellow", "running": "green"}
     line = Text(status, style=styles.get(status, ""))

@@ -3,7 +3,8 @@
 `active_conversation` is the model's context (`threadlog.model.context.Context`: the path
 from the active leaf to the root, compactions applied, every tool call answered) and the
 thread's instructions, tidied the way every provider wants it: consecutive assistant messages
-(one response imported block by block) joined into one, empty user messages (a turn that
+(one response imported block by block, parallel tool calls included) joined into one before
+the results are placed after their calls, empty user messages (a turn that
 started without input, e.g. an import that began mid-turn) left out, and the calls the branch
 ends on answered with the placeholder of a call that never ran (a request may not leave a call
 unanswered).
@@ -14,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from threadlog.model.context import NO_RESULT, Context
+from threadlog.model.context import NO_RESULT, Context, place_results
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -47,43 +48,39 @@ def instructions_of(records: Sequence[Record]) -> str | None:
 
 def active_conversation(records: Sequence[Record]) -> tuple[str | None, list[dict[str, Any]]]:
     """``(instructions, messages)`` of the active branch (see the module docstring)."""
-    out: list[dict[str, Any]] = []
-    for message in Context.from_records(list(records)).messages:
+    context = Context.from_records(list(records))
+    merged: list[dict[str, Any]] = []
+    # Consecutive assistant messages of the branch, with nothing between them (no result, no
+    # user text), are one response written in parts: Claude Code writes each content block of
+    # a response as its own line, so parallel tool calls arrive as one line each, and their
+    # results after the last of them. They are joined before the results are placed, so the
+    # calls stay in one message and the results follow it (as the provider returned them).
+    for _, message in context.entries_at(context.leaf):
         role = message["role"]
         if role == "user" and not message.get("content"):
             continue
-        if (
-            role == "assistant"
-            and out
-            and out[-1]["role"] == "assistant"
-            and not out[-1].get("tool_calls")
-        ):
-            last = out[-1]
+        if role == "assistant" and merged and merged[-1]["role"] == "assistant":
+            last = merged[-1]
             texts = [t for t in (last.get("content"), message.get("content")) if t]
             last["content"] = "\n\n".join(texts) if texts else None
-            last["tool_calls"] = list(message.get("tool_calls") or [])
+            last["tool_calls"] = list(last.get("tool_calls") or []) + list(
+                message.get("tool_calls") or []
+            )
             thinking = list(last.get("thinking") or []) + list(message.get("thinking") or [])
             if thinking:
                 last["thinking"] = thinking
             continue
-        out.append(dict(message))
+        merged.append(dict(message))
+    out, pending = place_results(merged)
     # calls the branch ends on were never answered (still running, or cut off): a request
     # must answer every call, so each gets the placeholder an unanswered call gets mid-branch
-    answered: set[Any] = set()
-    for message in reversed(out):
-        if message["role"] == "tool":
-            answered.add(message.get("tool_call_id"))
-            continue
-        if message["role"] == "assistant":
-            out.extend(
-                {
-                    "role": "tool",
-                    "tool_call_id": call.get("id"),
-                    "name": call.get("name", ""),
-                    "content": NO_RESULT,
-                }
-                for call in message.get("tool_calls") or []
-                if call.get("id") not in answered
-            )
-        break
+    out.extend(
+        {
+            "role": "tool",
+            "tool_call_id": call.get("id"),
+            "name": call.get("name", ""),
+            "content": NO_RESULT,
+        }
+        for call in pending
+    )
     return instructions_of(records), out

@@ -435,6 +435,10 @@ def _import(
                 line.raw.decode("utf-8", "replace"),
             )
             continue
+        if line.replaced:
+            report.problem(
+                line.no, "encoding", "not valid UTF-8: the bad bytes were read as U+FFFD"
+            )
         try:
             parser.feed(line)
         except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:

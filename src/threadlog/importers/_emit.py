@@ -340,15 +340,23 @@ class Emitter:
                 self.calls[call_id] = "done"
         return ok
 
-    def end_turn(self, item: str, parent: str, outcome: str, reason: str | None = None) -> None:
-        """The running turn ended (a source's explicit turn boundary); nothing if none runs."""
+    def end_turn(
+        self,
+        item: str,
+        parent: str,
+        outcome: str,
+        reason: str | None = None,
+        ts: str | None = None,
+    ) -> None:
+        """The running turn ended (a source's explicit turn boundary, at the source's time
+        ``ts``); nothing if none runs."""
         if self.active_turn is None:
-            self.note(item, parent, "turn_end", {"outcome": outcome})
+            self.note(item, parent, "turn_end", {"outcome": outcome}, ts)
             return
         data: dict[str, Any] = {"turn_id": self.active_turn, "outcome": outcome}
         if reason:
             data["reason"] = reason
-        if self._write(item, parent, [("turn.ended", data)], None):
+        if self._write(item, parent, [("turn.ended", data)], ts):
             self.active_turn = None
 
     def compaction(

@@ -53,6 +53,9 @@ class Line:
     """The parsed JSON value (None when ``error`` is set)."""
     error: str | None = None
     raw: bytes = b""
+    replaced: bool = False
+    """The line is not valid UTF-8: its invalid bytes were read as U+FFFD (as a JavaScript
+    harness reads them), and the line was parsed so."""
 
 
 def spans(
@@ -89,6 +92,17 @@ def parse(data: bytes, no: int, a: int, b: int) -> Line:
     try:
         return Line(no, orjson.loads(raw))
     except orjson.JSONDecodeError as exc:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            # a stray byte in one string must not cost the whole line (and the chain after
+            # it): read it the way the harness itself does, with U+FFFD for the bad bytes
+            try:
+                return Line(
+                    no, orjson.loads(raw.decode("utf-8", "replace")), raw=raw, replaced=True
+                )
+            except orjson.JSONDecodeError:
+                pass
         return Line(no, None, str(exc), raw)
 
 

@@ -21,7 +21,7 @@ class Problem:
 
     line: int
     kind: str
-    """``malformed``, ``unknown_type``, ``broken_parent``, ``bom``, ``torn_tail``,
+    """``malformed``, ``encoding``, ``unknown_type``, ``broken_parent``, ``bom``, ``torn_tail``,
     ``orphan_result``, ``duplicate_call``, ``changed``, ``refused``, ``unreadable``,
     ``version``, ``no_header``, ``error`` (the file could not be imported)."""
     message: str

@@ -311,10 +311,10 @@ class _Parser:
             self.explicit_turns = True
             emit.note(key, up, f"event:{kind}", event, ts)
         elif kind in ("task_complete", "turn_complete"):
-            emit.end_turn(key, up, "completed")
+            emit.end_turn(key, up, "completed", ts=ts)
         elif kind == "turn_aborted":
             reason = event.get("reason")
-            emit.end_turn(key, up, "aborted", str(reason) if reason else None)
+            emit.end_turn(key, up, "aborted", str(reason) if reason else None, ts=ts)
         else:
             emit.note(key, up, f"event:{kind}", event, ts)
 

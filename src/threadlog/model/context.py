@@ -107,28 +107,7 @@ class Context:
         that never ran (a crash or a cancellation between the response and its proposal) gets
         a placeholder result, since providers refuse a conversation with an unanswered call.
         """
-        messages = [message for _, message in self.entries_at(leaf)]
-        # Each result goes right after the call it answers, even when it came later in the
-        # log (a call approved after a cancel, or re-run after a crash): providers require it.
-        results = {m.get("tool_call_id"): m for m in messages if m["role"] == "tool"}
-        out: list[dict[str, Any]] = []
-        pending: list[dict[str, Any]] = []
-        for message in messages:
-            if message["role"] == "tool":
-                continue  # placed with its call (or dropped: a result whose call is not on
-                # this branch cannot be shown to a provider)
-            if pending:
-                out.extend(_placeholder(call) for call in pending)
-                pending = []
-            out.append(message)
-            if message["role"] == "assistant":
-                for call in message.get("tool_calls") or []:
-                    result = results.pop(call.get("id"), None)
-                    if result is not None:
-                        out.append(result)
-                    else:
-                        pending.append(call)
-        self._pending = pending
+        out, self._pending = place_results([message for _, message in self.entries_at(leaf)])
         return out
 
     def entries_at(self, leaf: str | None) -> list[tuple[str, dict[str, Any]]]:
@@ -272,6 +251,35 @@ class Context:
 
 
 NO_RESULT = "(no result: this call never ran, or its outcome was never recorded)"
+
+
+def place_results(
+    messages: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``messages`` (a branch's, in log order) with each tool result right after the call it
+    answers, and a placeholder for a call answered by nothing before the next message; then
+    the calls of the last assistant message that nothing answers (no placeholder for them)."""
+    # Each result goes right after the call it answers, even when it came later in the
+    # log (a call approved after a cancel, or re-run after a crash): providers require it.
+    results = {m.get("tool_call_id"): m for m in messages if m["role"] == "tool"}
+    out: list[dict[str, Any]] = []
+    pending: list[dict[str, Any]] = []
+    for message in messages:
+        if message["role"] == "tool":
+            continue  # placed with its call (or dropped: a result whose call is not on
+            # this branch cannot be shown to a provider)
+        if pending:
+            out.extend(_placeholder(call) for call in pending)
+            pending = []
+        out.append(message)
+        if message["role"] == "assistant":
+            for call in message.get("tool_calls") or []:
+                result = results.pop(call.get("id"), None)
+                if result is not None:
+                    out.append(result)
+                else:
+                    pending.append(call)
+    return out, pending
 
 
 def _extend(
