@@ -136,3 +136,25 @@ def test_importing_the_grown_file_again_adds_nothing(home: str, grown: tuple[Pat
     assert again.records == 0
     with open_store(home) as store:
         assert len(store.read(thread)) == count
+
+
+def test_an_archived_threads_new_lines_wait_for_it(home: str, grown: tuple[Path, str]) -> None:
+    path, last = grown
+    with open_store(home) as store:
+        [thread] = store.thread_ids()
+        store.append(
+            thread,
+            "turn.ended",
+            {"turn_id": store.state(thread).active_turn, "outcome": "interrupted"},
+        )
+        store.archive_thread(thread)
+    with open(path, "a") as f:
+        f.write(_line("user", "u-late", last, "while archived") + "\n")
+    [f] = _import(home, path).files
+    assert (f.status, [p.kind for p in f.problems], f.records) == ("skipped", ["archived"], 0)
+    with open_store(home) as store:
+        store.archive_thread(thread, archived=False)
+    [f] = _import(home, path).files
+    assert (f.status, f.lines) == ("grown", 1)
+    with open_store(home) as store:
+        assert conversation(store.read(thread))[-1] == ("user", "while archived")

@@ -136,7 +136,11 @@ def diff(
 )
 @handle_errors
 def export(home: str | None, as_json: bool, thread: str, fmt: str, output: str) -> None:
-    """Export a thread. Compaction never deletes: every original message is exported.
+    """Export a thread.
+
+    jsonl, messages and html hold every record: compaction never deletes, and every original
+    message is there. openai, anthropic, responses and trajectory are the active branch as a
+    model sees it: what a compaction summarised is its summary.
 
     \b
     Example:

@@ -388,6 +388,17 @@ def _import(
             store, ledger, report, identity, source, fmt.name, bulk=bulk
         )
         report.thread = emit.thread_id
+        if state is not None and state.archived:
+            # the thread takes no new turn: nothing is read, and the ledger keeps the file's
+            # old size, so the import after it is unarchived reads the new lines
+            report.status = "skipped"
+            report.problem(
+                0,
+                "archived",
+                f"thread {emit.thread_id} is archived: the file's new lines are imported "
+                "once it is unarchived (threadlog archive THREAD --undo)",
+            )
+            return
         # ``data`` is the file from byte ``at``: all of it, or for a file that only grew,
         # from a little before where the last import stopped (never read or hashed again)
         data, at, start, lineno, saved = b"", 0, base, 0, None

@@ -23,7 +23,8 @@ class Problem:
     kind: str
     """``malformed``, ``encoding``, ``unknown_type``, ``broken_parent``, ``bom``, ``torn_tail``,
     ``orphan_result``, ``duplicate_call``, ``changed``, ``refused``, ``unreadable``,
-    ``version``, ``no_header``, ``error`` (the file could not be imported)."""
+    ``version``, ``no_header``, ``archived`` (the file was skipped), ``error`` (the file
+    could not be imported)."""
     message: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -38,7 +39,8 @@ class FileReport:
     format: str
     status: str = "imported"
     """``imported`` (new thread), ``grown`` (new lines added), ``unchanged`` (nothing new),
-    ``failed`` (the file could not be read or its thread written)."""
+    ``skipped`` (new lines, not read: the thread is archived), ``failed`` (the file could not
+    be read or its thread written)."""
     thread: str | None = None
     children: list[str] = field(default_factory=list)
     """Threads made of the session's side-chains."""
