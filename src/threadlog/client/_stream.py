@@ -12,7 +12,8 @@ Server-Sent Event whose ``id`` is its ordinal (``docs/service.md``, "The live st
   record under a new ordinal is caught by the second);
 - a connection ends by a drop (the body ends, a read fails, the read timeout passes without
   even a heartbeat) or by an ``event: end`` frame (``reason`` ``shutdown`` or ``overflow``:
-  reconnect; ``deleted``: the thread is gone, the stream ends). Then the follower waits a
+  reconnect; ``deleted``: the thread is gone, ``damaged``: its log is damaged, the stream
+  ends). Then the follower waits a
   backoff (0.1 s doubling to ``max_backoff``, with jitter) and reconnects. Any record frame
   resets the backoff: the server works. With ``reconnect=False`` the first end ends it;
 - an HTTP error answer ends it with `ServiceError`, except a 5xx, which is retried (a proxy
@@ -61,7 +62,7 @@ __all__ = ["SEEN_WINDOW", "Follow"]
 SEEN_WINDOW: Final = 4096
 """How many recently delivered event ids a follower remembers."""
 
-_ENDS_FOR_GOOD: Final = frozenset({"deleted"})
+_ENDS_FOR_GOOD: Final = frozenset({"deleted", "damaged"})
 """``event: end`` reasons after which reconnecting cannot help."""
 
 

@@ -50,7 +50,8 @@ from its start is catching up, not falling behind.
 
 **Heartbeats and the end.** After ``heartbeat`` seconds without a frame a client is sent the
 comment ``: ping``. `StreamHub.close` ends every stream with ``event: end`` (its reason and the
-client's cursor, where it resumes); so does a thread the store no longer holds (``"deleted"``).
+client's cursor, where it resumes); so does a thread the store no longer holds (``"deleted"``),
+and one whose log is damaged past the client's cursor (``"damaged"``: `IntegrityError`).
 """
 
 from __future__ import annotations
@@ -226,6 +227,9 @@ class StreamHub:
                     if isinstance(topic.failed, ThreadNotFound):
                         yield end_frame("deleted", cursor)
                         return
+                    if isinstance(topic.failed, IntegrityError):
+                        yield end_frame("damaged", cursor)
+                        return
                     raise topic.failed
                 head = topic.head
                 if head is None or cursor < head or more:
@@ -242,6 +246,11 @@ class StreamHub:
                                 start_head = topic.head
                         except ThreadNotFound:
                             yield end_frame("deleted", cursor)
+                            return
+                        except IntegrityError:
+                            # the log is damaged past the cursor (`threadlog verify` names
+                            # where): end the stream with a reason, not a cut connection
+                            yield end_frame("damaged", cursor)
                             return
                     for last, chunk in chunks:
                         yield chunk
@@ -422,7 +431,9 @@ class StreamHub:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if not isinstance(exc, ThreadNotFound):
+            if isinstance(exc, IntegrityError):
+                log.warning("thread %s: the live stream stops at damage: %s", thread_id, exc)
+            elif not isinstance(exc, ThreadNotFound):
                 log.exception("thread %s: the live stream cannot read the store", thread_id)
             topic.failed = exc
             topic.signal()

@@ -62,7 +62,19 @@ def _key(header: str | None, body: str | None) -> str | None:
     key = header if header is not None else body
     if key is not None and not 1 <= len(key) <= MAX_KEY:
         raise UsageError(f"an idempotency key has 1 to {MAX_KEY} characters")
+    if key is not None and not _encodable(key):
+        raise UsageError("an idempotency key is Unicode text (a lone surrogate is not)")
     return key
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (JSON lets a body hold a lone surrogate, ``"\\ud800"``;
+    the event id derived from the key hashes its UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @router.post("/v1/threads/{thread}/turns", status_code=202)

@@ -114,12 +114,25 @@ class Layout:
         """The rollout file of a thread (which need not exist)."""
         if not is_uuid(thread_id):
             raise UsageError(f"not a thread id: {thread_id!r:.80}")
-        when = datetime.fromtimestamp(uuid7_millis(thread_id) / 1000, UTC)
+        try:
+            when = datetime.fromtimestamp(uuid7_millis(thread_id) / 1000, UTC)
+        except (ValueError, OverflowError, OSError):
+            # a UUID whose first 48 bits, read as UUIDv7 milliseconds, are past the year 9999
+            # (a random UUIDv4 one time in ten): no rollout of this store can have that id
+            raise UsageError(
+                f"not a thread id this store can hold: {thread_id!r:.80} "
+                "(its timestamp is past the year 9999)"
+            ) from None
         return os.path.join(self.threads, f"{when:%Y}", f"{when:%m}", f"{thread_id}.jsonl")
 
     def exists(self, thread_id: str) -> bool:
         """Whether the thread has a rollout file (False for a malformed id)."""
-        return is_uuid(thread_id) and os.path.isfile(self.path_of(thread_id))
+        if not is_uuid(thread_id):
+            return False
+        try:
+            return os.path.isfile(self.path_of(thread_id))
+        except UsageError:  # an id no rollout of this store can have
+            return False
 
     def rollout_files(self) -> Iterator[tuple[str, str]]:
         """``(thread_id, path)`` of every rollout file, by month; orphaned temporary files
