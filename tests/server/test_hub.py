@@ -125,7 +125,8 @@ def test_parse_last_event_id() -> None:
     assert parse_last_event_id(" 7 ") == 7
     assert parse_last_event_id("") is None
     assert parse_last_event_id(None) is None
-    for bad in ["-1", "4.2", "abc", "0x10", "٣", "9" * 5000, "1 2"]:
+    assert parse_last_event_id(str(2**62)) == 2**62
+    for bad in ["-1", "4.2", "abc", "0x10", "٣", "9" * 5000, "1 2", str(2**62 + 1), "9" * 20]:
         with pytest.raises(UsageError, match="bad Last-Event-ID"):
             parse_last_event_id(bad)
 

@@ -50,6 +50,11 @@ def end_frame(reason: str, after: int) -> bytes:
     return b"event: end\ndata: %b\n\n" % orjson.dumps({"reason": reason, "after": after})
 
 
+MAX_EVENT_ID = 2**62
+"""The largest ordinal a ``Last-Event-ID`` may name (as ``?after=``: every backend's
+ordinals fit a signed 64-bit integer)."""
+
+
 def parse_last_event_id(value: str | None) -> int | None:
     """The ordinal a ``Last-Event-ID`` header names: ``"42"`` is 42; ``""`` or no header is
     None (start from ``?after=``, or from the beginning).
@@ -64,4 +69,7 @@ def parse_last_event_id(value: str | None) -> int | None:
         return None
     if len(text) > _MAX_ID_DIGITS or not (text.isascii() and text.isdigit()):
         raise UsageError(f"bad Last-Event-ID {value[:40]!r}: expected an event ordinal (0, 1, 2…)")
-    return int(text)
+    ordinal = int(text)
+    if ordinal > MAX_EVENT_ID:
+        raise UsageError(f"bad Last-Event-ID {value[:40]!r}: an event ordinal is at most 2**62")
+    return ordinal

@@ -380,6 +380,15 @@ class Index:
                 raise
 
     @_translated
+    def damage_of(self, thread_id: str) -> str | None:
+        """The damage recorded for the thread (`mark_damaged`), if any."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT damage FROM threads WHERE thread_id = ?", (thread_id,)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    @_translated
     def mark_damaged(self, thread_id: str, path: str, damage: str) -> None:
         with self._lock:
             self._db.execute(

@@ -127,6 +127,8 @@ class Indexer:
                     prev_hash=known[2],
                 )
                 if scanned.error is not None:
+                    if str(scanned.error) == self.index.damage_of(thread_id):
+                        continue  # found (and said) before: the rows up to it stand
                     scanned = None  # the index was wrong about the prefix: redo the thread
             prefix = known[1] if scanned is not None and known is not None else 0
             if scanned is None:
