@@ -7,9 +7,12 @@ applied on its own.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import TYPE_CHECKING
+
+import pytest
 
 from threadlog import EmbeddedStore
 from threadlog.store.embedded.indexer import _by_thread
@@ -73,3 +76,25 @@ def test_many_commits_of_many_threads_index_as_if_applied_one_by_one(tmp_path: P
         assert len(before) == 4
         store.rebuild()
         assert {row.thread_id: row for row in store.threads(archived=None)} == before
+
+
+def test_damage_is_said_once_and_its_rows_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found at one open, a damaged tail is not re-scanned (nor said again) at the next: the
+    index records it, and `threadlog ls` shows it."""
+    home = str(tmp_path / "home")
+    with EmbeddedStore(home) as store:
+        thread = store.create_thread("alice")
+        store.append(thread, "custom.note", {"n": 1})
+        path = store.path_of(thread)
+    with open(path, "ab") as f:
+        f.write(b"garbage\n")
+    with caplog.at_level(logging.WARNING, logger="threadlog.store"):
+        for _ in range(3):
+            with EmbeddedStore(home) as store:
+                info = store.thread_info(thread)
+                assert info.damage is not None and "ord 3" in info.damage
+                assert info.last_ord == 2
+    said = [r for r in caplog.records if r.getMessage().startswith("index: ")]
+    assert len(said) == 1
