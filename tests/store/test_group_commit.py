@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 import threading
 from typing import TYPE_CHECKING
 
@@ -283,3 +284,32 @@ def test_aappend_keeps_no_event_loop_alive(tmp_path: Path) -> None:
         gc.collect()
         assert len(store._async._turns) == 0
         assert [r.data["n"] for r in store.read(thread)[1:]] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("change", ["garbage", "cut"])
+def test_a_rollout_changed_behind_the_writer_is_never_appended_to(
+    tmp_path: Path, change: str
+) -> None:
+    """Another process wrote to (or cut) a rollout this store holds: the next commit refuses
+    to acknowledge anything on top of it, and the records acknowledged before stay readable."""
+    home = str(tmp_path / "home")
+    store = EmbeddedStore(home)
+    thread = store.create_thread("alice")
+    for n in range(3):
+        store.append(thread, "custom.note", {"n": n})
+    path = store.path_of(thread)
+    if change == "garbage":
+        with open(path, "ab") as f:
+            f.write(b"garbage\n")
+    else:
+        os.truncate(path, os.path.getsize(path) - 5)
+    with pytest.raises(StorageError, match="another process changed it"):
+        store.append(thread, "custom.note", {"n": 3})
+    with pytest.raises(StorageError):
+        store.append(thread, "custom.note", {"n": 4})  # fail-stop: nothing more
+    store.close()
+    with EmbeddedStore(home) as again:
+        report = again.verify(thread)
+        # the damage is the other process's, where it made it: nothing was written after it
+        assert not report.ok and report.first_bad_ord == (5 if change == "garbage" else 4)
+        assert report.last_ord == (4 if change == "garbage" else 3)

@@ -314,6 +314,7 @@ class Journal:
         fops = self._fops
         if len(batch) == 1:  # the usual lone durable append: no grouping to do
             rollout, chunk, record = batch[0]
+            _check_unchanged(rollout)
             self._commit_one(rollout, chunk, [record])
             return
         # Group by rollout, keeping each thread's order.
@@ -325,6 +326,8 @@ class Journal:
             else:
                 group[1].append(line)
                 group[2].append(record)
+        for rollout, _, _ in groups.values():
+            _check_unchanged(rollout)  # before the journal makes any of the batch durable
         if len(groups) == 1:
             ((rollout, lines, records),) = groups.values()
             self._commit_one(rollout, b"".join(lines), records)
@@ -455,3 +458,17 @@ class Journal:
                 if self._fd is not None:
                     self._fops.close(self._fd)
                     self._fd = None
+
+
+def _check_unchanged(rollout: RolloutLog) -> None:
+    """Refuse to append to a rollout whose size is not what this store wrote: another
+    process cut it or wrote to it behind the lease (a record acknowledged after garbage
+    would be unreadable). The commit fails, and the journal stops (fail-stop); reopening
+    the store reports the damage with its ordinal."""
+    size = os.fstat(rollout.fd).st_size
+    if size != rollout.size:
+        raise StorageError(
+            f"thread {rollout.thread_id}: its rollout is {size} bytes where this store wrote "
+            f"{rollout.size}: another process changed it (threadlog verify "
+            f"{rollout.thread_id}); nothing more is written"
+        )
