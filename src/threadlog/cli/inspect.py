@@ -38,6 +38,8 @@ from threadlog.cli._store import THREAD, DiskStore, location, open_disk_store, r
 from threadlog.errors import InvalidTransition, UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from threadlog.model.envelope import Record
     from threadlog.store.protocol import VerifyReport
 
@@ -159,16 +161,39 @@ def events(
       threadlog events THREAD --last 5
       threadlog events THREAD --json | jq length
     """
+    out = sys.stdout.buffer
     with open_store(home) as store:
         thread = resolve_thread(store, thread)
+        if not as_json and last_n is None:
+            # JSON lines a page at a time: memory does not grow with the thread
+            for page in _pages(store, thread, after, limit):
+                for record in page:
+                    out.write(orjson.dumps(record.to_dict()) + b"\n")
+                out.flush()
+            return
         records = fetch_events(store, thread, after, limit, last_n)
     if as_json:
         print_json([r.to_dict() for r in records])
         return
-    out = sys.stdout.buffer
     for record in records:
         out.write(orjson.dumps(record.to_dict()) + b"\n")
     out.flush()
+
+
+_PAGE = 5_000
+"""Records `events` reads at a time when it prints JSON lines."""
+
+
+def _pages(store: DiskStore, thread: str, after: int, limit: int | None) -> Iterator[list[Record]]:
+    """`fetch_events` a page at a time, until ``limit`` records or the end of the log."""
+    while limit is None or limit > 0:
+        want = _PAGE if limit is None else min(limit, _PAGE)
+        page = fetch_events(store, thread, after, want)
+        yield page
+        if len(page) < want:
+            return
+        after = page[-1].ord
+        limit = None if limit is None else limit - len(page)
 
 
 @cli.command()

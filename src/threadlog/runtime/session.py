@@ -266,6 +266,12 @@ class Session(PlanCommands, TreeCommands):
     # -- the public API --------------------------------------------------------------------
 
     @property
+    def broken(self) -> BaseException | None:
+        """The error that stopped this session (an append that failed, whose record its state
+        may hold although it never became durable), or None while it is sound."""
+        return self._broken
+
+    @property
     def busy(self) -> bool:
         """Whether a turn is running in this session."""
         return self._turns.busy

@@ -99,8 +99,10 @@ class ThreadHost:
         return self.runtime.store
 
     def live(self, thread_id: str) -> Session | None:
-        """The thread's session in this server, if one is open."""
-        return self.runtime.sessions.get(thread_id)
+        """The thread's session in this server, if one is open and sound (a session stopped
+        by a failed append may hold a record that never became durable: never shown)."""
+        session = self.runtime.sessions.get(thread_id)
+        return session if session is not None and session.broken is None else None
 
     async def state(self, thread_id: str) -> ThreadState:
         """The thread's state: the live session's, else reduced from the store."""
@@ -119,6 +121,10 @@ class ThreadHost:
         """The thread's session, opened if needed (lock held). Raises `LeaseHeld`."""
         session = self.live(thread_id)
         if session is None:
+            stopped = self.runtime.sessions.get(thread_id)
+            if stopped is not None:  # stopped by a failed append: start again from the log
+                log.warning("reopening thread %s after: %s", thread_id, stopped.broken)
+                await stopped.close()
             session = await self.runtime.open(thread_id)
         self._used[thread_id] = asyncio.get_running_loop().time()
         return session
@@ -264,7 +270,7 @@ class ThreadHost:
             if now - self._used.get(thread_id, now) < self.idle_after or (lock and lock.locked()):
                 continue
             async with self._locked(thread_id):
-                if session.busy or self.live(thread_id) is not session:
+                if session.busy or self.runtime.sessions.get(thread_id) is not session:
                     continue
                 await session.close()
                 self._used.pop(thread_id, None)

@@ -177,7 +177,13 @@ def serve(
                     "threadlog serve: open mode: the store has no token; every request acts "
                     "as principal 'local' (loopback only)\n"
                 )
-            label = store.home if isinstance(store, LocalHome) else type(store).__name__
+            label = (
+                store.home
+                if isinstance(store, LocalHome)
+                else repr(store)  # a database: where it is (never its password)
+                if type(store).__repr__ is not object.__repr__
+                else type(store).__name__
+            )
             out.write(f"threadlog serve: listening on http://{where}:{bound} (store {label})\n")
             out.write(f"threadlog serve: the browser UI is at http://{where}:{bound}/ui/\n")
             out.flush()

@@ -134,6 +134,14 @@ def same_log(held: Sequence[Record], records: Sequence[Record]) -> bool:
 def conflict_message(thread_id: str, held: Sequence[Record], records: Sequence[Record]) -> str:
     """Why an import of ``records`` over the ``held`` log is refused."""
     at = first_difference(held, records)
+    if at is not None and at == min(len(held), len(records)) + 1:
+        behind, ahead = (held, records) if len(held) < len(records) else (records, held)
+        where = "here" if behind is held else "in the source"
+        return (
+            f"thread {thread_id} exists here with other content (from ord {at}): {where} it "
+            f"ends at ord {len(behind)}, a prefix of the other side's {len(ahead)} records "
+            "(a copy adopts a whole thread and does not extend one); nothing was written"
+        )
     return (
         f"thread {thread_id} exists here with other content (its {len(held)} records differ "
         f"from the {len(records)} to import from ord {at}); nothing was written"

@@ -24,7 +24,11 @@ if TYPE_CHECKING:
     from threadlog.store.postgres.schema import Target
     from threadlog.store.protocol import ErrorListener, Listener
 
-__all__ = ["Live"]
+__all__ = ["FOLLOW_PAGE", "Live"]
+
+FOLLOW_PAGE = 1_000
+"""Records `Live.follow` reads at a time: following a long thread from its start holds one
+page in memory, never the whole log."""
 
 log = logging.getLogger("threadlog.store")
 
@@ -61,7 +65,7 @@ class Live:
         """`Store.follow`: the records after ``after``, then each new one, from this or any
         other process: woken by NOTIFY, reading the table, and at least every ``interval``
         seconds in case a notification was lost."""
-        records = self.read(thread_id, after)  # ThreadNotFound before the first yield
+        records = self.read(thread_id, after, limit=FOLLOW_PAGE)  # ThreadNotFound first
         wake = threading.Event()
         self._start_notifier()
         with self._wait_lock:
@@ -71,9 +75,10 @@ class Live:
                 for record in records:
                     after = record.ord
                     yield record
-                wake.wait(interval)
-                wake.clear()
-                records = self.read(thread_id, after)
+                if len(records) < FOLLOW_PAGE:  # caught up: wait for more
+                    wake.wait(interval)
+                    wake.clear()
+                records = self.read(thread_id, after, limit=FOLLOW_PAGE)
         finally:
             with self._wait_lock:
                 waiting = self._waiters.get(thread_id)

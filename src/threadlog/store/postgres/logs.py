@@ -21,7 +21,7 @@ from threadlog.model.eventdata import from_data, to_data
 from threadlog.model.events import ThreadCreated
 from threadlog.model.ids import is_uuid
 from threadlog.model.lineage import Copied, copied_prefix
-from threadlog.model.reducer import replay
+from threadlog.model.reducer import apply
 from threadlog.store._forks import child_created
 from threadlog.store.artifact_check import first_bad_artifact, worse
 from threadlog.store.postgres.projections import insert_records
@@ -34,10 +34,14 @@ if TYPE_CHECKING:
     import psycopg
 
     from threadlog.model.refs import ArtifactRef
+    from threadlog.model.state import ThreadState
     from threadlog.store.postgres.projections import Row
     from threadlog.store.postgres.schema import Target
 
-__all__ = ["Logs", "chain_error", "new_row"]
+__all__ = ["VERIFY_PAGE", "Logs", "chain_error", "new_row"]
+
+VERIFY_PAGE = 5_000
+"""Rows `Logs.verify` reads at a time (its memory does not grow with the thread)."""
 
 
 class Logs:
@@ -132,32 +136,90 @@ class Logs:
     def verify(self, thread_id: str, *, check_events: bool = True) -> VerifyReport:
         """Recompute every hash and check the chain and ordinals (and, by default, that the
         reducer accepts every event and that referenced blobs are sound). Reports; never
-        repairs."""
-        rows = self._rows(thread_id)
-        error: IntegrityError | InvalidTransition | None = None
-        records: list[Record] = []
-        for i, (ord_, line) in enumerate(rows):
-            if ord_ != i + 1:
-                error = IntegrityError(thread_id, i + 1, f"ord {i + 1} is missing from the log")
+        repairs. The log is read a page at a time (`VERIFY_PAGE` rows), so memory stays
+        bounded however long the thread is; the verdict is the first problem by ordinal,
+        structural damage taking precedence over an illegal event."""
+        error: IntegrityError | InvalidTransition | None = None  # framing, hash, gap, chain
+        event_error: IntegrityError | InvalidTransition | None = None
+        bad_blob: IntegrityError | None = None
+        state: ThreadState | None = None
+        inherited: Copied | None = None
+        prev: str | None = None
+        last = count = 0
+        after = 0
+        while error is None:
+            rows = self._rows(thread_id, after, VERIFY_PAGE)
+            if not rows:
                 break
-            try:
-                records.append(decode_line(thread_id, ord_, line))
-            except IntegrityError as exc:
-                error = exc
+            page: list[Record] = []
+            for ord_, line in rows:
+                count += 1
+                after = ord_
+                expect = last + 1
+                if ord_ != expect:
+                    error = IntegrityError(
+                        thread_id, expect, f"ord {expect} is missing from the log"
+                    )
+                    break
+                try:
+                    record = decode_line(thread_id, ord_, line)
+                except IntegrityError as exc:
+                    error = exc
+                    break
+                if ord_ == 1:
+                    try:
+                        created = from_data(record.type, record.data)
+                        if isinstance(created, ThreadCreated):
+                            inherited = copied_prefix(created.lineage)
+                    except (UsageError, IntegrityError, ValueError) as exc:
+                        error = IntegrityError(
+                            thread_id, 1, f"ord 1 is not a valid thread.created: {exc}"
+                        )
+                        break
+                    expected_prev = None
+                elif ord_ == 2 and inherited is not None:
+                    expected_prev = inherited.prev
+                else:
+                    expected_prev = prev
+                writers = inherited.threads if inherited and 2 <= ord_ <= inherited.until else ()
+                if record.prev != expected_prev:
+                    error = IntegrityError(thread_id, ord_, "the hash chain is broken here")
+                    break
+                if record.thread != thread_id and record.thread not in writers:
+                    error = IntegrityError(thread_id, ord_, f"a record of thread {record.thread}")
+                    break
+                prev = record.hash
+                last = ord_
+                page.append(record)
+                if check_events and event_error is None:
+                    try:
+                        state = apply(state, record)
+                    except (InvalidTransition, IntegrityError) as exc:
+                        event_error = exc
+                    except UsageError as exc:
+                        event_error = InvalidTransition(str(exc))
+            if bad_blob is None:
+                bad_blob = first_bad_artifact(thread_id, page, self.check_artifact)
+            if len(rows) < VERIFY_PAGE:
                 break
-        chain = chain_error(thread_id, records)
-        if chain is not None and (error is None or (chain.ord or 0) < (error.ord or 0)):
-            error = chain
-        if error is None and check_events:
-            try:
-                replay(records)
-            except (InvalidTransition, IntegrityError) as exc:
-                error = exc
-            except UsageError as exc:
-                error = InvalidTransition(str(exc))
-        error = worse(error, first_bad_artifact(thread_id, records, self.check_artifact))
-        last = records[-1].ord if records else 0
-        return VerifyReport(thread_id, error is None, len(rows), last, None, error)
+        if error is not None:  # the rows after the damage still count, as a whole read's do
+            count += self._count_after(thread_id, after)
+        elif check_events and event_error is None and state is None:
+            event_error = InvalidTransition(
+                "an empty log has no state: ord 1 must be thread.created"
+            )
+        found = error if error is not None else (event_error if check_events else None)
+        found = worse(found, bad_blob)
+        return VerifyReport(thread_id, found is None, count, last, None, found)
+
+    def _count_after(self, thread_id: str, after: int) -> int:
+        """How many rows the thread has after ``after``."""
+        with self._conn() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM events WHERE thread_id = %s AND ord > %s",
+                (thread_id, after),
+            ).fetchone()
+        return int(row[0]) if row else 0
 
     def fork(
         self,

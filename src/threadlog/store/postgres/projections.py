@@ -47,6 +47,13 @@ _TABLES = {
 }
 
 
+def _text(value: Any) -> Any:
+    """A projected value as a PostgreSQL ``text`` column can hold it: NUL (which JSON and the
+    embedded index allow, PostgreSQL text does not) becomes U+FFFD. The log keeps the exact
+    value (its line is ``bytea``); only the catalog's copy is changed."""
+    return value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
+
+
 def notify_payload(thread_id: str, first: int, last: int, origin: str) -> str:
     """What a notification says: ``"<thread> <first ord> <last ord> <origin store>"``."""
     return f"{thread_id} {first} {last} {origin}"
@@ -176,7 +183,8 @@ def _project(
                     f"{f' WHERE {_FENCE}' if guard else ''} "
                     f"ON CONFLICT (thread_id, {key}) DO UPDATE SET {sets}"
                 )
-                ops.append((sql, (thread_id, change.key, *change.fields.values(), *guard)))
+                values = (_text(v) for v in change.fields.values())
+                ops.append((sql, (thread_id, _text(change.key), *values, *guard)))
         first, last = rows[0][0], rows[-1][0]
         ids.append(thread_id)
         ords.append(last.ord)
@@ -294,7 +302,7 @@ def _meta_ops(
         "ON CONFLICT (thread_id, key) DO UPDATE SET value = EXCLUDED.value"
     )
     return [
-        (sql, (thread_id, str(key), codec.canonical(value).decode(), *guard))
+        (sql, (thread_id, _text(str(key)), codec.canonical(value).decode(), *guard))
         for key, value in metadata.items()
     ]
 
@@ -311,14 +319,14 @@ def _thread_ops(
         ops.append(
             (
                 f"UPDATE threads SET {sets} WHERE thread_id = %s{fence}",
-                (*fields.values(), thread_id, *guard),
+                (*(_text(v) for v in fields.values()), thread_id, *guard),
             )
         )
     if title_if_empty:
         ops.append(
             (
                 f"UPDATE threads SET title = %s WHERE thread_id = %s AND title IS NULL{fence}",
-                (title_if_empty, thread_id, *guard),
+                (_text(title_if_empty), thread_id, *guard),
             )
         )
     return ops

@@ -204,6 +204,13 @@ class Target:
         parts = urlsplit(url)
         if parts.scheme.lower() not in ("postgresql", "postgres"):
             raise UsageError(f"{url!r} is not a postgresql:// URL")
+        try:
+            parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+        except ValueError:
+            raise UsageError(
+                "the port of the postgresql:// URL is not a number in 0..65535 "
+                "(postgresql://user@host[:port]/database)"
+            ) from None
         query = parse_qsl(parts.query, keep_blank_values=True)
         rest = [(k, v) for k, v in query if k not in ("schema", "options")]
         named = [v for k, v in query if k == "schema"]
