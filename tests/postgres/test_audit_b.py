@@ -1,13 +1,18 @@
 """Regressions found by an audit: NUL in projected text, a URL with a bad port, verify and
-follow reading a page at a time."""
+follow reading a page at a time, a writer's first append starting from the snapshot."""
 
 from __future__ import annotations
+
+import asyncio
+from typing import Any
 
 import pytest
 
 from tests.postgres.server import Schemas
 from threadlog import open_store
 from threadlog.errors import UsageError
+from threadlog.model.reducer import replay
+from threadlog.runtime import Runtime
 from threadlog.store.postgres import PostgresStore, live, logs
 
 
@@ -44,3 +49,38 @@ def test_verify_and_follow_read_a_page_at_a_time(
             if record.ord == 11:
                 break
         assert ords == list(range(1, 12))
+
+
+def test_the_first_append_and_state_start_from_the_runtime_snapshot(
+    pg_schemas: Schemas,
+) -> None:
+    """A thread a runtime session closed (its snapshot saved) is not read whole by the next
+    writer's first append, nor by `state`: the snapshot's state and the records after it."""
+    url = pg_schemas.new()
+    with open_store(url) as store:
+        thread = store.create_thread("a")
+        for i in range(2_100):  # past the snapshot a closing session saves (2,000 records)
+            store.append(thread, "custom.n", {"i": i}, durable=False)
+        store.flush()
+
+        async def session() -> None:
+            async with Runtime(store=store) as runtime:
+                await (await runtime.open(thread)).close()
+
+        asyncio.run(session())
+    with open_store(url) as store:
+        assert isinstance(store, PostgresStore)
+        reads: list[tuple[int, Any]] = []
+        read = store.read
+
+        def counted(thread_id: str, after: int = 0, **kw: Any) -> Any:
+            reads.append((after, kw.get("limit")))
+            return read(thread_id, after, **kw)
+
+        store.read = counted  # type: ignore[method-assign]
+        store.append(thread, "custom.n", {"i": "after"})
+        assert store.state(thread) == replay(read(thread))
+        assert reads and all(after > 2_000 or limit is not None for after, limit in reads)
+        store.read = read  # type: ignore[method-assign]
+        with pytest.raises(Exception, match="refused"):
+            store.append(thread, "turn.ended", {"turn_id": "nope", "outcome": "completed"})

@@ -29,7 +29,7 @@ from psycopg_pool import ConnectionPool
 from threadlog import _hooks
 from threadlog._clock import new_id, random_bits, rfc3339, wall_ns
 from threadlog.errors import StorageError, UsageError
-from threadlog.model import codec
+from threadlog.model import codec, snapshot
 from threadlog.model.ids import is_uuid
 from threadlog.model.legality import reduce_log, replay_log
 from threadlog.model.policy import durability_of
@@ -437,7 +437,39 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
             return writer
 
     def _load_state(self, thread_id: str) -> ThreadState | None:
+        """The writer's admission state: the runtime's snapshot, if any, and the records after
+        it (`_from_snapshot`), else the whole log reduced."""
+        base = self._from_snapshot(thread_id)
+        if base is not None:
+            return reduce_log(thread_id, base[1], base[0])
         return reduce_log(thread_id, self.read(thread_id))
+
+    def _from_snapshot(self, thread_id: str) -> tuple[ThreadState, list[Record]] | None:
+        """The state of the thread's runtime snapshot (the state's line of it only, not its
+        context) and the records after it, if the snapshot is this threadlog's and the log
+        continues it; else None (the caller reduces the whole log). The snapshot's anchor
+        was checked against the log when it was saved, and is again here (`load_snapshot`)."""
+        try:
+            with self._conn() as conn:
+                row = conn.execute(
+                    "SELECT s.ord, substring(s.payload FOR position('\\x0a'::bytea IN s.payload)) "
+                    "FROM snapshots s JOIN events e "
+                    "ON e.thread_id = s.thread_id AND e.ord = s.ord AND e.hash = s.hash "
+                    "WHERE s.thread_id = %s AND s.version = %s",
+                    (thread_id, snapshot.SNAPSHOT_VERSION),
+                ).fetchone()
+        except psycopg.Error as exc:
+            log.warning("thread %s: snapshot not read (%s); reducing the log", thread_id, exc)
+            return None
+        if row is None:
+            return None
+        state = snapshot.load_state(bytes(row[1]))
+        if state is None or state.last_ord != row[0] or state.thread_id != thread_id:
+            return None
+        tail = self.read(thread_id, after=state.last_ord)
+        if tail and tail[0].prev != state.last_hash:
+            return None
+        return state, tail
 
     def _on_lost(self, thread_id: str, holder: str | None) -> None:
         from threadlog.errors import LeaseLost
@@ -483,7 +515,11 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
     # -- reading ---------------------------------------------------------------------------
 
     def state(self, thread_id: str, *, history: bool = True) -> ThreadState:
-        """The thread's state, reduced from its whole log."""
+        """The thread's state: its runtime snapshot's and the records after it, or its whole
+        log reduced (``history`` is moot: a snapshot holds the whole state)."""
+        base = self._from_snapshot(thread_id)
+        if base is not None:
+            return replay_log(thread_id, base[1], base[0])
         return replay_log(thread_id, self.read(thread_id))
 
     def resolve(self, data: Any) -> Any:
