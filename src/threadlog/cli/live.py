@@ -45,9 +45,13 @@ if TYPE_CHECKING:
 
 __all__ = ["approve", "cancel", "deny", "fork", "resolve", "resume_cmd", "send"]
 
-BRIEF = SnapshotPolicy.never()
+BRIEF = SnapshotPolicy(every_records=None, every_seconds=None, on_close=20_000)
 """The commands' sessions append a few records: they save no snapshot of a long thread's
-state (which costs its size), and the next session that runs saves one in the background."""
+state (which costs its size), and the next session that runs saves one in the background;
+unless opening the thread reduced 20,000 records or more (a thread no session snapshotted,
+e.g. an imported one): then the command saves one as it closes, once, and the next open
+starts there (a 92,849-record imported session: `threadlog resume` 2.5 s every time, against
+5.5 s once and 0.8 s after)."""
 
 
 def _post(store: Store, thread: str, command: Command) -> str:
