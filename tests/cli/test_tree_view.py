@@ -111,3 +111,20 @@ def test_tree_json_is_the_whole_tree_as_data(big: tuple[str, str, str]) -> None:
     assert len(active) == 6 and all(by_id[e["parent"]]["active"] for e in active[1:])
     doc = check(json.loads(run("show", linear_thread, "--tree", "--json", "--home", home)[1]), TREE)
     assert len(doc["entries"]) == 5000  # never elided
+
+
+def test_a_label_or_leaf_on_a_record_under_an_entry_marks_that_entry(tmp_path: str) -> None:
+    """An imported Pi label names a message's last record (its tool call's), and a session
+    may end on a note: both mark the message they belong to."""
+    home = str(tmp_path) + "/store"
+    with open_store(home) as store:
+        thread = store.create_thread("local")
+        _, answer = exchange(store, thread, 1, "first", "one")
+        under = store.append(thread, "custom.note", {"n": 1}, parent=answer)  # not an entry
+        store.append(thread, "label.set", {"entry": under.id, "label": "start"})
+        last = store.append(thread, "custom.note", {"n": 2}, parent=under.id)
+        store.append(thread, "leaf.moved", {"to": last.id})
+    code, out, err = run("show", thread, "--tree", "--home", home)
+    assert code == 0, err
+    [line] = [line for line in out.splitlines() if "model: one" in line]
+    assert line.endswith("◀ active leaf  #start"), out

@@ -398,7 +398,7 @@ def test_a_workers_thread_keeps_its_lines_bytes(rest: list[bytes]) -> None:
     from threadlog.model.projection import Projected
 
     first = b'{"thread":"t"}\n'
-    batch = _Batch(1 << 20, 1 << 24)
+    batch = _Batch(1 << 20, 1 << 24, 10_000, 1000)
     batch.add("t", [first, *rest], Projected(1, (1, "h", "ts"), {}, {}, {}, [], 0, 0))
     (finished,) = batch.threads
     assert finished.lines[0] == first

@@ -4,6 +4,7 @@ re-imported every few minutes costs its new lines (issue: costs proportional to 
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -158,3 +159,44 @@ def test_an_archived_threads_new_lines_wait_for_it(home: str, grown: tuple[Path,
     assert (f.status, f.lines) == ("grown", 1)
     with open_store(home) as store:
         assert conversation(store.read(thread))[-1] == ("user", "while archived")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_long_new_thread_is_imported_with_its_checkpoint(
+    home: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """A session long enough for the store to checkpoint is written with a checkpoint built
+    where its log was (in a worker too): its first open starts there, not at ord 1."""
+    from threadlog.model.reducer import replay
+    from threadlog.store.embedded import store as store_module
+
+    monkeypatch.setattr(store_module, "CHECKPOINT_EVERY", 100)
+    monkeypatch.setattr(store_module, "SPARSE_EVERY", 50)
+    path = tmp_path / f"{SESSION}.jsonl"
+    _session(path, TURNS)
+    with open_store(home) as store:
+        assert isinstance(store, EmbeddedStore)
+        report = import_paths(store, source_format("claude-code"), [str(path)], workers=workers)
+        [thread] = store.thread_ids()
+        assert report.files[0].status == "imported"
+    with open_store(home) as store:
+        assert isinstance(store, EmbeddedStore)
+        records = store.read(thread)
+        [(ord_, digest, end)] = store.index.run(
+            "SELECT ord, hash, end_offset FROM checkpoints WHERE thread_id = ?", (thread,)
+        )
+        assert (ord_, digest) == (records[-1].ord, records[-1].hash)
+        assert end == os.path.getsize(store.path_of(thread))
+        sparse = store.index.run(
+            "SELECT ord, offset FROM sparse_offsets WHERE thread_id = ? ORDER BY ord", (thread,)
+        )
+        assert [o for o, _ in sparse] == list(range(50, len(records) + 1, 50))
+        with open(store.path_of(thread), "rb") as f:
+            for o, offset in sparse:
+                f.seek(offset)
+                assert f'"ord":{o},'.encode() in f.readline()
+        assert store.state(thread, history=False).trimmed
+        assert store.state(thread) == replay(records)
+        assert store.verify(thread).ok
+        store.append(thread, "custom.note", {"after": "import"})
+        assert store._logs[thread].opened_at == (ord_, digest)

@@ -79,6 +79,12 @@ class EntryTree:
     size: dict[str, int] = field(default_factory=dict)
     """Entries in each entry's subtree, itself included."""
     unknown: set[str] = field(default_factory=set)
+    leaf: str | None = None
+    """The entry the active leaf is, or is under (the leaf may be a record that is not an
+    entry: an imported note, a tool call's last record)."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Entry → its label: a label on a record that is not an entry marks the entry above it
+    (an imported label names a message's last record, e.g. its tool call's)."""
     width: int | None = 60
     """How much of a message a line shows (None: all of it, as in a pipe)."""
 
@@ -109,6 +115,11 @@ def entry_tree(records: list[Record], progress: Callable[[int], None] | None = N
             out.size[up] = out.size.get(up, 0) + out.size[entry]
     leaf = state.leaf
     node = leaf if leaf in out.entries else nearest.get(leaf) if leaf else None
+    out.leaf = node
+    for target, label in state.labels.items():
+        marked = target if target in out.entries else nearest.get(target)
+        if marked is not None:
+            out.labels[marked] = label
     while node is not None:
         out.active.add(node)
         node = out.parent[node]
@@ -167,10 +178,10 @@ def _segments(record: Record, width: int | None = 60, *, exact: bool = False) ->
 
 def _marks(et: EntryTree, record: Record) -> Segments:
     out: Segments = []
-    if record.id == et.state.leaf:
+    if record.id == et.leaf:
         out.append(("  ◀ active leaf", "bold green"))
-    if record.id in et.state.labels:
-        out.append((f"  #{short(et.state.labels[record.id], 40)}", "bold blue"))
+    if record.id in et.labels:
+        out.append((f"  #{short(et.labels[record.id], 40)}", "bold blue"))
     if record.type == "model.responded" and isinstance(record.data, dict):
         calls = (record.data.get("message") or {}).get("tool_calls") or []
         pending = [str(c.get("id")) for c in calls if c and c.get("id") in et.unknown]
@@ -263,7 +274,7 @@ def _order(
     continuation (its active child, else its latest; none after the active leaf) at the
     same indentation, and the side branches indented under ``├─``."""
     on_path = [k for k in kids if k in et.active]
-    leaf_here = entry is not None and entry == et.state.leaf
+    leaf_here = entry is not None and entry == et.leaf
     if leaf_here:
         main: str | None = None
     elif on_path:
@@ -310,8 +321,8 @@ def tree_json(records: list[Record]) -> dict[str, Any]:
                 "children": len(et.children.get(entry, [])),
                 "text": "".join(piece for piece, _ in segments),
                 "active": entry in et.active,
-                "leaf": entry == et.state.leaf,
-                "label": et.state.labels.get(entry),
+                "leaf": entry == et.leaf,
+                "label": et.labels.get(entry),
             }
         )
     return {

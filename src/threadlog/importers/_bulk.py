@@ -35,10 +35,13 @@ from threadlog.errors import (
     RecordTooLarge,
     UsageError,
 )
-from threadlog.model import codec
+from threadlog.model import codec, snapshot
+from threadlog.model.context import Context
 from threadlog.model.envelope import Record, encode_record, valid_type_name
 from threadlog.model.eventdata import from_data
 from threadlog.model.reducer import apply
+from threadlog.model.state import trim
+from threadlog.store.transfer import Checkpointed
 from threadlog.store.validate import thread_created_data
 
 if TYPE_CHECKING:
@@ -58,6 +61,10 @@ class ThreadBatch(Protocol):
 
     max_record_bytes: int
     artifact_threshold: int
+    checkpoint_records: int
+    """A thread of at least this many records is given with its checkpoint (`Checkpointed`)."""
+    sparse_every: int
+    """The checkpoint's sparse index holds every ``sparse_every``-th record's offset."""
 
     def encode(self, type_name: str, data: Any, /) -> tuple[Any, bytes]: ...
 
@@ -68,6 +75,7 @@ class ThreadBatch(Protocol):
         thread_id: str,
         lines: Sequence[bytes],
         records: Sequence[Record] | Projected | None = None,
+        checkpoint: Checkpointed | None = None,
     ) -> None: ...
 
     def commit(self) -> list[str]: ...
@@ -97,6 +105,11 @@ class Written(Protocol):
     @property
     def records(self) -> Sequence[Record] | Projected:
         """Its records, or what they change in the index (`project_log` of them all)."""
+        ...
+
+    def checkpointed(self, records: int, every: int) -> Checkpointed | None:
+        """Its checkpoint (sparse entries every ``every`` records), if it has at least
+        ``records`` records."""
         ...
 
 
@@ -150,6 +163,20 @@ class NewLog:
     def root(self) -> str:
         """The id of the ``thread.created`` record."""
         return self.records[0].id
+
+    def checkpointed(self, records: int, every: int) -> Checkpointed | None:
+        """`Written.checkpointed`: the log's trimmed state after its last record, and the
+        offsets of every ``every``-th line (a long session's first open then starts there)."""
+        if len(self.records) < records:
+            return None
+        trim(self.state)  # (the log is finished: nothing is checked against it any more)
+        sparse, offset = [], 0
+        for ord_, line in enumerate(self.lines, 1):
+            if ord_ % every == 0:
+                sparse.append((ord_, offset))
+            offset += len(line)
+        last = self.records[-1]
+        return Checkpointed(last.ord, last.hash, snapshot.dump(self.state, Context()), sparse)
 
     def append(
         self,
@@ -257,9 +284,11 @@ class Bulk:
     def add(self, report: FileReport, logs: Sequence[Written]) -> None:
         """Hand a finished file's new threads to the batch (all or none of them)."""
         added: list[str] = []
+        batch = self.batch
         try:
             for log in logs:
-                self.batch.add(log.thread_id, log.lines, log.records)
+                taken = log.checkpointed(batch.checkpoint_records, batch.sparse_every)
+                batch.add(log.thread_id, log.lines, log.records, taken)
                 added.append(log.thread_id)
         except BaseException:
             self.batch.drop(added)  # all or none of a file's threads

@@ -626,7 +626,15 @@ def _in_workers(
                 source = os.path.abspath(path)
                 job = None
                 if source not in ledger.files:  # (a file imported before may have grown)
-                    args = (_import_in_worker, fmt, source, threshold, batch.max_record_bytes)
+                    args = (
+                        _import_in_worker,
+                        fmt,
+                        source,
+                        threshold,
+                        batch.max_record_bytes,
+                        batch.checkpoint_records,
+                        batch.sparse_every,
+                    )
                     with contextlib.suppress(Exception):  # a broken pool: imported here
                         job = pool.submit(build, *args)
                 window.append((path, job))

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from threadlog.importers._report import FileReport
     from threadlog.model.envelope import Record
+    from threadlog.store.transfer import Checkpointed
 
 __all__ = ["Built", "Finished", "build"]
 
@@ -49,6 +50,12 @@ class Finished(NamedTuple):
     """Its first line, and the others joined in one (the same bytes for `ThreadBatch.add`,
     which writes them one after another): two objects to pickle instead of one a line."""
     records: Projected
+    taken: Checkpointed | None = None
+    """Its checkpoint, made in the worker (a long thread's: `NewLog.checkpointed`)."""
+
+    def checkpointed(self, records: int, every: int) -> Checkpointed | None:
+        """`Written.checkpointed`: the one the worker made."""
+        return self.taken
 
 
 @dataclass(slots=True)
@@ -73,9 +80,13 @@ class _Offloaded(Exception):
 class _Batch:
     """A worker's stand-in for the store's batch: it keeps the finished threads."""
 
-    def __init__(self, threshold: int, max_record_bytes: int) -> None:
+    def __init__(
+        self, threshold: int, max_record_bytes: int, checkpoint_records: int, sparse_every: int
+    ) -> None:
         self.artifact_threshold = threshold
         self.max_record_bytes = max_record_bytes
+        self.checkpoint_records = checkpoint_records
+        self.sparse_every = sparse_every
         self.threads: list[Finished] = []
 
     def encode(self, type_name: str, data: Any) -> tuple[Any, bytes]:
@@ -89,10 +100,11 @@ class _Batch:
         thread_id: str,
         lines: Sequence[bytes],
         records: Sequence[Record] | Projected | None = None,
+        checkpoint: Checkpointed | None = None,
     ) -> None:
         assert records, "a worker's new thread comes with its records"
         self.threads.append(
-            Finished(thread_id, [lines[0], b"".join(lines[1:])], as_projected(records))
+            Finished(thread_id, [lines[0], b"".join(lines[1:])], as_projected(records), checkpoint)
         )
 
     def commit(self) -> list[str]:
@@ -132,7 +144,13 @@ class _Asking(Ledger):
 
 
 def build(
-    run: Callable[..., FileReport], fmt: Any, source: str, threshold: int, max_record_bytes: int
+    run: Callable[..., FileReport],
+    fmt: Any,
+    source: str,
+    threshold: int,
+    max_record_bytes: int,
+    checkpoint_records: int,
+    sparse_every: int,
 ) -> Built:
     """Import ``source`` into new threads in this (worker) process (module docstring):
     ``run`` is `threadlog.importers._core.import_file` (its worker entry) and ``fmt`` the file's
@@ -140,7 +158,7 @@ def build(
     imports nothing of the package that imports it."""
     gc.disable()  # a worker's imports form no cycles (see `import_paths`'s ``pause_gc``)
     ledger = _Asking(None)
-    batch = _Batch(threshold, max_record_bytes)
+    batch = _Batch(threshold, max_record_bytes, checkpoint_records, sparse_every)
     try:
         report = run(_Empty(), fmt, source, ledger, Bulk(batch, ledger))
     except _Offloaded:

@@ -36,7 +36,31 @@ if TYPE_CHECKING:
 
     from threadlog.model.envelope import Record
 
-__all__ = ["Adopted", "check_import", "conflict_message", "first_difference", "same_log"]
+__all__ = [
+    "Adopted",
+    "Checkpointed",
+    "check_import",
+    "conflict_message",
+    "first_difference",
+    "same_log",
+]
+
+
+class Checkpointed(NamedTuple):
+    """A new thread's checkpoint, made where its log was built (``threadlog import``'s bulk
+    path: `threadlog.importers._bulk.NewLog`), for a store to keep beside the thread it writes
+    whole, so that its first open starts there instead of reading it whole."""
+
+    ord: int
+    """Its last record's ordinal."""
+    hash: str
+    """Its last record's hash."""
+    state: bytes
+    """Its reduced state after that record, trimmed (`threadlog.model.state.trim`), as
+    `threadlog.model.snapshot.dump` writes it."""
+    sparse: list[tuple[int, int]]
+    """``(ord, byte offset)`` of the line of every ``sparse_every``-th record (the store's
+    sparse index)."""
 
 
 class Adopted(NamedTuple):

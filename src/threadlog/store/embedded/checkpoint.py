@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from threadlog.store.embedded.rollout import Scan
     from threadlog.store.embedded.rolloutlog import RolloutLog
     from threadlog.store.embedded.snapshots import SnapshotKeeper
+    from threadlog.store.transfer import Checkpointed
 
 __all__ = ["CHECKPOINT_EVERY", "SPARSE_EVERY", "Checkpoint", "Checkpoints"]
 
@@ -114,6 +115,27 @@ class Checkpoints:
             return False
         self._taken[thread_id] = ord_
         return True
+
+    def put(self, thread_id: str, taken: Checkpointed, end: int) -> None:
+        """Keep a checkpoint made where a new thread's log was built (`NewThreads`: a long
+        imported session), once its rollout is durable; never raises."""
+        try:
+            if taken.sparse:
+                self._index.run(
+                    "INSERT OR REPLACE INTO sparse_offsets (thread_id, ord, offset) "
+                    "VALUES (?, ?, ?)",
+                    [(thread_id, o, off) for o, off in taken.sparse],
+                    many=True,
+                )
+            self._index.run(
+                "INSERT OR REPLACE INTO checkpoints "
+                "(thread_id, ord, hash, end_offset, version, state) VALUES (?, ?, ?, ?, ?, ?)",
+                (thread_id, taken.ord, taken.hash, end, snapshot.SNAPSHOT_VERSION, taken.state),
+            )
+        except StorageError as exc:
+            log.warning("thread %s: its checkpoint was not kept (%s)", thread_id, exc)
+            return
+        self._taken[thread_id] = taken.ord
 
     def tick(self) -> None:
         """The committer's turn: checkpoint every open log `CHECKPOINT_EVERY` records on."""

@@ -25,7 +25,7 @@ from threadlog.store._home import default_home
 from threadlog.store.embedded.aio import AsyncCommits
 from threadlog.store.embedded.artifacts import ArtifactStore
 from threadlog.store.embedded.blobs import Blobs
-from threadlog.store.embedded.checkpoint import Checkpoints
+from threadlog.store.embedded.checkpoint import CHECKPOINT_EVERY, SPARSE_EVERY, Checkpoints
 from threadlog.store.embedded.credentials import CredentialFile
 from threadlog.store.embedded.fork import Forker
 from threadlog.store.embedded.index import Index
@@ -491,6 +491,9 @@ class EmbeddedStore(Queries, Blobs):
             encode=self._encode,
             max_record_bytes=self.max_record_bytes,
             artifact_threshold=self.artifact_threshold,
+            checkpoint=self._checkpoints.put,
+            checkpoint_records=CHECKPOINT_EVERY,
+            sparse_every=SPARSE_EVERY,
         )
 
     def save_snapshot(

@@ -41,7 +41,7 @@ from threadlog.errors import ConflictError, StorageError, UsageError
 from threadlog.model.projection import Projected, as_projected
 from threadlog.store._fileops import temporary_path
 from threadlog.store.embedded.fork import Forked
-from threadlog.store.transfer import check_import, conflict_message, same_log
+from threadlog.store.transfer import Checkpointed, check_import, conflict_message, same_log
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -165,10 +165,19 @@ class NewThreads:
         encode: Callable[[str, Any], tuple[Any, bytes]],
         max_record_bytes: int,
         artifact_threshold: int,
+        checkpoint: Callable[[str, Checkpointed, int], None] | None = None,
+        checkpoint_records: int = 1 << 62,
+        sparse_every: int = 1000,
     ) -> None:
         self._layout = layout
         self._fops = fops
         self._written = written
+        self._checkpoint = checkpoint
+        self.checkpoint_records = checkpoint_records if checkpoint is not None else 1 << 62
+        """A thread of at least this many records is given with its checkpoint, which
+        ``checkpoint(thread_id, checkpointed, end)`` keeps once the thread is written."""
+        self.sparse_every = sparse_every
+        """The sparse index's spacing (`threadlog.store.embedded.checkpoint.SPARSE_EVERY`)."""
         self.encode = encode
         """``encode(type, data)``: the data as stored and its canonical JSON (look-alike
         references escaped, large values moved to the artifact store), as an append does."""
@@ -178,6 +187,8 @@ class NewThreads:
         """Data larger than this (canonical JSON bytes) goes to the artifact store (`encode`)."""
         self._pending: list[tuple[str, str, str, int, Forked]] = []
         """``(thread id, rollout path, temporary path, fd, what the index is given)``."""
+        self._taken: dict[str, tuple[Checkpointed, int]] = {}
+        """Thread id → the checkpoint it came with and its rollout's size."""
 
     def __enter__(self) -> NewThreads:
         return self
@@ -197,12 +208,14 @@ class NewThreads:
         thread_id: str,
         lines: Sequence[bytes],
         records: Sequence[Record] | Projected | None = None,
+        checkpoint: Checkpointed | None = None,
     ) -> None:
         """Write a new thread's rollout ``lines`` (its ``thread.created`` first, each line
         encoded by `encode_record` and admitted by the reducer) to its temporary file.
         ``records``, the records of those lines if the caller holds them, or what they change
         in the index (`project_log` of them all: built where they were), spare the index
-        parsing the lines again.
+        parsing the lines again. ``checkpoint`` (a long thread's, built with its lines) is
+        kept once the thread is written, as if the store had taken it.
 
         Raises `UsageError` (a malformed id, no lines, or a line not of this thread),
         `ConflictError` (the thread exists already), `StorageError`; nothing is added then.
@@ -228,12 +241,15 @@ class NewThreads:
         else:
             indexed = Forked(thread_id, path, lines[0], body, 0, len(body), b"")
         self._pending.append((thread_id, path, tmp, fd, indexed))
+        if checkpoint is not None and self._checkpoint is not None:
+            self._taken[thread_id] = (checkpoint, len(lines[0]) + len(body))
 
     def commit(self) -> list[str]:
         """Make every thread added durable and visible, and queue it for the index (at the
         store's next flush); their ids. On an error none of those not linked yet is written
         (`StorageError`, or `ConflictError` if one appeared meanwhile), the batch is empty."""
         pending, self._pending = self._pending, []
+        taken, self._taken = self._taken, {}
         if not pending:
             return []
         fops = self._fops
@@ -263,17 +279,23 @@ class NewThreads:
         self._cleanup(pending, [])
         for *_, indexed in pending:
             self._written(indexed)
+        if self._checkpoint is not None:
+            for thread_id, (checkpoint, end) in taken.items():
+                self._checkpoint(thread_id, checkpoint, end)  # (durable and linked: now)
         return [p[0] for p in pending]
 
     def drop(self, thread_ids: Sequence[str]) -> None:
         """Remove threads added and not committed (the others stay in the batch)."""
         gone = set(thread_ids)
+        for thread_id in gone:
+            self._taken.pop(thread_id, None)
         self._cleanup([p for p in self._pending if p[0] in gone], [])
         self._pending = [p for p in self._pending if p[0] not in gone]
 
     def discard(self) -> None:
         """Remove what was added and not committed."""
         pending, self._pending = self._pending, []
+        self._taken = {}
         self._cleanup(pending, [])
 
     def _cleanup(
