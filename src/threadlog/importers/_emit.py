@@ -445,7 +445,7 @@ class Emitter:
         except UsageError as exc:
             self.report.problem(self.line, "refused", f"{type_}: {exc}")
             return False
-        if rid in self.known or stored.ord <= self.floor:
+        if rid in self.known or (self.floor and stored.ord <= self.floor):
             return True  # imported before: the log (and its leaf) did not change
         self.known.add(rid)
         self.parents[rid] = parent
