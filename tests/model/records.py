@@ -8,14 +8,36 @@ from typing import TYPE_CHECKING, Any, Final
 from threadlog.model.codec import canonical
 from threadlog.model.envelope import Record, encode_record, parse_line
 from threadlog.model.eventdata import to_data
-from threadlog.model.events import Event, ThreadCreated
+from threadlog.model.events import (
+    Event,
+    InputConsumed,
+    InputQueued,
+    ModelResponded,
+    StepStarted,
+    ThreadCreated,
+    ToolCallApproved,
+    ToolCallFinished,
+    ToolCallProposed,
+    ToolCallStarted,
+    TurnEnded,
+    TurnStarted,
+)
 from threadlog.model.ids import uuid7
 from threadlog.model.reducer import replay
 
 if TYPE_CHECKING:
     from threadlog.model.state import ThreadState
 
-__all__ = ["BASE_MS", "THREAD", "Chain", "created", "encode", "make_record", "record_id"]
+__all__ = [
+    "BASE_MS",
+    "THREAD",
+    "Chain",
+    "agent_turn",
+    "created",
+    "encode",
+    "make_record",
+    "record_id",
+]
 
 BASE_MS: Final = 1_700_000_000_000
 THREAD: Final = uuid7(BASE_MS, bytes(range(10)))
@@ -66,6 +88,43 @@ def make_record(
 ) -> Record:
     """One parsed record (its hash is real)."""
     return parse_line(encode(event, ord=ord, prev=prev, parent=parent, thread=thread))
+
+
+def agent_turn(
+    n: int, *, end: bool = True, steer: bool = False, result: str = "r" * 2000
+) -> list[Event]:
+    """The events of an agent's turn ``t{n}``: its input (steered with ``i{n}`` if
+    ``steer``), a step ``s{n}`` whose response proposes the call ``c{n}``, which runs and
+    finishes with ``{"text": result}``, then the turn's end unless not ``end``."""
+    turn, step, call = f"t{n}", f"s{n}", f"c{n}"
+    steering: list[Event] = (
+        [
+            InputQueued(input_id=f"i{n}", text=f"steer {n} " * 20),
+            InputConsumed(input_id=f"i{n}", turn_id=turn),
+        ]
+        if steer
+        else []
+    )
+    events: list[Event] = [
+        TurnStarted(turn_id=turn, input=f"question {n} " * 50),
+        *steering,
+        StepStarted(turn_id=turn, step_id=step),
+        ModelResponded(turn_id=turn, step_id=step, message={"role": "assistant"}),
+        ToolCallProposed(
+            turn_id=turn,
+            call_id=call,
+            tool="read",
+            args={"path": f"/file/{n}", "pad": "a" * 1000},
+            side_effect="read_only",
+            step_id=step,
+        ),
+        ToolCallApproved(call_id=call, by="policy"),
+        ToolCallStarted(call_id=call, intent={"plan": "x" * 100}),
+        ToolCallFinished(call_id=call, ok=True, result={"text": result}),
+    ]
+    if end:
+        events.append(TurnEnded(turn_id=turn, outcome="completed"))
+    return events
 
 
 def created(principal: str = "alice", **config: Any) -> ThreadCreated:

@@ -7,17 +7,14 @@ import copy
 
 import pytest
 
-from tests.model.records import Chain, created
+from tests.model.records import Chain, agent_turn, created
 from threadlog.errors import InvalidTransition
 from threadlog.model.events import (
     Event,
     InputConsumed,
     InputQueued,
-    ModelResponded,
     StepStarted,
-    ToolCallApproved,
     ToolCallFinished,
-    ToolCallProposed,
     ToolCallStarted,
     TurnEnded,
     TurnStarted,
@@ -26,36 +23,11 @@ from threadlog.model.reducer import apply
 from threadlog.model.state import trim
 
 
-def _turn(n: int, *, end: bool = True) -> list[Event]:
-    turn, step, call = f"t{n}", f"s{n}", f"c{n}"
-    events: list[Event] = [
-        TurnStarted(turn_id=turn, input=f"question {n} " * 50),
-        InputQueued(input_id=f"i{n}", text=f"steer {n} " * 20),
-        InputConsumed(input_id=f"i{n}", turn_id=turn),
-        StepStarted(turn_id=turn, step_id=step),
-        ModelResponded(turn_id=turn, step_id=step, message={"role": "assistant"}),
-        ToolCallProposed(
-            turn_id=turn,
-            call_id=call,
-            tool="read",
-            args={"path": f"/file/{n}", "big": "a" * 500},
-            side_effect="read_only",
-            step_id=step,
-        ),
-        ToolCallApproved(call_id=call, by="policy"),
-        ToolCallStarted(call_id=call, intent={"plan": "x" * 100}),
-        ToolCallFinished(call_id=call, ok=True, result={"text": "r" * 2000}),
-    ]
-    if end:
-        events.append(TurnEnded(turn_id=turn, outcome="completed"))
-    return events
-
-
 def _log(turns: int, *, last_running: bool) -> Chain:
     chain = Chain()
     chain.add(created())
     for n in range(1, turns + 1):
-        chain.add(*_turn(n, end=not (last_running and n == turns)))
+        chain.add(*agent_turn(n, end=not (last_running and n == turns), steer=True))
     return chain
 
 

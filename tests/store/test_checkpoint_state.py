@@ -7,17 +7,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
+from tests.model.records import agent_turn
 
 from threadlog import EmbeddedStore
 from threadlog.errors import InvalidTransition
 from threadlog.model.events import (
-    Event,
-    ModelResponded,
-    StepStarted,
-    ToolCallApproved,
     ToolCallFinished,
-    ToolCallProposed,
-    ToolCallStarted,
     TurnEnded,
     TurnStarted,
 )
@@ -31,34 +26,13 @@ TURNS = 30
 RESULT = "r" * 4000
 
 
-def _turn(n: int) -> list[Event]:
-    turn, step, call = f"t{n}", f"s{n}", f"c{n}"
-    return [
-        TurnStarted(turn_id=turn, input=f"question {n} " * 40),
-        StepStarted(turn_id=turn, step_id=step),
-        ModelResponded(turn_id=turn, step_id=step, message={"role": "assistant"}),
-        ToolCallProposed(
-            turn_id=turn,
-            call_id=call,
-            tool="read",
-            args={"path": f"/file/{n}", "pad": "a" * 1000},
-            side_effect="read_only",
-            step_id=step,
-        ),
-        ToolCallApproved(call_id=call, by="policy"),
-        ToolCallStarted(call_id=call),
-        ToolCallFinished(call_id=call, ok=True, result={"text": RESULT}),
-        TurnEnded(turn_id=turn, outcome="completed"),
-    ]
-
-
 @pytest.fixture
 def home(tmp_path: Path) -> tuple[str, str]:
     path = str(tmp_path / "home")
     with EmbeddedStore(path) as store:
         thread = store.create_thread("alice")
         for n in range(1, TURNS + 1):
-            for event in _turn(n):
+            for event in agent_turn(n, result=RESULT):
                 store.append(thread, event, durable=False)
     return path, thread  # closed: the log was checkpointed
 
@@ -110,6 +84,6 @@ def test_appends_after_reopening_are_checked_as_against_the_whole_state(
         ):
             with pytest.raises(InvalidTransition):
                 store.append(thread, refused)
-        for event in _turn(TURNS + 1):
+        for event in agent_turn(TURNS + 1, result=RESULT):
             store.append(thread, event)
         assert store.state(thread) == replay(store.read(thread))
