@@ -328,3 +328,31 @@ def test_text_beside_tool_results_joins_the_running_turn(tmp_path: Path) -> None
         ("assistant", "Stopped.", []),
     ]
     assert len(state.turns) == 1 and len(state.inputs) == 1
+
+
+def test_a_bom_is_reported_once_not_at_each_growth(tmp_path: Any) -> None:
+    """Reported when the file is read from its start; a grown file's import reads on from
+    where it stopped and does not say it again."""
+    from threadlog import open_store
+    from threadlog.importers import import_paths, source_format
+
+    path = tmp_path / "7d3c2a10-5b6e-4f1a-9c8d-0e1f2a3b4c5e.jsonl"
+    line = (
+        '{{"parentUuid":{parent},"isSidechain":false,"type":"user","uuid":"{uuid}",'
+        '"sessionId":"7d3c2a10-5b6e-4f1a-9c8d-0e1f2a3b4c5e",'
+        '"timestamp":"2025-09-01T10:00:00.000Z","message":{{"role":"user","content":"{text}"}}}}\n'
+    )
+    path.write_bytes(b"\xef\xbb\xbf" + line.format(parent="null", uuid="u1", text="hi").encode())
+    home = str(tmp_path / "home")
+    kinds = []
+    for n in range(2, 4):
+        with open_store(home) as store:
+            [f] = import_paths(store, source_format("claude-code"), [str(path)]).files
+        kinds.append([p.kind for p in f.problems])
+        with open(path, "a") as out:
+            out.write(line.format(parent=f'"u{n - 1}"', uuid=f"u{n}", text=f"more {n}"))
+    with open_store(home) as store:
+        [f] = import_paths(store, source_format("claude-code"), [str(path)]).files
+    kinds.append([p.kind for p in f.problems])
+    assert kinds == [["bom"], [], []]
+    assert f.status == "grown"

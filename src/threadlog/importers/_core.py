@@ -63,7 +63,7 @@ from threadlog.importers._lines import (
     spans,
     split,
 )
-from threadlog.importers._report import FileReport, ImportReport
+from threadlog.importers._report import FileReport, ImportReport, Problem
 from threadlog.model.ids import derived_id
 
 if TYPE_CHECKING:
@@ -378,10 +378,7 @@ def _import(
         return
     with open(source, "rb") as f:
         head = read_head(f)
-        base = 0
-        if head.startswith(BOM):
-            base = len(BOM)
-            report.problem(1, "bom", "the file starts with a UTF-8 byte-order mark (skipped)")
+        base = len(BOM) if head.startswith(BOM) else 0
         first_lines = split(head_lines(head, base), base, 0, report)
         identity = fmt.identify(source, first_lines)
         emit, state, progress = open_emitter(
@@ -425,6 +422,10 @@ def _import(
         if not data and at == 0:
             f.seek(0)
             data = f.read()
+    if base and lineno == 0:  # (said when the file is read from its start, not at each growth)
+        report.problems.insert(
+            0, Problem(1, "bom", "the file starts with a UTF-8 byte-order mark (skipped)")
+        )
     todo, end, last_no = spans(data, start, lineno, report)
     report.bytes = end - start
     report.lines = last_no - lineno
