@@ -116,6 +116,9 @@ class Parser(Protocol):
     restart: bool
     """True when the next import of a grown file must read it from the start (the parser
     routes lines by state it does not keep across imports)."""
+    held: int | None
+    """After `finish`: the line an item still being written starts at (the file ends inside
+    it), or None. The import stops before that line, and the next one reads it again."""
 
     def feed(self, line: Line) -> None: ...
 
@@ -160,6 +163,9 @@ class FileContext:
     children: dict[str, Emitter] = field(default_factory=dict)
     bulk: Bulk | None = None
     """The import's batch of new threads (None: every record is appended to the store)."""
+    settled: bool = False
+    """Whether the file is as the last import left it (its writer done, or gone): a parser
+    then writes what it would otherwise wait for (`Parser.held`)."""
 
     def child(self, suffix: str, *, title: str | None, kind: str = "subagent") -> Emitter:
         """The emitter of side-chain ``suffix`` of this session (its thread created if new)."""
@@ -366,10 +372,15 @@ def _import(
 ) -> None:
     st = os.stat(source)
     entry = ledger.files.get(source)
-    if (
+    settled = (
         entry is not None
         and entry.get("size") == st.st_size
         and entry.get("mtime_ns") == st.st_mtime_ns
+    )
+    if (
+        settled
+        and entry is not None
+        and not entry.get("held")
         and (entry.get("thread") in ledger.pending or store.exists(entry.get("thread", "")))
     ):
         report.status = "unchanged"
@@ -429,7 +440,9 @@ def _import(
     todo, end, last_no = spans(data, start, lineno, report)
     report.bytes = end - start
     report.lines = last_no - lineno
-    ctx = FileContext(store, ledger, identity, report, emit, source, fmt.name, bulk=bulk)
+    ctx = FileContext(
+        store, ledger, identity, report, emit, source, fmt.name, bulk=bulk, settled=settled
+    )
     parser = fmt.parser(ctx, saved)
     # the first lines were parsed to name the file: read from the start, they are not again
     parsed = {line.no: line for line in first_lines} if at == 0 and lineno == 0 else {}
@@ -457,8 +470,14 @@ def _import(
             # a line of a shape no format module foresaw: reported and kept, never fatal
             report.problem(line.no, "unreadable", f"{type(exc).__name__}: {exc}")
             emit.note(f"L{line.no}", emit.parent_of(None, previous=True), "unreadable", line.obj)
-    offset_end = at + end
     leaf = parser.finish()
+    held = parser.held
+    if held is not None:  # the file ends inside an item: stop before its first line
+        for number, begins, _ in todo:
+            if number == held:
+                end, last_no = begins, held - 1
+                break
+    offset_end = at + end
     if leaf is not None:
         emit.move_leaf(leaf, f"leaf@{offset_end}")
     for suffix, child in ctx.children.items():
@@ -500,6 +519,7 @@ def _import(
         "size": st.st_size,
         "mtime_ns": st.st_mtime_ns,
         "children": report.children,
+        **({"held": held} if held is not None else {}),
     }
 
 

@@ -137,6 +137,7 @@ class _Parser:
     last_message: str | None = None
     """``message.id`` of the last assistant line: its usage is counted once."""
     restart: bool = False
+    held: int | None = None
     leaf: str | None = None
     routes: dict[str, str] = field(default_factory=dict)
     """Side-chain line uuid → the suffix of its child thread."""

@@ -183,6 +183,8 @@ class _Pending:
 
     key: str
     ts: str | None
+    line: int
+    """The source line of its first item."""
     texts: list[str] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     thinking: list[dict[str, Any]] = field(default_factory=list)
@@ -197,6 +199,9 @@ class _Parser:
     """The settings the last ``turn_context`` left."""
     restart: bool = False
     pending: _Pending | None = None
+    held: int | None = None
+    """The line a response still being written starts at, when the file ends inside it
+    (`finish`): the import stops before it and the next one reads it again."""
 
     def feed(self, line: Line) -> None:
         obj = line.obj
@@ -254,9 +259,9 @@ class _Parser:
         kind = as_str(item.get("type"))
         role = as_str(item.get("role"))
         if kind == "message" and role == "assistant":
-            self._open(key, ts).texts.append(_texts(item.get("content")))
+            self._open(key, ts, line).texts.append(_texts(item.get("content")))
         elif kind == "reasoning":
-            self._open(key, ts).thinking.append(item)
+            self._open(key, ts, line).thinking.append(item)
         elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
             call_id = item.get("call_id") or item.get("id")
             if kind == "function_call":
@@ -267,7 +272,7 @@ class _Parser:
                 action = item.get("action")
                 args = action if isinstance(action, dict) else {"action": action}
             name = as_str(item.get("name")) or "local_shell"
-            self._open(key, ts).calls.append(Call(str(call_id), name, args))
+            self._open(key, ts, line).calls.append(Call(str(call_id), name, args))
         elif kind in OUTPUT_ITEMS:
             self._flush()
             text, error = _output(item.get("output"))
@@ -318,9 +323,9 @@ class _Parser:
         else:
             emit.note(key, up, f"event:{kind}", event, ts)
 
-    def _open(self, key: str, ts: str | None) -> _Pending:
+    def _open(self, key: str, ts: str | None, line: Line) -> _Pending:
         if self.pending is None:
-            self.pending = _Pending(key, ts)
+            self.pending = _Pending(key, ts, line.no)
         return self.pending
 
     def _flush(self, usage: dict[str, Any] | None = None) -> None:
@@ -340,6 +345,15 @@ class _Parser:
         )
 
     def finish(self) -> str | None:
+        # Codex writes a response's items as they stream: its reasoning first, then its
+        # message or calls. A file that ends on reasoning alone is being written (a response
+        # is never reasoning only): those lines are read again by the next import, which sees
+        # the whole response, unless the file has not changed since the last import (its
+        # writer is done, or gone): then what there is is the response.
+        pending = self.pending
+        if pending is not None and not (self.ctx.settled or pending.texts or pending.calls):
+            self.held, self.pending = pending.line, None
+            return None
         self._flush()
         return None
 

@@ -130,6 +130,7 @@ class _Parser:
     version: int | None = None
     """The header's version (None until the header is read)."""
     restart: bool = False
+    held: int | None = None
     leaf: str | None = None
 
     def feed(self, line: Line) -> None:
