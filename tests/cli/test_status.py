@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 from tests.cli.schemas import ERROR, LS, SHOW, check
 from tests.cli.threads import exchange, run
 
@@ -194,3 +195,26 @@ def test_show_json_carries_the_honest_status(tmp_path: Path) -> None:
     doc = check(json.loads(run("show", thread, "--home", home, "--json")[1]), SHOW)
     assert doc["thread"]["status"] == "interrupted"
     assert doc["thread"]["waiting"][0]["needs"] == "resolve"
+
+
+def test_ls_lists_archived_threads_and_filters_by_metadata(tmp_path: Path) -> None:
+    home = str(tmp_path / "home")
+    with open_store(home) as store:
+        alice = store.create_thread("alice", metadata={"user": "alice", "tier": 2})
+        bob = store.create_thread("bob", metadata={"user": "bob"})
+        carol = store.create_thread("carol")
+        store.archive_thread(carol)
+
+    def listed(*options: str) -> list[str]:
+        result = CliRunner().invoke(cli, ["--store", home, "--json", "ls", *options])
+        assert result.exit_code == 0, result.output
+        return sorted(row["thread_id"] for row in json.loads(result.output))
+
+    assert listed() == sorted([alice, bob])
+    assert listed("--archived") == [carol]
+    assert listed("--all") == sorted([alice, bob, carol])
+    assert listed("--meta", "user=alice") == [alice]
+    assert listed("--meta", "tier=2", "--meta", "user=alice") == [alice]
+    assert listed("--meta", "tier=3") == []
+    bad = CliRunner().invoke(cli, ["--store", home, "ls", "--meta", "tier"])
+    assert bad.exit_code == 2 and "KEY=VALUE" in bad.output

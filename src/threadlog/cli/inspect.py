@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -51,6 +51,22 @@ def open_store(home: str | None) -> DiskStore:
     return open_disk_store(home, create=False)
 
 
+def _metadata(pairs: tuple[str, ...]) -> dict[str, Any] | None:
+    """``--meta KEY=VALUE`` options as the filter `Catalog.threads` takes."""
+    if not pairs:
+        return None
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--meta takes KEY=VALUE, not {pair!r:.80}")
+        try:
+            out[key] = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            out[key] = text
+    return out
+
+
 @cli.command()
 @store_options
 @click.option("--principal", help="Only threads owned by this principal.")
@@ -59,23 +75,53 @@ def open_store(home: str | None) -> DiskStore:
     type=click.IntRange(min=1),
     help="At most this many threads [default: 50 in tables, all with --json or in a pipe].",
 )
+@click.option(
+    "--archived",
+    "which",
+    flag_value="archived",
+    help="Only the archived threads (threadlog archive).",
+)
+@click.option(
+    "--all", "which", flag_value="all", help="Archived threads too (by default they are left out)."
+)
+@click.option(
+    "--meta",
+    "meta",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Only threads whose metadata (create_thread(metadata=...)) has KEY equal to VALUE "
+    "(VALUE read as JSON if it parses, else as text); repeat for several.",
+)
 @handle_errors
-def ls(home: str | None, as_json: bool, principal: str | None, limit: int | None) -> None:
+def ls(
+    home: str | None,
+    as_json: bool,
+    principal: str | None,
+    limit: int | None,
+    which: str | None,
+    meta: tuple[str, ...],
+) -> None:
     """List threads, most recently active first (a fork counts from its creation).
 
     STATUS is running (a process holds the thread and a turn is open), interrupted (a turn is
     open and nobody holds it: threadlog resume), idle, archived or damaged (threadlog verify);
-    WAITING names the tool calls waiting for a human.
+    WAITING names the tool calls waiting for a human. Archived threads are listed with
+    --archived (only them) or --all.
 
     \b
     Example:
       threadlog ls --limit 20
       threadlog ls --json | jq '.[].thread_id'
       threadlog ls | cut -f1          (in a pipe: tab-separated, ids whole)
+      threadlog ls --archived
+      threadlog ls --meta user=alice --meta tier=2
     """
     shown = limit if limit is not None or as_json or not is_terminal() else 50
+    archived = {"archived": True, "all": None}.get(which or "", False)
+    metadata = _metadata(meta)
     with open_store(home) as store:
-        rows = sorted(store.threads(principal=principal), key=activity, reverse=True)
+        found = store.threads(principal=principal, archived=archived, metadata=metadata)
+        rows = sorted(found, key=activity, reverse=True)
         width = abbreviate(store.thread_ids()) if is_terminal() else None
         more = shown is not None and len(rows) > shown
         rows = rows[:shown] if shown is not None else rows
@@ -85,7 +131,10 @@ def ls(home: str | None, as_json: bool, principal: str | None, limit: int | None
         print_json(docs)
         return
     if not docs:
-        click.echo(f"no threads in {clean(where)} (try: threadlog demo)")
+        if principal is not None or which is not None or metadata is not None:
+            click.echo(f"no thread in {clean(where)} matches (threadlog ls --all lists all)")
+        else:
+            click.echo(f"no threads in {clean(where)} (try: threadlog demo)")
         return
     styles = {"damaged": "bold red", "interrupted": "yellow", "running": "green"}
     table(
