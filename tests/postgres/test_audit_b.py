@@ -84,3 +84,38 @@ def test_the_first_append_and_state_start_from_the_runtime_snapshot(
         store.read = read  # type: ignore[method-assign]
         with pytest.raises(Exception, match="refused"):
             store.append(thread, "turn.ended", {"turn_id": "nope", "outcome": "completed"})
+
+
+def test_a_thread_written_by_append_alone_is_checkpointed_at_release(
+    pg_schemas: Schemas, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No runtime snapshot (a framework adapter's thread): the store keeps its own trimmed
+    checkpoint when its writer lets the thread go, and the next writer starts there."""
+    from threadlog.store.postgres import store as store_module
+
+    monkeypatch.setattr(store_module, "CHECKPOINT_FROM", 50)
+    url = pg_schemas.new()
+    with open_store(url) as store:
+        thread = store.create_thread("a")
+        for n in range(30):
+            store.append(thread, "turn.started", {"turn_id": f"t{n}", "input": "x" * 500})
+            store.append(thread, "turn.ended", {"turn_id": f"t{n}", "outcome": "completed"})
+    with open_store(url) as store:
+        assert isinstance(store, PostgresStore)
+        reads: list[tuple[int, Any]] = []
+        read = store.read
+
+        def counted(thread_id: str, after: int = 0, **kw: Any) -> Any:
+            reads.append((after, kw.get("limit")))
+            return read(thread_id, after, **kw)
+
+        store.read = counted  # type: ignore[method-assign]
+        now = store.state(thread, history=False)
+        assert now.trimmed and now.turns["t0"].input == "" and now.last_ord == 61
+        store.append(thread, "turn.started", {"turn_id": "t99", "input": "again"})
+        assert all(after == 61 for after, _ in reads)  # only the records after the checkpoint
+        store.read = read  # type: ignore[method-assign]
+        whole = store.state(thread)
+        assert whole == replay(store.read(thread)) and whole.turns["t0"].input == "x" * 500
+        with pytest.raises(Exception, match="refused"):
+            store.append(thread, "turn.started", {"turn_id": "t3", "input": "an old id"})

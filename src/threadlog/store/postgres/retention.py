@@ -41,6 +41,7 @@ _TABLES = (
     "tool_calls",
     "memories",
     "snapshots",
+    "checkpoints",
     "mailbox",
     "thread_meta",
     "threads",

@@ -178,7 +178,20 @@ CREATE TABLE deleted_threads (
 """Version 2: listing by metadata (a thread's ``metadata`` setting, one row per key, values as
 canonical JSON) and the ids of deleted threads (never handed out again)."""
 
-MIGRATIONS: list[tuple[int, str]] = [(1, _V1), (2, _V2)]
+_V3 = """
+CREATE TABLE checkpoints (
+    thread_id text PRIMARY KEY,
+    ord       bigint NOT NULL,
+    hash      text NOT NULL,
+    version   text NOT NULL,
+    state     bytea NOT NULL
+);
+"""
+"""Version 3: the store's own checkpoint of a thread (its reduced state, trimmed, after a
+record it committed), so that a writer's first append and a state read start there when no
+runtime snapshot is later (a thread written by `append` alone: the framework adapters')."""
+
+MIGRATIONS: list[tuple[int, str]] = [(1, _V1), (2, _V2), (3, _V3)]
 """``(version, SQL)`` in order; a new version appends one entry, never edits an old one."""
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -30,10 +30,12 @@ from threadlog import _hooks
 from threadlog._clock import new_id, random_bits, rfc3339, wall_ns
 from threadlog.errors import StorageError, UsageError
 from threadlog.model import codec, snapshot
+from threadlog.model.context import Context
 from threadlog.model.ids import is_uuid
 from threadlog.model.legality import reduce_log, replay_log
 from threadlog.model.policy import durability_of
 from threadlog.model.refs import resolve as resolve_refs
+from threadlog.model.state import trim
 from threadlog.store.named import check_thread_id, same_creation
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.postgres.blobs import Blobs
@@ -65,6 +67,10 @@ if TYPE_CHECKING:
 __all__ = ["PostgresStore"]
 
 log = logging.getLogger("threadlog.store")
+
+CHECKPOINT_FROM = 2_000
+"""A writer that leaves a thread of at least this many records keeps its checkpoint (fewer
+cost less to reduce than to store)."""
 
 _OPENING = 64
 """Stripes of the writers' opening locks (a thread's is ``hash(thread_id) % _OPENING``)."""
@@ -195,6 +201,10 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
         self._closed = True
         try:
             self._committer.stop()
+            with self._writers_lock:
+                writers = list(self._writers.values())
+            for writer in writers:
+                self._checkpoint(writer)  # (everything queued is committed now)
             self._leases.release_all()
         finally:
             self._stop_notifier()
@@ -437,39 +447,90 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
             return writer
 
     def _load_state(self, thread_id: str) -> ThreadState | None:
-        """The writer's admission state: the runtime's snapshot, if any, and the records after
-        it (`_from_snapshot`), else the whole log reduced."""
-        base = self._from_snapshot(thread_id)
+        """The writer's admission state: the later of the runtime's snapshot and the store's
+        checkpoint, and the records after it (`_base`), else the whole log reduced."""
+        base = self._base(thread_id, history=False)
         if base is not None:
             return reduce_log(thread_id, base[1], base[0])
         return reduce_log(thread_id, self.read(thread_id))
 
-    def _from_snapshot(self, thread_id: str) -> tuple[ThreadState, list[Record]] | None:
-        """The state of the thread's runtime snapshot (the state's line of it only, not its
-        context) and the records after it, if the snapshot is this threadlog's and the log
-        continues it; else None (the caller reduces the whole log). The snapshot's anchor
-        was checked against the log when it was saved, and is again here (`load_snapshot`)."""
+    def _base(self, thread_id: str, *, history: bool) -> tuple[ThreadState, list[Record]] | None:
+        """Where reducing the thread may start: the later of its runtime snapshot's state (the
+        state's line of the snapshot only, not its context) and the store's checkpoint
+        (`_checkpoint`: a trimmed state, so not when ``history`` wants the whole state),
+        each anchored on a record the log holds with that hash, and the records after it;
+        None for neither (the caller reduces the whole log)."""
         try:
             with self._conn() as conn:
-                row = conn.execute(
+                rows = conn.execute(
                     "SELECT s.ord, substring(s.payload FOR position('\\x0a'::bytea IN s.payload)) "
                     "FROM snapshots s JOIN events e "
                     "ON e.thread_id = s.thread_id AND e.ord = s.ord AND e.hash = s.hash "
-                    "WHERE s.thread_id = %s AND s.version = %s",
-                    (thread_id, snapshot.SNAPSHOT_VERSION),
-                ).fetchone()
+                    "WHERE s.thread_id = %s AND s.version = %s "
+                    "UNION ALL "
+                    "SELECT c.ord, c.state FROM checkpoints c JOIN events e "
+                    "ON e.thread_id = c.thread_id AND e.ord = c.ord AND e.hash = c.hash "
+                    "WHERE c.thread_id = %s AND c.version = %s",
+                    (thread_id, snapshot.SNAPSHOT_VERSION, thread_id, snapshot.SNAPSHOT_VERSION),
+                ).fetchall()
         except psycopg.Error as exc:
-            log.warning("thread %s: snapshot not read (%s); reducing the log", thread_id, exc)
+            log.warning("thread %s: no snapshot read (%s); reducing the log", thread_id, exc)
             return None
-        if row is None:
+        states = []
+        for ord_, payload in rows:
+            state = snapshot.load_state(bytes(payload))
+            if state is None or state.last_ord != ord_ or state.thread_id != thread_id:
+                continue
+            if history and state.trimmed:
+                continue
+            states.append(state)
+        if not states:
             return None
-        state = snapshot.load_state(bytes(row[1]))
-        if state is None or state.last_ord != row[0] or state.thread_id != thread_id:
-            return None
+        state = max(states, key=lambda s: s.last_ord)
         tail = self.read(thread_id, after=state.last_ord)
         if tail and tail[0].prev != state.last_hash:
             return None
         return state, tail
+
+    def _checkpoint(self, writer: Writer) -> None:
+        """Keep the writer's state as the thread's checkpoint, trimmed (what its next writer
+        starts from), once everything it admitted is committed; never raises (a checkpoint
+        not kept costs a longer open). Threads under `CHECKPOINT_FROM` records get none."""
+        with writer.lock:
+            state = writer.admission.peek()
+            if (
+                state is None
+                or writer.refusal() is not None
+                or state.last_ord < CHECKPOINT_FROM
+                or state.last_ord != writer.next_ord - 1
+                or state.last_hash != writer.last_hash
+            ):
+                return
+            trim(state)
+            payload = snapshot.dump(state, Context())
+            ord_, digest = state.last_ord, state.last_hash
+        try:
+            with self._conn() as conn:
+                conn.execute(
+                    "INSERT INTO checkpoints (thread_id, ord, hash, version, state) "
+                    "SELECT %s, %s, %s, %s, %s WHERE EXISTS (SELECT 1 FROM events "
+                    "WHERE thread_id = %s AND ord = %s AND hash = %s) "
+                    "ON CONFLICT (thread_id) DO UPDATE SET ord = EXCLUDED.ord, "
+                    "hash = EXCLUDED.hash, version = EXCLUDED.version, state = EXCLUDED.state "
+                    "WHERE checkpoints.ord <= EXCLUDED.ord",
+                    (
+                        writer.thread_id,
+                        ord_,
+                        digest,
+                        snapshot.SNAPSHOT_VERSION,
+                        payload,
+                        writer.thread_id,
+                        ord_,
+                        digest,
+                    ),
+                )
+        except psycopg.Error as exc:
+            log.warning("thread %s: no checkpoint kept (%s)", writer.thread_id, exc)
 
     def _on_lost(self, thread_id: str, holder: str | None) -> None:
         from threadlog.errors import LeaseLost
@@ -494,6 +555,7 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
             writer = self._writers.pop(thread_id, None)
         if writer is None:
             return
+        self._checkpoint(writer)
         if writer.lost is not None:
             self._leases.forget(thread_id)
         elif not self._closed:
@@ -515,9 +577,10 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
     # -- reading ---------------------------------------------------------------------------
 
     def state(self, thread_id: str, *, history: bool = True) -> ThreadState:
-        """The thread's state: its runtime snapshot's and the records after it, or its whole
-        log reduced (``history`` is moot: a snapshot holds the whole state)."""
-        base = self._from_snapshot(thread_id)
+        """The thread's state: its runtime snapshot's, or with ``history=False`` possibly the
+        store's trimmed checkpoint, and the records after it (`_base`); else its whole log
+        reduced."""
+        base = self._base(thread_id, history=history)
         if base is not None:
             return replay_log(thread_id, base[1], base[0])
         return replay_log(thread_id, self.read(thread_id))
