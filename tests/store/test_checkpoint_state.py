@@ -87,3 +87,29 @@ def test_appends_after_reopening_are_checked_as_against_the_whole_state(
         for event in agent_turn(TURNS + 1, result=RESULT):
             store.append(thread, event)
         assert store.state(thread) == replay(store.read(thread))
+
+
+def test_a_fork_opened_from_its_checkpoint_knows_every_id_it_holds(tmp_path: Path) -> None:
+    """A log opened from a checkpoint learns the ids before it on the bytes (their hashes
+    and chain checked, a fork's inherited records included) when an append names an id."""
+    home = str(tmp_path / "home")
+    with EmbeddedStore(home) as store:
+        source = store.create_thread("alice")
+        for n in range(1, 4):
+            for event in agent_turn(n, result=RESULT):
+                store.append(source, event)
+        child = store.fork(source)
+        inherited = store.read(child)[5]
+        first = store.append(
+            child, "custom.note", {"n": 1}, id="0193a23b-0000-7000-8000-00000000c0de"
+        )
+    with EmbeddedStore(home) as store:  # (closed: the child has its checkpoint)
+        again = store.append(
+            child, inherited.type, inherited.data, id=inherited.id, parent=inherited.parent
+        )
+        assert (again.ord, again.hash) == (inherited.ord, inherited.hash)  # a replay
+        mine = store.append(
+            child, "custom.note", {"n": 1}, id="0193a23b-0000-7000-8000-00000000c0de"
+        )
+        assert (mine.ord, mine.hash) == (first.ord, first.hash)  # the one appended before
+        assert store.verify(child).ok

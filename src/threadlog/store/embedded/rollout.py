@@ -37,7 +37,14 @@ from threadlog._gc import paused
 from threadlog.errors import (
     IntegrityError,
 )
-from threadlog.model.envelope import BadRecord, Record, line_ids, parse_line, parse_next
+from threadlog.model.envelope import (
+    BadRecord,
+    Record,
+    line_ids,
+    parse_line,
+    parse_next,
+    verify_lines,
+)
 from threadlog.model.lineage import Copied, copied_prefix
 
 if TYPE_CHECKING:
@@ -488,27 +495,47 @@ class LinePieces:
         return rest
 
 
-def prefix_ids(path: str, thread_id: str, end: int) -> tuple[list[str], list[int]]:
-    """The event ids and line offsets of a rollout's records up to byte ``end`` (the end of
-    a record this store verified with all before it: a checkpoint's or a snapshot's anchor),
-    read on the bytes (`threadlog.model.envelope.line_ids`), a piece at a time.
+def prefix_ids(path: str, thread_id: str, end: int, last_hash: str) -> tuple[list[str], list[int]]:
+    """The event ids and line offsets of a rollout's records up to byte ``end``, the end of
+    the record whose hash is ``last_hash`` (a checkpoint's or a snapshot's anchor, which this
+    store verified with all before it), read on the bytes a piece at a time: each line's hash
+    and the chain are checked (`threadlog.model.envelope.verify_lines`) and must end in
+    ``last_hash``, the ids found without decoding (`line_ids`). A fraction of a verified
+    parse's cost, and a damaged prefix is still an error, never an id read wrong.
 
     Raises:
-        IntegrityError: a line there has no id or no newline (the file changed under it).
+        IntegrityError: a line there is damaged, or the chain does not reach ``last_hash``.
     """
     ids: list[str] = []
     offsets: list[int] = []
+    prev: str | None = None
+    last: str | None = None
     with open(path, "rb") as f:
         for offset, data, _ in LinePieces(f, FILE_CHUNK, end):
+            pos = 0
             try:
-                part, starts = line_ids(data, 0, len(data))
-            except BadRecord as exc:
+                if offset == 0:  # ord 1, parsed: a fork's ord 2 follows its lineage's hash
+                    pos = data.find(b"\n") + 1
+                    first = parse_line(data[:pos])
+                    copied = inherited_prefix(first)
+                    prev = copied.prev if copied is not None else first.hash
+                    last = first.hash
+                    ids.append(first.id)
+                    offsets.append(0)
+                if pos < len(data):
+                    prev = last = verify_lines(data, pos, len(data), prev=prev)
+                part, starts = line_ids(data, pos, len(data))
+            except (BadRecord, ValueError) as exc:
                 at = len(ids) + getattr(exc, "index", 0) + 1
                 raise IntegrityError(
                     thread_id, at, str(exc), offset=offset + getattr(exc, "offset", 0)
                 ) from None
             ids.extend(part)
             offsets.extend([offset + o for o in starts] if offset else starts)
+    if last != last_hash:
+        raise IntegrityError(
+            thread_id, len(ids), "the rollout's records before its anchor do not chain to it"
+        )
     return ids, offsets
 
 

@@ -84,14 +84,14 @@ class RolloutLog:
         scanned: Scan,
         max_record_bytes: int,
         anchor: Record | None = None,
-        load_prefix: Callable[[int], tuple[list[str], list[int]]] | None = None,
+        load_prefix: Callable[[int, str], tuple[list[str], list[int]]] | None = None,
         publish: Callable[[int], None] | None = None,
         first_state: Callable[[], ThreadState | None] | None = None,
     ) -> None:
         """``scanned`` covers the file from its start, or (with ``anchor``, the verified record
         just before it, e.g. a snapshot's) only its tail; the prefix's offsets and ids are
-        then loaded with ``load_prefix(end)`` (the ids and offsets of the lines up to byte
-        ``end``) the first time they are needed. ``first_state``
+        then loaded with ``load_prefix(end, hash)`` (the ids and offsets of the lines up to byte
+        ``end``, whose last record has ``hash``) the first time they are needed. ``first_state``
         builds the reduced state of the log as opened, the first time a record is checked
         (default: reduce the file)."""
         self.thread_id = thread_id
@@ -293,11 +293,11 @@ class RolloutLog:
     def _complete_prefix(self) -> None:
         """Load the offsets and ids of the records before ``_first_ord``. Lock held.
 
-        They are read on the bytes up to the anchor's end (`rollout.prefix_ids`): the open
-        checked the anchor's line, and the store verified the records before it when it
-        took the checkpoint or snapshot; `threadlog verify` reads them with every check."""
-        assert self._load_prefix is not None
-        ids, offsets = self._load_prefix(self._prefix_end)
+        They are read on the bytes up to the anchor's end (`rollout.prefix_ids`: each line's
+        hash and the chain, which must end in the anchor's hash, then the ids found in the
+        bytes); `threadlog verify` reads them with every check."""
+        assert self._load_prefix is not None and self.opened_at is not None
+        ids, offsets = self._load_prefix(self._prefix_end, self.opened_at[1])
         if len(ids) != self._first_ord - 1:
             raise IntegrityError(
                 self.thread_id,

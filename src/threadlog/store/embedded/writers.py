@@ -373,7 +373,7 @@ class OpenLogs:
             scanned=scanned,
             max_record_bytes=self._max_record_bytes,
             anchor=anchor,
-            load_prefix=lambda end: prefix_ids(path, thread_id, end),
+            load_prefix=lambda end, digest: prefix_ids(path, thread_id, end, digest),
             publish=lease.publish,
             first_state=self._first_state(thread_id, anchor, scanned.records, base),
         )

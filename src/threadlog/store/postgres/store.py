@@ -449,39 +449,52 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
     def _load_state(self, thread_id: str) -> ThreadState | None:
         """The writer's admission state: the later of the runtime's snapshot and the store's
         checkpoint, and the records after it (`_base`), else the whole log reduced."""
-        base = self._base(thread_id, history=False)
+        base = self._base(thread_id, history=False, snapshots=True)
         if base is not None:
             return reduce_log(thread_id, base[1], base[0])
         return reduce_log(thread_id, self.read(thread_id))
 
-    def _base(self, thread_id: str, *, history: bool) -> tuple[ThreadState, list[Record]] | None:
-        """Where reducing the thread may start: the later of its runtime snapshot's state (the
-        state's line of the snapshot only, not its context) and the store's checkpoint
-        (`_checkpoint`: a trimmed state, so not when ``history`` wants the whole state),
-        each anchored on a record the log holds with that hash, and the records after it;
-        None for neither (the caller reduces the whole log)."""
+    def _base(
+        self, thread_id: str, *, history: bool, snapshots: bool = False
+    ) -> tuple[ThreadState, list[Record]] | None:
+        """Where reducing the thread may start, and the records after it; None if nowhere
+        (the caller reduces the whole log). The store's checkpoint (`_checkpoint`: a trimmed
+        state, so not when ``history`` wants the whole state), and with ``snapshots`` the
+        runtime's snapshot too (the state's line of it only, not its context), the later of
+        the two: a writer's admission check may start from either, but a snapshot's state
+        holds large values loaded where a replay of the log holds their references, so
+        `state` does not answer from one. Each is anchored on a record the log holds with
+        that hash."""
+        query = (
+            "SELECT c.ord, c.hash, c.state FROM checkpoints c JOIN events e "
+            "ON e.thread_id = c.thread_id AND e.ord = c.ord AND e.hash = c.hash "
+            "WHERE c.thread_id = %s AND c.version = %s"
+        )
+        params: tuple[Any, ...] = (thread_id, snapshot.SNAPSHOT_VERSION)
+        if snapshots:
+            query += (
+                " UNION ALL SELECT s.ord, s.hash, "
+                "substring(s.payload FOR position('\\x0a'::bytea IN s.payload)) "
+                "FROM snapshots s JOIN events e "
+                "ON e.thread_id = s.thread_id AND e.ord = s.ord AND e.hash = s.hash "
+                "WHERE s.thread_id = %s AND s.version = %s"
+            )
+            params += (thread_id, snapshot.SNAPSHOT_VERSION)
         try:
             with self._conn() as conn:
-                rows = conn.execute(
-                    "SELECT s.ord, substring(s.payload FOR position('\\x0a'::bytea IN s.payload)) "
-                    "FROM snapshots s JOIN events e "
-                    "ON e.thread_id = s.thread_id AND e.ord = s.ord AND e.hash = s.hash "
-                    "WHERE s.thread_id = %s AND s.version = %s "
-                    "UNION ALL "
-                    "SELECT c.ord, c.state FROM checkpoints c JOIN events e "
-                    "ON e.thread_id = c.thread_id AND e.ord = c.ord AND e.hash = c.hash "
-                    "WHERE c.thread_id = %s AND c.version = %s",
-                    (thread_id, snapshot.SNAPSHOT_VERSION, thread_id, snapshot.SNAPSHOT_VERSION),
-                ).fetchall()
+                rows = conn.execute(query, params).fetchall()
         except psycopg.Error as exc:
-            log.warning("thread %s: no snapshot read (%s); reducing the log", thread_id, exc)
+            log.warning("thread %s: no checkpoint read (%s); reducing the log", thread_id, exc)
             return None
         states = []
-        for ord_, payload in rows:
+        for ord_, digest, payload in rows:
             state = snapshot.load_state(bytes(payload))
-            if state is None or state.last_ord != ord_ or state.thread_id != thread_id:
-                continue
-            if history and state.trimmed:
+            if (
+                state is None
+                or (state.last_ord, state.last_hash) != (ord_, digest)
+                or state.thread_id != thread_id
+                or (history and state.trimmed)
+            ):
                 continue
             states.append(state)
         if not states:
@@ -577,9 +590,9 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
     # -- reading ---------------------------------------------------------------------------
 
     def state(self, thread_id: str, *, history: bool = True) -> ThreadState:
-        """The thread's state: its runtime snapshot's, or with ``history=False`` possibly the
-        store's trimmed checkpoint, and the records after it (`_base`); else its whole log
-        reduced."""
+        """The thread's state, reduced from its log: from the store's checkpoint when it
+        holds the whole state, or with ``history=False`` when it is trimmed, and the records
+        after it (`_base`); else from its start."""
         base = self._base(thread_id, history=history)
         if base is not None:
             return replay_log(thread_id, base[1], base[0])
