@@ -51,6 +51,19 @@ def test_verify_and_follow_read_a_page_at_a_time(
         assert ords == list(range(1, 12))
 
 
+def _count_reads(store: PostgresStore) -> list[tuple[int, Any]]:
+    """Note ``(after, limit)`` of every `read` the store makes from now on."""
+    reads: list[tuple[int, Any]] = []
+    read = store.read
+
+    def counted(thread_id: str, after: int = 0, **kw: Any) -> Any:
+        reads.append((after, kw.get("limit")))
+        return read(thread_id, after, **kw)
+
+    store.read = counted  # type: ignore[method-assign]
+    return reads
+
+
 def test_the_first_append_and_state_start_from_the_runtime_snapshot(
     pg_schemas: Schemas,
 ) -> None:
@@ -70,14 +83,7 @@ def test_the_first_append_and_state_start_from_the_runtime_snapshot(
         asyncio.run(session())
     with open_store(url) as store:
         assert isinstance(store, PostgresStore)
-        reads: list[tuple[int, Any]] = []
-        read = store.read
-
-        def counted(thread_id: str, after: int = 0, **kw: Any) -> Any:
-            reads.append((after, kw.get("limit")))
-            return read(thread_id, after, **kw)
-
-        store.read = counted  # type: ignore[method-assign]
+        read, reads = store.read, _count_reads(store)
         store.append(thread, "custom.n", {"i": "after"})
         assert store.state(thread) == replay(read(thread))
         assert reads and all(after > 2_000 or limit is not None for after, limit in reads)
@@ -102,14 +108,7 @@ def test_a_thread_written_by_append_alone_is_checkpointed_at_release(
             store.append(thread, "turn.ended", {"turn_id": f"t{n}", "outcome": "completed"})
     with open_store(url) as store:
         assert isinstance(store, PostgresStore)
-        reads: list[tuple[int, Any]] = []
-        read = store.read
-
-        def counted(thread_id: str, after: int = 0, **kw: Any) -> Any:
-            reads.append((after, kw.get("limit")))
-            return read(thread_id, after, **kw)
-
-        store.read = counted  # type: ignore[method-assign]
+        read, reads = store.read, _count_reads(store)
         now = store.state(thread, history=False)
         assert now.trimmed and now.turns["t0"].input == "" and now.last_ord == 61
         store.append(thread, "turn.started", {"turn_id": "t99", "input": "again"})
