@@ -98,44 +98,42 @@ class Checkpoints:
             if view is None or view[0] <= last:
                 return False
             ord_, digest, end, payload, sparse = view
-            if sparse:
-                self._index.run(
-                    "INSERT OR REPLACE INTO sparse_offsets (thread_id, ord, offset) "
-                    "VALUES (?, ?, ?)",
-                    [(thread_id, o, off) for o, off in sparse],
-                    many=True,
-                )
-            self._index.run(
-                "INSERT OR REPLACE INTO checkpoints "
-                "(thread_id, ord, hash, end_offset, version, state) VALUES (?, ?, ?, ?, ?, ?)",
-                (thread_id, ord_, digest, end, snapshot.SNAPSHOT_VERSION, payload),
-            )
+            self._write(thread_id, ord_, digest, end, payload, sparse)
         except StorageError as exc:
             log.warning("thread %s: no checkpoint taken (%s)", thread_id, exc)
             return False
-        self._taken[thread_id] = ord_
         return True
 
     def put(self, thread_id: str, taken: Checkpointed, end: int) -> None:
         """Keep a checkpoint made where a new thread's log was built (`NewThreads`: a long
         imported session), once its rollout is durable; never raises."""
         try:
-            if taken.sparse:
-                self._index.run(
-                    "INSERT OR REPLACE INTO sparse_offsets (thread_id, ord, offset) "
-                    "VALUES (?, ?, ?)",
-                    [(thread_id, o, off) for o, off in taken.sparse],
-                    many=True,
-                )
-            self._index.run(
-                "INSERT OR REPLACE INTO checkpoints "
-                "(thread_id, ord, hash, end_offset, version, state) VALUES (?, ?, ?, ?, ?, ?)",
-                (thread_id, taken.ord, taken.hash, end, snapshot.SNAPSHOT_VERSION, taken.state),
-            )
+            self._write(thread_id, taken.ord, taken.hash, end, taken.state, taken.sparse)
         except StorageError as exc:
             log.warning("thread %s: its checkpoint was not kept (%s)", thread_id, exc)
-            return
-        self._taken[thread_id] = taken.ord
+
+    def _write(
+        self,
+        thread_id: str,
+        ord_: int,
+        digest: str,
+        end: int,
+        state: bytes,
+        sparse: list[tuple[int, int]],
+    ) -> None:
+        """Write a checkpoint row and its sparse entries; `StorageError` if the index fails."""
+        if sparse:
+            self._index.run(
+                "INSERT OR REPLACE INTO sparse_offsets (thread_id, ord, offset) VALUES (?, ?, ?)",
+                [(thread_id, o, off) for o, off in sparse],
+                many=True,
+            )
+        self._index.run(
+            "INSERT OR REPLACE INTO checkpoints "
+            "(thread_id, ord, hash, end_offset, version, state) VALUES (?, ?, ?, ?, ?, ?)",
+            (thread_id, ord_, digest, end, snapshot.SNAPSHOT_VERSION, state),
+        )
+        self._taken[thread_id] = ord_
 
     def tick(self) -> None:
         """The committer's turn: checkpoint every open log `CHECKPOINT_EVERY` records on."""
