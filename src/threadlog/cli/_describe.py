@@ -18,6 +18,7 @@ import orjson
 from rich.text import Text
 
 from threadlog.cli._out import short
+from threadlog.model.stepcontext import message_count
 from threadlog.store.protocol import LocalHome
 
 if TYPE_CHECKING:
@@ -38,29 +39,6 @@ def lineage_text(lineage: dict[str, Any], width: int | None = None) -> str:
     if lineage.get("ord") is not None:
         text += f" at ord {lineage['ord']}"
     return text
-
-
-def _message_count(data: dict[str, Any]) -> int | None:
-    """How many messages a ``step.started`` sent: its context's, or its delta's (each
-    segment a message, or a ``[start, stop]`` slice of its base's: `threadlog.model.
-    stepcontext`); None when the record holds neither (an imported step)."""
-    context = data.get("context")
-    if isinstance(context, dict) and isinstance(context.get("messages"), list):
-        return len(context["messages"])
-    delta = data.get("delta")
-    if isinstance(delta, dict) and isinstance(delta.get("messages"), list):
-        count = 0
-        for segment in delta["messages"]:
-            if (
-                isinstance(segment, list)
-                and len(segment) == 2
-                and all(type(i) is int for i in segment)
-            ):
-                count += max(0, segment[1] - segment[0])
-            else:
-                count += 1
-        return count
-    return None
 
 
 def _size(value: Any) -> int:
@@ -96,7 +74,7 @@ def describe(record: Record, width: int | None = 90) -> Text:
         case "input.consumed":
             return Text("steering taken in at a safe point")
         case "step.started":
-            count = _message_count(data)
+            count = message_count(data)
             if count is None:
                 return Text("model call")
             return Text(f"model call with {count} messages")

@@ -53,6 +53,7 @@ __all__ = [
     "apply_delta",
     "context_delta",
     "context_hash",
+    "message_count",
     "step_context",
 ]
 
@@ -87,6 +88,27 @@ def context_delta(
     return delta
 
 
+def _is_slice(segment: Any) -> bool:
+    """Whether a delta's segment is ``[start, stop]`` (a slice of the base's messages)."""
+    return isinstance(segment, list) and len(segment) == 2 and all(type(i) is int for i in segment)
+
+
+def message_count(step: dict[str, Any]) -> int | None:
+    """How many messages a ``step.started`` record's data says its model call sent, from
+    its whole ``context`` or its ``delta`` (a slice counts its length, anything else one),
+    without its base; None when it holds neither (an imported step)."""
+    context = step.get("context")
+    if isinstance(context, dict) and isinstance(context.get("messages"), list):
+        return len(context["messages"])
+    delta = step.get("delta")
+    if isinstance(delta, dict) and isinstance(delta.get("messages"), list):
+        return sum(
+            max(0, segment[1] - segment[0]) if _is_slice(segment) else 1
+            for segment in delta["messages"]
+        )
+    return None
+
+
 def apply_delta(base: dict[str, Any], delta: Any) -> dict[str, Any]:
     """The context ``delta`` describes over ``base``; `ContextMismatch` if it is malformed."""
     if not isinstance(delta, dict) or not isinstance(delta.get("messages"), list):
@@ -96,12 +118,7 @@ def apply_delta(base: dict[str, Any], delta: Any) -> dict[str, Any]:
     for segment in delta["messages"]:
         if isinstance(segment, dict):
             messages.append(segment)
-        elif (
-            isinstance(segment, list)
-            and len(segment) == 2
-            and all(type(i) is int for i in segment)
-            and 0 <= segment[0] <= segment[1] <= len(old)
-        ):
+        elif _is_slice(segment) and 0 <= segment[0] <= segment[1] <= len(old):
             messages.extend(old[segment[0] : segment[1]])
         else:
             raise ContextMismatch(
