@@ -143,8 +143,7 @@ class Logs:
         event_error: IntegrityError | InvalidTransition | None = None
         bad_blob: IntegrityError | None = None
         state: ThreadState | None = None
-        inherited: Copied | None = None
-        prev: str | None = None
+        chain = _Chain(thread_id)
         last = count = 0
         after = 0
         while error is None:
@@ -166,29 +165,9 @@ class Logs:
                 except IntegrityError as exc:
                     error = exc
                     break
-                if ord_ == 1:
-                    try:
-                        created = from_data(record.type, record.data)
-                        if isinstance(created, ThreadCreated):
-                            inherited = copied_prefix(created.lineage)
-                    except (UsageError, IntegrityError, ValueError) as exc:
-                        error = IntegrityError(
-                            thread_id, 1, f"ord 1 is not a valid thread.created: {exc}"
-                        )
-                        break
-                    expected_prev = None
-                elif ord_ == 2 and inherited is not None:
-                    expected_prev = inherited.prev
-                else:
-                    expected_prev = prev
-                writers = inherited.threads if inherited and 2 <= ord_ <= inherited.until else ()
-                if record.prev != expected_prev:
-                    error = IntegrityError(thread_id, ord_, "the hash chain is broken here")
+                error = chain.check(record)
+                if error is not None:
                     break
-                if record.thread != thread_id and record.thread not in writers:
-                    error = IntegrityError(thread_id, ord_, f"a record of thread {record.thread}")
-                    break
-                prev = record.hash
                 last = ord_
                 page.append(record)
                 if check_events and event_error is None:
@@ -337,29 +316,46 @@ def chain_error(thread_id: str, records: list[Record]) -> IntegrityError | None:
     that breaks the chain: a ``prev`` that is not the previous hash (a fork's ord 2 follows
     what its lineage names), or a record another thread wrote that the thread did not
     inherit; None when the chain holds."""
-    inherited: Copied | None = None
-    if records:
-        try:
-            created = from_data(records[0].type, records[0].data)
-            if isinstance(created, ThreadCreated):
-                inherited = copied_prefix(created.lineage)
-        except (UsageError, IntegrityError, ValueError) as exc:
-            return IntegrityError(thread_id, 1, f"ord 1 is not a valid thread.created: {exc}")
-    for i, record in enumerate(records):
-        if i == 0:
-            prev: str | None = None
-        elif i == 1 and inherited is not None:
-            prev = inherited.prev
-        else:
-            prev = records[i - 1].hash
+    chain = _Chain(thread_id)
+    for record in records:
+        error = chain.check(record)
+        if error is not None:
+            return error
+    return None
+
+
+class _Chain:
+    """A thread's records checked one after another from ord 1 (`chain_error`, and `verify`
+    a page at a time): the order, the hash chain (a fork's ord 2 follows what its lineage
+    names) and who wrote each record."""
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        self.seen = 0
+        self.inherited: Copied | None = None
+        self.prev: str | None = None
+
+    def check(self, record: Record) -> IntegrityError | None:
+        """Why ``record``, the next one, breaks the chain; None if it does not."""
+        thread_id, n = self.thread_id, self.seen
+        if n == 0:
+            try:
+                created = from_data(record.type, record.data)
+                if isinstance(created, ThreadCreated):
+                    self.inherited = copied_prefix(created.lineage)
+            except (UsageError, IntegrityError, ValueError) as exc:
+                return IntegrityError(thread_id, 1, f"ord 1 is not a valid thread.created: {exc}")
+        inherited = self.inherited
+        prev = None if n == 0 else inherited.prev if n == 1 and inherited else self.prev
         writers = inherited.threads if inherited and 2 <= record.ord <= inherited.until else ()
-        if record.ord != i + 1:
-            return IntegrityError(thread_id, i + 1, f"record {i + 1} holds ord {record.ord}")
+        if record.ord != n + 1:
+            return IntegrityError(thread_id, n + 1, f"record {n + 1} holds ord {record.ord}")
         if record.prev != prev:
             return IntegrityError(thread_id, record.ord, "the hash chain is broken here")
         if record.thread != thread_id and record.thread not in writers:
             return IntegrityError(thread_id, record.ord, f"a record of thread {record.thread}")
-    return None
+        self.seen, self.prev = n + 1, record.hash
+        return None
 
 
 def new_row(
