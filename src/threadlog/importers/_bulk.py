@@ -41,7 +41,7 @@ from threadlog.model.envelope import Record, encode_record, valid_type_name
 from threadlog.model.eventdata import from_data
 from threadlog.model.reducer import apply
 from threadlog.model.state import trim
-from threadlog.store.transfer import Checkpointed
+from threadlog.store.transfer import Checkpointed, Spool, Spooled
 from threadlog.store.validate import thread_created_data
 
 if TYPE_CHECKING:
@@ -78,6 +78,21 @@ class ThreadBatch(Protocol):
         checkpoint: Checkpointed | None = None,
     ) -> None: ...
 
+    def adopt(
+        self,
+        thread_id: str,
+        spooled: Spooled,
+        records: Sequence[Record] | Projected,
+        checkpoint: Checkpointed | None = None,
+    ) -> None:
+        """`add` for a thread another process wrote (`spool`)."""
+        ...
+
+    def spool(self) -> Spool | None:
+        """Where a worker process writes the threads it builds for this batch (None: it
+        sends their lines back)."""
+        ...
+
     def commit(self) -> list[str]: ...
 
     def drop(self, thread_ids: Sequence[str]) -> None: ...
@@ -107,6 +122,12 @@ class Written(Protocol):
         """Its records, or what they change in the index (`project_log` of them all)."""
         ...
 
+    @property
+    def spooled(self) -> Spooled | None:
+        """Its rollout, if the process that built it wrote it (`ThreadBatch.spool`): its
+        `lines` are then empty."""
+        ...
+
     def checkpointed(self, records: int, every: int) -> Checkpointed | None:
         """Its checkpoint (sparse entries every ``every`` records), if it has at least
         ``records`` records."""
@@ -123,6 +144,9 @@ class NewLog:
     """
 
     __slots__ = ("_batch", "_ids", "_jsons", "lines", "records", "state", "thread_id")
+
+    spooled: Spooled | None = None
+    """(Its lines are written by the batch it is added to.)"""
 
     def __init__(
         self,
@@ -285,13 +309,21 @@ class Bulk:
         """Hand a finished file's new threads to the batch (all or none of them)."""
         added: list[str] = []
         batch = self.batch
+        n = 0
         try:
-            for log in logs:
+            for n, log in enumerate(logs):  # noqa: B007 (``n`` is the failed one's, below)
                 taken = log.checkpointed(batch.checkpoint_records, batch.sparse_every)
-                batch.add(log.thread_id, log.lines, log.records, taken)
+                spooled = log.spooled
+                if spooled is None:
+                    batch.add(log.thread_id, log.lines, log.records, taken)
+                else:
+                    batch.adopt(log.thread_id, spooled, log.records, taken)
                 added.append(log.thread_id)
         except BaseException:
             self.batch.drop(added)  # all or none of a file's threads
+            for log in logs[n:]:  # the files of those not taken (an `adopt` that failed
+                if log.spooled is not None:  # removed its own already: no harm)
+                    log.spooled.remove()
             raise
         self.files.append((report, added))
         self.ledger.pending.update(added)

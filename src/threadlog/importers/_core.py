@@ -635,38 +635,54 @@ def _in_workers(
 
     batch = bulk.batch
     threshold = batch.artifact_threshold
+    spool = batch.spool()  # (the workers write the threads they build there)
     window: deque[tuple[str, Future[Built] | None]] = deque()
     context = multiprocessing.get_context("forkserver")
     # the workers fork from a server that imported what they run once, instead of each
     # importing the package (~0.18 s of CPU a worker); ``__main__`` is the default's. (A
     # forkserver this process started before keeps what it preloaded.)
     context.set_forkserver_preload(["__main__", build.__module__, type(fmt).__module__])
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        try:
-            for path in files:
-                source = os.path.abspath(path)
-                job = None
-                if source not in ledger.files:  # (a file imported before may have grown)
-                    args = (
-                        _import_in_worker,
-                        fmt,
-                        source,
-                        threshold,
-                        batch.max_record_bytes,
-                        batch.checkpoint_records,
-                        batch.sparse_every,
-                    )
-                    with contextlib.suppress(Exception):  # a broken pool: imported here
-                        job = pool.submit(build, *args)
-                window.append((path, job))
-                while len(window) > WINDOW * workers or (window and window[0][1] is None):
+    try:
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            try:
+                for path in files:
+                    source = os.path.abspath(path)
+                    job = None
+                    if source not in ledger.files:  # (a file imported before may have grown)
+                        args = (
+                            _import_in_worker,
+                            fmt,
+                            source,
+                            threshold,
+                            batch.max_record_bytes,
+                            batch.checkpoint_records,
+                            batch.sparse_every,
+                            spool,
+                        )
+                        with contextlib.suppress(Exception):  # a broken pool: imported here
+                            job = pool.submit(build, *args)
+                    window.append((path, job))
+                    while len(window) > WINDOW * workers or (window and window[0][1] is None):
+                        yield _take(store, fmt, ledger, bulk, *window.popleft())
+                while window:
                     yield _take(store, fmt, ledger, bulk, *window.popleft())
-            while window:
-                yield _take(store, fmt, ledger, bulk, *window.popleft())
-        finally:
-            for _, job in window:
-                if job is not None:
-                    job.cancel()
+            finally:
+                for _, job in window:
+                    if job is not None:
+                        job.cancel()
+    finally:
+        for _, job in window:  # given up (the pool has finished what it ran): their files
+            _drop(job)
+
+
+def _drop(job: Future[Built] | None) -> None:
+    """A worker's answer that is not taken: the files it wrote are removed. (A job still
+    running leaves its files to the sweep of temporary files, once this process is gone.)"""
+    if job is None or not job.done() or job.cancelled() or job.exception() is not None:
+        return
+    for thread in job.result().threads:
+        if thread.spooled is not None:
+            thread.spooled.remove()
 
 
 def _take(
@@ -689,6 +705,7 @@ def _take(
         or built.report is None
         or any(ledger.thread_for(store, key) is not None for key in built.asked)
     ):
+        _drop(job)
         return path, import_file(store, fmt, path, ledger, bulk)
     report = built.report
     try:

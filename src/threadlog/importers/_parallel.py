@@ -9,9 +9,14 @@ So `import_paths(workers=N)` hands the files that may be new to ``N`` worker pro
 holds nothing and a ledger that knows nothing, and sends back the finished threads' lines
 (the first, and the rest joined in one) and what their records change in the index
 (`threadlog.model.projection.project_log`: plain values, a third of what pickling the records
-cost), the report, and the import keys it asked for. The importing process takes the results in the files' order and writes them as its own
-(`Bulk.add`, the ledger), so the threads, the reports, the ledger and the crash safety are
-those of an import in one process.
+cost), the report, and the import keys it asked for. The importing process takes the results
+in the files' order and writes them as its own (`Bulk.add`, the ledger), so the threads, the
+reports, the ledger and the crash safety are those of an import in one process. Where the
+importing batch offers a spool (the embedded store's: `NewThreads.spool`), a worker writes
+each thread's lines to the temporary file the importing process would have written and sends
+back its name and size instead (`Finished.spooled`): the importing process takes the file
+(`NewThreads.adopt`), fsyncs and links it at its commit as its own, and removes the files of
+an answer it drops.
 
 A worker's answer is dropped, and the file imported in the importing process instead, when
 it cannot be the same: the worker asked for an import key the importing process knows (the
@@ -36,7 +41,7 @@ if TYPE_CHECKING:
 
     from threadlog.importers._report import FileReport
     from threadlog.model.envelope import Record
-    from threadlog.store.transfer import Checkpointed
+    from threadlog.store.transfer import Checkpointed, Spool, Spooled
 
 __all__ = ["Built", "Finished", "build"]
 
@@ -52,6 +57,9 @@ class Finished(NamedTuple):
     records: Projected
     taken: Checkpointed | None = None
     """Its checkpoint, made in the worker (a long thread's: `NewLog.checkpointed`)."""
+    spooled: Spooled | None = None
+    """Its rollout, written by the worker to the importing batch's temporary file
+    (`threadlog.store.transfer.Spool`); ``lines`` is empty then."""
 
     def checkpointed(self, records: int, every: int) -> Checkpointed | None:
         """`Written.checkpointed`: the one the worker made."""
@@ -81,13 +89,20 @@ class _Batch:
     """A worker's stand-in for the store's batch: it keeps the finished threads."""
 
     def __init__(
-        self, threshold: int, max_record_bytes: int, checkpoint_records: int, sparse_every: int
+        self,
+        threshold: int,
+        max_record_bytes: int,
+        checkpoint_records: int,
+        sparse_every: int,
+        spool: Spool | None = None,
     ) -> None:
         self.artifact_threshold = threshold
         self.max_record_bytes = max_record_bytes
         self.checkpoint_records = checkpoint_records
         self.sparse_every = sparse_every
         self.threads: list[Finished] = []
+        self._spool = spool
+        """Where the finished threads' lines are written (None: they are sent back)."""
 
     def encode(self, type_name: str, data: Any) -> tuple[Any, bytes]:
         return encode_data(type_name, data, self.artifact_threshold, _refuse_offload)
@@ -103,18 +118,34 @@ class _Batch:
         checkpoint: Checkpointed | None = None,
     ) -> None:
         assert records, "a worker's new thread comes with its records"
-        self.threads.append(
-            Finished(thread_id, [lines[0], b"".join(lines[1:])], as_projected(records), checkpoint)
-        )
+        projected = as_projected(records)
+        if self._spool is not None:
+            spooled = self._spool.write(thread_id, lines)
+            self.threads.append(Finished(thread_id, [], projected, checkpoint, spooled))
+        else:
+            lines = [lines[0], b"".join(lines[1:])]
+            self.threads.append(Finished(thread_id, lines, projected, checkpoint))
+
+    def adopt(self, *args: Any) -> None:
+        raise AssertionError("a worker's batch takes no thread written elsewhere")
+
+    def spool(self) -> None:
+        return None  # (a worker's batch hands no work on)
 
     def commit(self) -> list[str]:
         return [t.thread_id for t in self.threads]
 
     def drop(self, thread_ids: Sequence[str]) -> None:
-        self.threads = [t for t in self.threads if t.thread_id not in thread_ids]
+        kept = []
+        for thread in self.threads:
+            if thread.thread_id not in thread_ids:
+                kept.append(thread)
+            elif thread.spooled is not None:
+                thread.spooled.remove()
+        self.threads = kept
 
     def discard(self) -> None:
-        self.threads = []
+        self.drop([t.thread_id for t in self.threads])
 
 
 def _refuse_offload(value: Any, value_json: bytes) -> Any:
@@ -151,18 +182,23 @@ def build(
     max_record_bytes: int,
     checkpoint_records: int,
     sparse_every: int,
+    spool: Spool | None = None,
 ) -> Built:
     """Import ``source`` into new threads in this (worker) process (module docstring):
     ``run`` is `threadlog.importers._core.import_file` (its worker entry) and ``fmt`` the file's
     `SourceFormat`, both handed over by the caller (pickled by reference), so this module
-    imports nothing of the package that imports it."""
+    imports nothing of the package that imports it. With ``spool``, the threads' lines are
+    written there (the importing batch's `threadlog.store.transfer.Spool`), not sent back."""
     gc.disable()  # a worker's imports form no cycles (see `import_paths`'s ``pause_gc``)
     ledger = _Asking(None)
-    batch = _Batch(threshold, max_record_bytes, checkpoint_records, sparse_every)
+    batch = _Batch(threshold, max_record_bytes, checkpoint_records, sparse_every, spool)
     try:
         report = run(_Empty(), fmt, source, ledger, Bulk(batch, ledger))
-    except _Offloaded:
-        return Built(None)
+    except BaseException as exc:
+        batch.discard()  # (its files: nothing of this answer is taken)
+        if isinstance(exc, _Offloaded):
+            return Built(None)
+        raise
     return Built(
         report,
         threads=batch.threads,

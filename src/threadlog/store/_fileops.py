@@ -209,10 +209,12 @@ def move_to_quarantine(path: str, home: str, fops: FileOps, label: str) -> str:
     return dest
 
 
-def temporary_path(directory: str, name: str) -> str:
+def temporary_path(directory: str, name: str, pid: int | None = None) -> str:
     """``directory/.<name>.<pid>.tmp``: the name every temporary file of the store takes, so
-    that `remove_orphan_temp` can tell (by the pid) whether its writer is still alive."""
-    return os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    that `remove_orphan_temp` can tell (by the pid) whether its writer is still alive. The
+    pid is this process's, or ``pid``: the process a file is written for (an import's worker
+    writes for the importing process, which takes the file and is the one to outlive)."""
+    return os.path.join(directory, f".{name}.{os.getpid() if pid is None else pid}.tmp")
 
 
 def remove_orphan_temp(path: str) -> bool:

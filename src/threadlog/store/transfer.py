@@ -21,7 +21,9 @@ tell a re-run of a copy (the same records: nothing to do) from a conflicting thr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+import contextlib
+import os
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from threadlog.errors import IntegrityError, UsageError
 from threadlog.model import codec
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Adopted",
     "Checkpointed",
+    "Spool",
+    "Spooled",
     "check_import",
     "conflict_message",
     "first_difference",
@@ -61,6 +65,31 @@ class Checkpointed(NamedTuple):
     sparse: list[tuple[int, int]]
     """``(ord, byte offset)`` of the line of every ``sparse_every``-th record (the store's
     sparse index)."""
+
+
+class Spooled(NamedTuple):
+    """A new thread's rollout, written whole by another process (an import's worker) to the
+    temporary file a batch of new threads takes it from (`Spool`)."""
+
+    path: str
+    """The temporary file."""
+    size: int
+    """Its length in bytes, as written (checked when it is taken)."""
+
+    def remove(self) -> None:
+        """Delete the file (a thread that will not be taken); errors are ignored."""
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+class Spool(Protocol):
+    """Where a process other than the one that holds a batch of new threads writes a thread's
+    rollout for it (picklable: handed to an import's worker processes)."""
+
+    def write(self, thread_id: str, lines: Sequence[bytes], /) -> Spooled:
+        """Write the thread's lines (its ``thread.created`` first) to its temporary file,
+        not fsynced (the batch's commit makes it durable). Raises `StorageError`."""
+        ...
 
 
 class Adopted(NamedTuple):
