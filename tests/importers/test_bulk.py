@@ -283,6 +283,9 @@ def test_worker_processes_write_what_one_process_writes(
         assert _threads(many, shared) == _threads(one, alone)
         for thread in many.thread_ids():
             assert many.verify(thread).ok
+        # the workers wrote their threads' files; those of answers not taken are removed
+        temps = [f for _, _, fs in os.walk(tmp_path / "many") for f in fs if f.endswith(".tmp")]
+        assert temps == []
         indexed = many.index.dump()
         many.rebuild()
         assert many.index.dump() == indexed

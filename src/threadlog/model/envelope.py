@@ -132,11 +132,16 @@ def encode_record(
     # The keys in canonical (sorted) order: the same bytes as dumping the dict with
     # OPT_SORT_KEYS (a test pins it), without building and sorting a dict. Ids, the thread,
     # the timestamp and the type need no JSON escaping when they are plain printable ASCII
-    # without quotes or backslashes (what threadlog writes); anything else goes through orjson.
-    plain = id + thread + ts + type
+    # without quotes or backslashes (what threadlog writes), and so do the parent and prev
+    # (an id and a hash, or null); anything else goes through orjson.
+    plain = (
+        "".join((id, thread, ts, type, parent or "", prev or ""))
+        if isinstance(parent, str | None) and isinstance(prev, str | None)
+        else '"'
+    )
     if plain.isascii() and plain.isprintable() and '"' not in plain and "\\" not in plain:
-        parent_json = "null" if parent is None else orjson.dumps(parent).decode()
-        prev_json = "null" if prev is None else orjson.dumps(prev).decode()
+        parent_json = "null" if parent is None else f'"{parent}"'
+        prev_json = "null" if prev is None else f'"{prev}"'
         tail = (
             f',"id":"{id}","ord":{ord},"parent":{parent_json},"prev":{prev_json},'
             f'"thread":"{thread}","ts":"{ts}","type":"{type}","v":{v}'

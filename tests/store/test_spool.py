@@ -1,0 +1,122 @@
+"""A new thread written by another process (an import's worker) and taken into a batch.
+
+`NewThreads.spool` names where a worker writes a thread's rollout (the temporary file the
+batch would have written itself, named for the batch's process), and `NewThreads.adopt`
+takes it: the same file from there, made durable and linked by the batch's commit. What it
+takes must be exactly what was written for it; anything else is refused and removed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from threadlog.errors import StorageError, UsageError
+from threadlog.importers._bulk import NewLog
+from threadlog.store._fileops import remove_orphan_temps
+from threadlog.store.embedded import EmbeddedStore
+from threadlog.store.embedded.transfer import FolderSpool, NewThreads
+
+
+def _log(batch: NewThreads, records: int = 3) -> NewLog:
+    log = NewLog(batch, "local", title="spooled", lineage=None, config={})
+    for n in range(records):
+        log.append(log.thread_id, "custom.note", {"n": n})
+    return log
+
+
+def _temporaries(home: Path) -> list[str]:
+    return [f for _, _, fs in os.walk(home / "threads") for f in fs if f.endswith(".tmp")]
+
+
+def test_a_spooled_thread_is_adopted_committed_and_read_back(tmp_path: Path) -> None:
+    with EmbeddedStore(tmp_path / "s") as store:
+        batch = store.new_threads()
+        log = _log(batch)
+        spooled = batch.spool().write(log.thread_id, log.lines)
+        assert spooled.size == sum(len(line) for line in log.lines)
+        batch.adopt(log.thread_id, spooled, log.records)
+        assert batch.pending(log.thread_id)
+        assert batch.commit() == [log.thread_id]
+        store.flush()
+        assert [r.hash for r in store.read(log.thread_id)] == [r.hash for r in log.records]
+        assert store.verify(log.thread_id).ok
+        assert log.thread_id in store.thread_ids()
+        assert _temporaries(tmp_path / "s") == []
+        batch.discard()
+
+
+def test_a_spool_names_the_batchs_own_temporary_file(tmp_path: Path) -> None:
+    """The name `add` would have written (a sweep tells by it whether its owner lives)."""
+    with EmbeddedStore(tmp_path / "s") as store:
+        batch = store.new_threads()
+        log = _log(batch)
+        spool = batch.spool()
+        name = os.path.basename(spool.temporary_of(log.thread_id))
+        assert name == f".{log.thread_id}.{os.getpid()}.tmp"
+        batch.discard()
+
+
+def test_a_file_not_as_written_is_refused_and_removed(tmp_path: Path) -> None:
+    with EmbeddedStore(tmp_path / "s") as store:
+        batch = store.new_threads()
+        log = _log(batch)
+        spooled = batch.spool().write(log.thread_id, log.lines)
+        with open(spooled.path, "ab") as f:
+            f.write(b"more\n")  # changed after it was written
+        with pytest.raises(StorageError, match="not the"):
+            batch.adopt(log.thread_id, spooled, log.records)
+        assert not os.path.exists(spooled.path)
+        assert len(batch) == 0 and batch.commit() == []
+        assert store.thread_ids() == []
+        batch.discard()
+
+
+def test_a_file_that_is_not_the_threads_temporary_is_refused(tmp_path: Path) -> None:
+    with EmbeddedStore(tmp_path / "s") as store:
+        batch = store.new_threads()
+        log, other = _log(batch), _log(batch)
+        spooled = batch.spool().write(other.thread_id, log.lines)  # under another's name
+        with pytest.raises(UsageError, match="not its temporary file"):
+            batch.adopt(log.thread_id, spooled, log.records)
+        assert not os.path.exists(spooled.path)
+        assert store.thread_ids() == []
+        batch.discard()
+
+
+def test_discarding_a_batch_removes_what_it_adopted(tmp_path: Path) -> None:
+    with EmbeddedStore(tmp_path / "s") as store:
+        batch = store.new_threads()
+        log = _log(batch)
+        spooled = batch.spool().write(log.thread_id, log.lines)
+        batch.adopt(log.thread_id, spooled, log.records)
+        batch.discard()
+        assert not os.path.exists(spooled.path)
+        assert store.thread_ids() == []
+
+
+def test_a_spooled_file_lives_as_long_as_the_process_it_was_written_for(
+    tmp_path: Path,
+) -> None:
+    """Written for a live importer, a sweep leaves it (the importer will take it); written
+    for one that died (killed mid-import), a sweep removes it: it was never a thread."""
+    with EmbeddedStore(tmp_path / "s") as store:
+        batch = store.new_threads()
+        log = _log(batch)
+        ours = batch.spool().write(log.thread_id, log.lines)
+        dead = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], check=True, capture_output=True
+        )
+        gone = FolderSpool(batch.spool().layout, int(dead.stdout))
+        lost = _log(batch)
+        theirs = gone.write(lost.thread_id, lost.lines)
+        folder = os.path.dirname(ours.path)
+        assert os.path.dirname(theirs.path) == folder
+        assert remove_orphan_temps(folder) == 1
+        assert os.path.exists(ours.path) and not os.path.exists(theirs.path)
+        ours.remove()
+        batch.discard()
