@@ -264,6 +264,7 @@ def main() -> None:
     try:
         sources, store = os.path.join(work, "sources"), os.path.join(work, "store")
         total, lines = generate(sources, files, args.size * 1024)
+        os.sync()  # the sources on disk, as a user's sessions are (not their writeback during the runs)
         alone = run_null(sources)
         first, records = run(store, sources, args.workers)
         again, again_records = run(store, sources, args.workers)

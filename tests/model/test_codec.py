@@ -11,9 +11,11 @@ from collections import OrderedDict
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from threadlog.errors import InvalidData, UsageError
-from threadlog.model.codec import MAX_DEPTH, canonical, check_plain, loads
+from threadlog.model.codec import MAX_DEPTH, canonical, canonical_decoded, check_plain, loads
 
 GOLDEN: list[tuple[Any, bytes]] = [
     (None, b"null"),
@@ -258,3 +260,33 @@ def test_canonical_does_not_mutate_its_input() -> None:
     snapshot = json.dumps(value)
     canonical(value)
     assert json.dumps(value) == snapshot
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(value=_JSON)
+def test_canonical_decoded_is_canonical_for_decoded_json(value: Any) -> None:
+    """The import's encoding of decoded JSON (no NaN check): the same bytes as `canonical`."""
+    decoded = loads(canonical(value))
+    assert canonical_decoded(decoded) == canonical(decoded)
+
+
+@pytest.mark.parametrize("nest", [_nested_lists, _nested_dicts])
+def test_canonical_decoded_refuses_what_is_not_plain_or_too_deep(nest: Any) -> None:
+    with pytest.raises(InvalidData, match=f"nested deeper than {MAX_DEPTH} levels"):
+        canonical_decoded(nest(MAX_DEPTH + 1))
+    with pytest.raises(InvalidData):
+        canonical_decoded({"a": {1, 2}})
+    with pytest.raises(InvalidData):
+        canonical_decoded({1: "a"})

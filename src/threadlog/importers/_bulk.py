@@ -220,7 +220,13 @@ class NewLog:
             if not valid_type_name(type) or type == "thread.created":
                 raise InvalidEventType(f"invalid event type name {type!r}")
             _TYPES.add(type)
-        data, data_json = self._batch.encode(type, {} if data is None else data)
+        if data is None:
+            data = {}
+        # The store's encoding (look-alike references escaped, large values moved out), of
+        # which most records need nothing: no ``$`` in their JSON, and under the threshold.
+        data_json = codec.canonical_decoded(data)  # (an import's data: decoded JSON)
+        if b"$" in data_json or len(data_json) > self._batch.artifact_threshold:
+            data, data_json = self._batch.encode(type, data)
         event = from_data(type, data)  # the schema (InvalidData / InvalidEventType)
         now = wall_ns()
         if id is None:

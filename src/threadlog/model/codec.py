@@ -22,7 +22,7 @@ import orjson
 
 from threadlog.errors import InvalidData
 
-__all__ = ["MAX_DEPTH", "canonical", "check_plain", "loads"]
+__all__ = ["MAX_DEPTH", "canonical", "canonical_decoded", "check_plain", "loads"]
 
 MAX_DEPTH = 64
 """Deepest nesting accepted in event data (orjson's own recursion limit is 254)."""
@@ -54,6 +54,22 @@ def canonical(value: Any) -> bytes:
     if out.count(b"[") + out.count(b"{") > MAX_DEPTH or (
         b"null" in out and orjson.loads(out) != value
     ):
+        check_plain(value)
+    return out
+
+
+def canonical_decoded(value: Any) -> bytes:
+    """`canonical` for a value made of decoded JSON (what `orjson.loads` returns, and
+    strings, integers, booleans and None): such a value holds no NaN or infinity (orjson
+    decodes none), so the check for one that `canonical` makes when the bytes hold a null is
+    left out. (``threadlog import``'s records: everything in them was read from a source's
+    JSON lines.) Raises `InvalidData` as `canonical` does for anything else it finds."""
+    try:
+        out = orjson.dumps(value, default=_refuse, option=_OPTIONS)
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        check_plain(value)
+        raise InvalidData(f"data is not canonical JSON: {exc}") from None
+    if out.count(b"[") + out.count(b"{") > MAX_DEPTH:
         check_plain(value)
     return out
 
