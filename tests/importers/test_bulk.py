@@ -260,6 +260,92 @@ def test_a_kill_midway_leaves_whole_threads_and_a_rerun_completes(
         assert again.records == 0
 
 
+_KILLED_WITH_WORKERS = """
+import os, signal, sys
+from threadlog import open_store
+from threadlog.importers import _core, import_paths, source_format
+from threadlog.store.embedded.transfer import NewThreads
+
+_core.FLUSH_FILES = _core.PARALLEL_FILES = 1  # workers for any import; a commit a file
+store_dir, source = sys.argv[1:]
+commits = 0
+commit = NewThreads.commit
+
+def killing_commit(self):
+    global commits
+    commits += 1
+    if commits == 2 and len(self):
+        os.kill(os.getpid(), signal.SIGKILL)  # workers' files written, one batch not taken
+    return commit(self)
+
+NewThreads.commit = killing_commit
+with open_store(store_dir) as store:
+    import_paths(store, source_format("claude-code"), [source], workers=2)
+"""
+
+
+def _wait_for_processes_marked(mark: str, timeout: float = 60.0) -> None:
+    """Wait until no process carries ``mark`` in its environment (a killed import's workers,
+    which finish the file in hand and exit)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    needle = f"THREADLOG_TEST_MARK={mark}".encode()
+    while True:
+        alive = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/environ", "rb") as f:
+                        if needle in f.read().split(b"\0"):
+                            alive.append(pid)
+                except OSError:
+                    pass  # gone, or not ours
+        if not alive:
+            return
+        assert time.monotonic() < deadline, f"the killed import's workers live on: {alive}"
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the workers in /proc")
+def test_an_import_killed_while_workers_write_leaves_whole_threads_and_no_files(
+    tmp_path: Path,
+) -> None:
+    """The importing process killed with its workers' files written and not all taken: its
+    workers exit (they would wait for work for ever), the committed threads are whole, the
+    rest absent, every temporary file is swept (named for the dead importer), and a re-run
+    imports exactly what a clean import does."""
+    import uuid
+
+    source = str(FIXTURES / "claude-code")
+    store_dir = tmp_path / "store"
+    mark = uuid.uuid4().hex
+    env = {**os.environ, "PYTHONPATH": SRC, "THREADLOG_TEST_MARK": mark}
+    run = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_KILLED_WITH_WORKERS), str(store_dir), source],
+        env=env,
+        capture_output=True,  # (closed by the workers too: they must not outlive the import)
+        timeout=120,
+    )
+    assert run.returncode == -9, run.stderr.decode()
+    _wait_for_processes_marked(mark)
+    assert [f for _, _, fs in os.walk(store_dir / "threads") for f in fs if f.endswith(".tmp")]
+    with open_store(tmp_path / "clean") as clean:
+        expected = import_paths(clean, source_format("claude-code"), [source])
+        want, threads = _threads(clean, expected), len(clean.thread_ids())
+    with open_store(store_dir) as store:
+        survivors = store.thread_ids()
+        assert 0 < len(survivors) < threads
+        for thread in survivors:
+            assert store.verify(thread).ok
+        temps = [f for _, _, fs in os.walk(store_dir / "threads") for f in fs if f.endswith(".tmp")]
+        assert temps == []  # swept: written for an importer that died, never threads
+        report = import_paths(store, source_format("claude-code"), [source], workers=2)
+        assert len(store.thread_ids()) == threads
+        assert _threads(store, report) == want
+        assert import_paths(store, source_format("claude-code"), [source]).records == 0
+
+
 @pytest.mark.parametrize("fmt", SOURCES)
 def test_worker_processes_write_what_one_process_writes(
     tmp_path: Path, fmt: str, monkeypatch: pytest.MonkeyPatch

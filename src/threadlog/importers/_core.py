@@ -631,7 +631,7 @@ def _in_workers(
 ) -> Generator[tuple[str, FileReport], None, None]:
     """``(path, report)`` of each file in order, the new ones built by worker processes
     (`threadlog.importers._parallel`) and written here as `import_file` would have."""
-    from threadlog.importers._parallel import build
+    from threadlog.importers._parallel import build, watch
 
     batch = bulk.batch
     threshold = batch.artifact_threshold
@@ -643,7 +643,9 @@ def _in_workers(
     # forkserver this process started before keeps what it preloaded.)
     context.set_forkserver_preload(["__main__", build.__module__, type(fmt).__module__])
     try:
-        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        with ProcessPoolExecutor(
+            workers, mp_context=context, initializer=watch, initargs=(os.getpid(),)
+        ) as pool:
             try:
                 for path in files:
                     source = os.path.abspath(path)

@@ -27,6 +27,10 @@ moved a value to the artifact store (a worker has none), or the worker failed.
 from __future__ import annotations
 
 import gc
+import os
+import select
+import threading
+import time
 from dataclasses import field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -43,7 +47,7 @@ if TYPE_CHECKING:
     from threadlog.model.envelope import Record
     from threadlog.store.transfer import Checkpointed, Spool, Spooled
 
-__all__ = ["Built", "Finished", "build"]
+__all__ = ["Built", "Finished", "build", "watch"]
 
 
 class Finished(NamedTuple):
@@ -206,3 +210,36 @@ def build(
         asked=ledger.asked,
         entry=ledger.files.get(report.path),
     )
+
+
+def watch(importer: int) -> None:
+    """Run in each worker as it starts: make it exit as soon as the importing process
+    (``importer``, a pid) is gone. A worker of a killed import would otherwise wait for work
+    from it for ever (its queue's pipe is never closed for it), and so would the forkserver
+    it came from; one killed mid-file leaves a partial temporary file named for the dead
+    importer, which the next sweep removes."""
+    fd: int | None
+    try:
+        fd = os.pidfd_open(importer)  # (Linux: readable once the process has exited)
+    except ProcessLookupError:
+        os._exit(1)
+    except (AttributeError, OSError):  # another system, or no pidfds: polled instead
+        fd = None
+    threading.Thread(
+        target=_wait_for_exit, args=(importer, fd), name="threadlog-import-watch", daemon=True
+    ).start()
+
+
+def _wait_for_exit(importer: int, fd: int | None) -> None:
+    if fd is not None:
+        select.select([fd], [], [])
+    else:
+        while True:
+            time.sleep(0.5)
+            try:
+                os.kill(importer, 0)
+            except ProcessLookupError:
+                break
+            except PermissionError:  # (alive, under another user: it cannot be ours)
+                pass
+    os._exit(1)
