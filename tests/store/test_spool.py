@@ -61,29 +61,28 @@ def test_a_spool_names_the_batchs_own_temporary_file(tmp_path: Path) -> None:
         batch.discard()
 
 
-def test_a_file_not_as_written_is_refused_and_removed(tmp_path: Path) -> None:
-    with EmbeddedStore(tmp_path / "s") as store:
-        batch = store.new_threads()
-        log = _log(batch)
-        spooled = batch.spool().write(log.thread_id, log.lines)
-        with open(spooled.path, "ab") as f:
-            f.write(b"more\n")  # changed after it was written
-        with pytest.raises(StorageError, match="not the"):
-            batch.adopt(log.thread_id, spooled, log.records)
-        assert not os.path.exists(spooled.path)
-        assert len(batch) == 0 and batch.commit() == []
-        assert store.thread_ids() == []
-        batch.discard()
-
-
-def test_a_file_that_is_not_the_threads_temporary_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("case", "error", "match"),
+    [
+        ("changed", StorageError, "not the"),  # written, then changed behind the batch
+        ("another's", UsageError, "not its temporary file"),  # under another thread's name
+    ],
+)
+def test_a_file_not_as_written_for_the_thread_is_refused_and_removed(
+    tmp_path: Path, case: str, error: type[Exception], match: str
+) -> None:
     with EmbeddedStore(tmp_path / "s") as store:
         batch = store.new_threads()
         log, other = _log(batch), _log(batch)
-        spooled = batch.spool().write(other.thread_id, log.lines)  # under another's name
-        with pytest.raises(UsageError, match="not its temporary file"):
+        owner = other if case == "another's" else log
+        spooled = batch.spool().write(owner.thread_id, log.lines)
+        if case == "changed":
+            with open(spooled.path, "ab") as f:
+                f.write(b"more\n")
+        with pytest.raises(error, match=match):
             batch.adopt(log.thread_id, spooled, log.records)
         assert not os.path.exists(spooled.path)
+        assert len(batch) == 0 and batch.commit() == []
         assert store.thread_ids() == []
         batch.discard()
 
