@@ -201,3 +201,29 @@ def test_serve_refuses_open_mode_off_loopback(
     result = CliRunner().invoke(cli, ["serve", "--store", home, "--host", host, "--port", "0"])
     assert result.exit_code == 2, result.output
     assert "no token" in result.output
+
+
+def test_head_answers_what_get_would_without_a_body(api: Api, workspace: str) -> None:
+    """HEAD on any GET route (RFC 9110 §9.3.2): the GET's status and headers, no body; a
+    live stream is ended once its headers are sent; a route with no GET is still 405."""
+    thread = api.alice.post("/v1/threads", json={"cwd": workspace}).json()["thread_id"]
+    for path in (
+        "/healthz",
+        "/v1/threads",
+        f"/v1/threads/{thread}",
+        f"/v1/threads/{thread}/events",
+    ):
+        got, head = api.alice.get(path), api.alice.head(path)
+        assert head.status_code == got.status_code == 200, path
+        assert head.content == b""
+        assert head.headers["content-type"] == got.headers["content-type"]
+        assert int(head.headers["content-length"]) == len(got.content), path
+    missing = api.alice.head("/v1/threads/01a23ce8-795f-7eae-8396-2ac3a435e576")
+    assert missing.status_code == 404 and missing.content == b""
+    assert api.anon.head("/v1/threads").status_code == 401
+    with httpx.Client(base_url=api.url, headers=api.alice.headers, timeout=10) as client:
+        stream = client.head(f"/v1/threads/{thread}/stream")  # returns: not a stream left open
+        assert stream.status_code == 200 and stream.content == b""
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        assert client.get("/healthz").status_code == 200  # the connection still serves
+    assert api.alice.head(f"/v1/threads/{thread}/turns").status_code == 405

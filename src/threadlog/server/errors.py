@@ -11,7 +11,10 @@ detail of the exception (which may hold a path or a prompt).
 
 `ErrorMiddleware` is also where a body over ``max_body`` is refused, before it is read: a
 ``Content-Length`` over the limit is answered at once, and a chunked body is counted as it
-is received and refused as soon as it passes the limit.
+is received and refused as soon as it passes the limit. And it answers ``HEAD`` for every
+``GET`` route (RFC 9110 §9.3.2: the status and headers the GET would have, no body), which
+the routes do not declare: the request goes on as a GET whose body is dropped, and a stream
+(a live event stream never ends by itself) is ended once its headers are sent.
 """
 
 from __future__ import annotations
@@ -202,6 +205,9 @@ class ErrorMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if scope["method"] == "HEAD":
+            await self._head(scope, receive, send)
+            return
         limit = self.max_body
         declared = _content_length(scope)
         if declared == -1:
@@ -240,6 +246,29 @@ class ErrorMiddleware:
             if not started:
                 response = error_response(500, "InternalError", "internal error (logged)")
                 await response(scope, receive, send)
+
+    async def _head(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``HEAD``: the request as a ``GET``, its status and headers sent, its body not (see
+        the module docstring). Once the headers are out the response is complete, and the
+        app is told the client is gone, so that a stream stops producing."""
+        done = False
+
+        async def head_receive() -> Message:
+            if done:
+                return {"type": "http.disconnect"}
+            return await receive()
+
+        async def head_send(message: Message) -> None:
+            nonlocal done
+            if done:
+                return
+            if message["type"] == "http.response.start":
+                await send(message)
+            elif message["type"] == "http.response.body":
+                done = True
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        await self(dict(scope, method="GET"), head_receive, head_send)
 
 
 def _too_large(limit: int) -> Response:
