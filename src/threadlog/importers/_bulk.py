@@ -143,7 +143,7 @@ class NewLog:
         principal, title, lineage, config: as `Store.create_thread` takes them.
     """
 
-    __slots__ = ("_batch", "_ids", "_jsons", "lines", "records", "state", "thread_id")
+    __slots__ = ("_batch", "_ids", "lines", "records", "state", "thread_id")
 
     spooled: Spooled | None = None
     """(Its lines are written by the batch it is added to.)"""
@@ -179,7 +179,6 @@ class NewLog:
         )
         self.records: list[Record] = [first]
         self.lines: list[bytes] = [line]
-        self._jsons: list[bytes] = [data_json]
         self._ids: dict[str, int] = {first_id: 1}
         self.state: ThreadState = apply(None, first)
 
@@ -239,7 +238,7 @@ class NewLog:
             if (
                 stored.type == type
                 and stored.parent == want
-                and self._jsons[existing - 1] == data_json
+                and codec.canonical(stored.data) == data_json  # (a replay: rare)
             ):
                 return stored
             raise DuplicateEventConflict(self.thread_id, id, existing)
@@ -273,7 +272,6 @@ class NewLog:
             ) from None
         self.records.append(record)
         self.lines.append(line)
-        self._jsons.append(data_json)
         self._ids[id] = ord_
         return record
 

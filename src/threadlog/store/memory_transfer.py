@@ -38,7 +38,10 @@ class MemoryTransfer:
         adopted = check_import(records)
         thread_id = adopted[0].record.thread
         # a fresh decode of each record's data: the store never aliases the caller's objects
-        rows = [(a.record._replace(data=codec.loads(a.data_json)), a.data_json) for a in adopted]
+        jsons = [codec.canonical(a.record.data) for a in adopted]
+        rows = [
+            (a.record._replace(data=codec.loads(j)), j) for a, j in zip(adopted, jsons, strict=True)
+        ]
         with self._lock:
             held = self._threads.get(thread_id)
             if held is not None:

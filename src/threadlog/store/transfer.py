@@ -14,8 +14,8 @@ by the rules `Store.verify` applies to a log at rest:
   ancestors its lineage names; event ids are unique;
 * the reducer accepts the whole log (an illegal event is refused with its ordinal).
 
-It returns each record's canonical data JSON (what a backend stores or hashes over) and its
-rollout line (the embedded store's format), computed once. `same_log` and `first_difference`
+It returns each record with its rollout line (the embedded store's format: what the hash is
+over, and what a backend stores), computed once. `same_log` and `first_difference`
 tell a re-run of a copy (the same records: nothing to do) from a conflicting thread.
 """
 
@@ -96,8 +96,6 @@ class Adopted(NamedTuple):
     """One checked record of a thread being imported."""
 
     record: Record
-    data_json: bytes
-    """The canonical JSON of its data: what its hash is over."""
     line: bytes
     """Its rollout line (with the hash and the newline), as the embedded store writes it."""
 
@@ -160,7 +158,8 @@ def check_import(records: Sequence[Record]) -> list[Adopted]:
                 thread_id, ord_, "the last inherited record is not the one the fork names"
             )
         ids.add(record.id)
-        adopted.append(Adopted(record, data_json, line))
+        adopted.append(Adopted(record, line))  # (not ``data_json``: orjson's bytes hold
+        # ~4 KiB of buffer whatever their length, a whole log's worth kept until the end)
         prev = digest
     if inherited is not None and len(records) < inherited.until:
         raise IntegrityError(

@@ -13,8 +13,10 @@ leftover is swept, `remove_orphan_temp`), fsynced, then *linked* to the rollout'
 ``link`` fails if the name exists, so an import never replaces a thread that appeared
 meanwhile (another process importing or creating it), where a rename would. The temporary
 name is removed and the folder fsynced: after a crash the thread is there whole or not at
-all, and durable on return. The index learns of it as of a fork written by this store
-(`Forked.batch`, at the next drain).
+all, and durable on return. The lines are written a MiB at a time (never the whole log
+joined in memory), and the index learns of the thread from what its records change
+(`threadlog.model.projection.project_log` of the records at hand, at the next drain), not
+from its bytes parsed again.
 
 A thread already there is read (verified) and compared by hash: the same records are a
 re-run (False, nothing written); anything else is refused with `ConflictError`.
@@ -49,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from threadlog._dataclass import dataclass
 from threadlog.errors import ConflictError, StorageError, UsageError
-from threadlog.model.projection import Projected, as_projected
+from threadlog.model.projection import Projected, as_projected, project_log
 from threadlog.store._fileops import DEFAULT_FILEOPS, temporary_path
 from threadlog.store.embedded.fork import Forked
 from threadlog.store.transfer import (
@@ -61,7 +63,7 @@ from threadlog.store.transfer import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from threadlog.model.envelope import Record
     from threadlog.store._fileops import FileOps
@@ -100,8 +102,10 @@ class Importer:
         directory = os.path.dirname(path)
         tmp = temporary_path(directory, thread_id)
         fops = self._fops
-        body = b"".join(a.line for a in adopted[1:])
-        fd = _write_temporary(fops, thread_id, tmp, adopted[0].line, body)
+        # written a MiB at a time (never the whole log joined in memory), and indexed from
+        # the records at hand (`project_log`), not from the bytes parsed again
+        size = sum(len(a.line) for a in adopted)
+        fd = _write_temporary(fops, thread_id, tmp, *_chunks([a.line for a in adopted]))
         try:
             fops.fsync(fd)
             closing, fd = fd, -1
@@ -121,7 +125,8 @@ class Importer:
             if isinstance(exc, OSError):
                 raise StorageError(f"cannot import thread {thread_id}: {exc}") from exc
             raise
-        self._written(Forked(thread_id, path, adopted[0].line, body, 0, len(body), b""))
+        projected = project_log([a.record for a in adopted])
+        self._written(_Built(thread_id, path, b"", b"", 0, 0, b"", projected, size))
         return True
 
     def _held(self, thread_id: str, records: Sequence[Record]) -> bool:
@@ -152,6 +157,18 @@ def _write_temporary(fops: FileOps, thread_id: str, tmp: str, *parts: bytes) -> 
             raise StorageError(f"cannot import thread {thread_id}: {exc}") from exc
         raise
     return fd
+
+
+def _chunks(lines: list[bytes], size: int = 1 << 20) -> Iterator[bytes]:
+    """``lines`` joined into pieces of about ``size`` bytes (one write each)."""
+    start = total = 0
+    for i, line in enumerate(lines):
+        total += len(line)
+        if total >= size:
+            yield b"".join(lines[start : i + 1])
+            start, total = i + 1, 0
+    if start < len(lines):
+        yield b"".join(lines[start:])
 
 
 def _discard(fops: FileOps, fd: int, tmp: str) -> None:
