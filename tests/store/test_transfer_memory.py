@@ -59,3 +59,18 @@ def test_a_new_log_holds_its_lines_not_orjsons_buffers(tmp_path: Path) -> None:
         again = log.append(log.thread_id, "custom.note", dict(DATA, n=5), id=log.records[6].id)  # type: ignore[attr-defined]
         assert again is log.records[6]  # type: ignore[attr-defined]  # a replay: the stored record
         batch.discard()
+
+
+def test_the_memory_store_keeps_each_records_json_at_its_own_size() -> None:
+    from threadlog.store.inmemory import MemoryStore
+
+    store = MemoryStore()
+    thread = store.create_thread()
+
+    def build() -> None:
+        for n in range(RECORDS):
+            store.append(thread, "custom.note", dict(DATA, n=n))
+
+    _, per_record = _held(build)
+    assert per_record < 3000, per_record  # was ~4 KiB of orjson's buffer more
+    assert [r.data["n"] for r in store.read(thread)[1:4]] == [0, 1, 2]

@@ -22,7 +22,7 @@ import orjson
 
 from threadlog.errors import InvalidData
 
-__all__ = ["MAX_DEPTH", "canonical", "canonical_decoded", "check_plain", "loads"]
+__all__ = ["MAX_DEPTH", "canonical", "canonical_decoded", "check_plain", "kept", "loads"]
 
 MAX_DEPTH = 64
 """Deepest nesting accepted in event data (orjson's own recursion limit is 254)."""
@@ -56,6 +56,15 @@ def canonical(value: Any) -> bytes:
     ):
         check_plain(value)
     return out
+
+
+def kept(encoded: bytes) -> bytes:
+    """``encoded`` (what `canonical` returned) as bytes of its own size, for a caller that
+    keeps it: orjson's output holds on to its whole write buffer (4 KiB at least, and up to
+    ~13 × the text for longer ones) for as long as it lives, so a store that kept each
+    record's JSON as returned held ~4 KiB a record. Bytes that are passed on and dropped
+    (joined into a line, hashed) need no copy."""
+    return bytes(memoryview(encoded))
 
 
 def canonical_decoded(value: Any) -> bytes:

@@ -222,6 +222,7 @@ class MemoryStore(MemoryBlobs, MemoryMailbox, MemoryCredentials, MemoryTransfer)
                     thread_id, lambda: reduce_log(thread_id, [r for r, _ in records])
                 )
             admission.admit(record, check)  # an illegal event raises: nothing is written
+            data_json = codec.kept(data_json)  # (kept: not orjson's whole buffer)
             records.append((record, data_json))
             ids[event_id] = ord_
             # under the lock: listeners see each thread's records in order
