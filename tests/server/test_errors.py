@@ -227,3 +227,77 @@ def test_head_answers_what_get_would_without_a_body(api: Api, workspace: str) ->
         assert stream.headers["content-type"].startswith("text/event-stream")
         assert client.get("/healthz").status_code == 200  # the connection still serves
     assert api.alice.head(f"/v1/threads/{thread}/turns").status_code == 405
+
+
+@pytest.mark.parametrize("spec_version", ["2.3", "2.4"])
+def test_head_of_a_stream_ends_at_its_headers_and_stops_the_stream(spec_version: str) -> None:
+    """A stream with nothing to send yet (a live stream caught up: silent until the next
+    record or heartbeat), or one that goes on sending, is answered at its headers and then
+    stopped, whether the server tells a gone client by a disconnect (ASGI 2.3) or by a send
+    that fails (2.4, where Starlette no longer listens for one)."""
+    import asyncio
+
+    from starlette.applications import Starlette
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    from threadlog.server.errors import ErrorMiddleware
+
+    closed: list[str] = []
+
+    def route(name: str, first_after: float) -> Route:
+        async def endpoint(request: Any) -> StreamingResponse:
+            async def frames() -> Any:
+                try:
+                    await asyncio.sleep(first_after)
+                    while True:
+                        yield b": ping\n\n"
+                        await asyncio.sleep(0.01)
+                finally:
+                    closed.append(name)
+
+            return StreamingResponse(frames(), media_type="text/event-stream")
+
+        return Route(f"/{name}", endpoint)
+
+    app = ErrorMiddleware(
+        Starlette(routes=[route("silent", 30.0), route("chatty", 0.0)]), max_body=1000
+    )
+
+    async def head(path: str) -> list[dict[str, Any]]:
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": spec_version},
+            "http_version": "1.1",
+            "method": "HEAD",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [],
+            "server": ("127.0.0.1", 80),
+            "client": ("127.0.0.1", 1),
+        }
+        sent: list[dict[str, Any]] = []
+        complete = asyncio.Event()
+
+        async def receive() -> dict[str, Any]:
+            await complete.wait()  # (as uvicorn: a disconnect once the response is complete)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if complete.is_set():
+                raise OSError("the response is complete")  # (what a server does, ASGI 2.4)
+            sent.append(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                complete.set()
+
+        await asyncio.wait_for(app(scope, receive, send), 5)  # the app returns
+        return sent
+
+    for path in ("/silent", "/chatty"):
+        sent = asyncio.run(head(path))
+        assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+        assert sent[0]["status"] == 200 and sent[1]["body"] == b""
+    assert closed == ["silent", "chatty"]

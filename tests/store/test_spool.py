@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from threadlog.errors import StorageError, UsageError
+from threadlog.errors import ConflictError, StorageError, UsageError
 from threadlog.importers._bulk import NewLog
 from threadlog.store._fileops import remove_orphan_temps
 from threadlog.store.embedded import EmbeddedStore
 from threadlog.store.embedded.transfer import FolderSpool, NewThreads
+from threadlog.store.transfer import Spooled
 
 
 def _log(batch: NewThreads, records: int = 3) -> NewLog:
@@ -62,14 +63,15 @@ def test_a_spool_names_the_batchs_own_temporary_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("case", "error", "match"),
+    ("case", "error", "match", "removed"),
     [
-        ("changed", StorageError, "not the"),  # written, then changed behind the batch
-        ("another's", UsageError, "not its temporary file"),  # under another thread's name
+        ("changed", StorageError, "not the", True),  # written, then changed behind the batch
+        # under another thread's name: refused, and not removed (it is not this thread's)
+        ("another's", UsageError, "not its temporary file", False),
     ],
 )
-def test_a_file_not_as_written_for_the_thread_is_refused_and_removed(
-    tmp_path: Path, case: str, error: type[Exception], match: str
+def test_a_file_not_as_written_for_the_thread_is_refused(
+    tmp_path: Path, case: str, error: type[Exception], match: str, removed: bool
 ) -> None:
     with EmbeddedStore(tmp_path / "s") as store:
         batch = store.new_threads()
@@ -81,7 +83,8 @@ def test_a_file_not_as_written_for_the_thread_is_refused_and_removed(
                 f.write(b"more\n")
         with pytest.raises(error, match=match):
             batch.adopt(log.thread_id, spooled, log.records)
-        assert not os.path.exists(spooled.path)
+        assert os.path.exists(spooled.path) is not removed
+        spooled.remove()
         assert len(batch) == 0 and batch.commit() == []
         assert store.thread_ids() == []
         batch.discard()
@@ -119,3 +122,29 @@ def test_a_spooled_file_lives_as_long_as_the_process_it_was_written_for(
         assert os.path.exists(ours.path) and not os.path.exists(theirs.path)
         ours.remove()
         batch.discard()
+
+
+def test_a_refused_adopt_never_removes_a_file_that_is_not_the_threads_own(tmp_path: Path) -> None:
+    """A spooled path naming a committed rollout, or the temporary file of a thread pending in
+    the batch (the same thread adopted twice), is refused and left as it is: the committed
+    thread stays, and the pending one is still committed."""
+    with EmbeddedStore(tmp_path / "s") as store:
+        batch = store.new_threads()
+        done = _log(batch)
+        batch.add(done.thread_id, done.lines, done.records)
+        assert batch.commit() == [done.thread_id]
+        store.flush()
+        rollout = store._layout.path_of(done.thread_id)
+        with pytest.raises(UsageError, match="not its temporary file"):
+            batch.adopt(done.thread_id, Spooled(rollout, os.path.getsize(rollout)), done.records)
+        assert os.path.exists(rollout) and store.thread_ids() == [done.thread_id]
+        log = _log(batch)
+        spooled = batch.spool().write(log.thread_id, log.lines)
+        batch.adopt(log.thread_id, spooled, log.records)
+        with pytest.raises(ConflictError):
+            batch.adopt(log.thread_id, spooled, log.records)
+        assert os.path.exists(spooled.path)
+        assert batch.commit() == [log.thread_id]
+        store.flush()
+        assert store.verify(log.thread_id).ok
+        assert _temporaries(tmp_path / "s") == []

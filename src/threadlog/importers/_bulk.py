@@ -313,11 +313,12 @@ class Bulk:
         """Hand a finished file's new threads to the batch (all or none of them)."""
         added: list[str] = []
         batch = self.batch
-        n = 0
-        try:
-            for n, log in enumerate(logs):  # noqa: B007 (``n`` is the failed one's, below)
+        handed = 0  # the logs handed to the batch: an `adopt` that fails removes its own file
+        try:  # (or leaves it, when it is not the thread's), so only those after it are ours
+            for log in logs:
                 taken = log.checkpointed(batch.checkpoint_records, batch.sparse_every)
                 spooled = log.spooled
+                handed += 1
                 if spooled is None:
                     batch.add(log.thread_id, log.lines, log.records, taken)
                 else:
@@ -325,8 +326,8 @@ class Bulk:
                 added.append(log.thread_id)
         except BaseException:
             self.batch.drop(added)  # all or none of a file's threads
-            for log in logs[n:]:  # the files of those not taken (an `adopt` that failed
-                if log.spooled is not None:  # removed its own already: no harm)
+            for log in logs[handed:]:  # the files of those not handed to the batch
+                if log.spooled is not None:
                     log.spooled.remove()
             raise
         self.files.append((report, added))

@@ -13,8 +13,8 @@ detail of the exception (which may hold a path or a prompt).
 ``Content-Length`` over the limit is answered at once, and a chunked body is counted as it
 is received and refused as soon as it passes the limit. And it answers ``HEAD`` for every
 ``GET`` route (RFC 9110 §9.3.2: the status and headers the GET would have, no body), which
-the routes do not declare: the request goes on as a GET whose body is dropped, and a stream
-(a live event stream never ends by itself) is ended once its headers are sent.
+the routes do not declare: the request goes on as a GET, answered once its headers are
+sent, and then cancelled (a live event stream never ends by itself).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import orjson
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -249,8 +250,10 @@ class ErrorMiddleware:
 
     async def _head(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``HEAD``: the request as a ``GET``, its status and headers sent, its body not (see
-        the module docstring). Once the headers are out the response is complete, and the
-        app is told the client is gone, so that a stream stops producing."""
+        the module docstring). The response is complete once its headers are out (a HEAD
+        has no body), and the GET is then cancelled: a stream stops producing whether or not
+        it has a first chunk yet, and whatever it listens to (a disconnect, or a send that
+        fails, ASGI 2.4)."""
         done = False
 
         async def head_receive() -> Message:
@@ -258,17 +261,18 @@ class ErrorMiddleware:
                 return {"type": "http.disconnect"}
             return await receive()
 
-        async def head_send(message: Message) -> None:
-            nonlocal done
-            if done:
-                return
-            if message["type"] == "http.response.start":
-                await send(message)
-            elif message["type"] == "http.response.body":
-                done = True
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        with anyio.CancelScope() as scope_of_get:
 
-        await self(dict(scope, method="GET"), head_receive, head_send)
+            async def head_send(message: Message) -> None:
+                nonlocal done
+                if done or message["type"] != "http.response.start":
+                    return
+                await send(message)
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                done = True
+                scope_of_get.cancel()
+
+            await self(dict(scope, method="GET"), head_receive, head_send)
 
 
 def _too_large(limit: int) -> Response:

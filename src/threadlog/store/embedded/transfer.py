@@ -320,13 +320,18 @@ class NewThreads:
         """`add` for a thread whose lines another process wrote (`spool`): its temporary
         file is taken as it is, once its name and size are checked. The file is the batch's
         from here: on an error it is removed and nothing is added (`UsageError`, a file not
-        of this batch; `ConflictError`, the thread exists; `StorageError`)."""
+        of this batch; `ConflictError`, the thread exists; `StorageError`). A file that is
+        not this thread's temporary file, or is that of a thread pending in the batch, is
+        refused and left alone: it is not the one this batch would have written for it (it
+        may be another thread's, or a rollout)."""
+        path = self._layout.path_of(thread_id)
+        if spooled.path != temporary_path(os.path.dirname(path), thread_id):
+            raise UsageError(f"thread {thread_id}: {spooled.path} is not its temporary file")
+        if self.pending(thread_id):  # (its temporary file is that of the pending one)
+            raise ConflictError(f"thread {thread_id} is in the batch already; nothing was written")
         fd = -1
         try:
-            path = self._layout.path_of(thread_id)
-            if spooled.path != temporary_path(os.path.dirname(path), thread_id):
-                raise UsageError(f"thread {thread_id}: {spooled.path} is not its temporary file")
-            if os.path.exists(path) or self.pending(thread_id):
+            if os.path.exists(path):
                 raise ConflictError(f"thread {thread_id} exists already; nothing was written")
             try:
                 fd = self._fops.open(spooled.path, os.O_WRONLY | _NOFOLLOW)
