@@ -58,7 +58,7 @@ def test_a_spool_names_the_batchs_own_temporary_file(tmp_path: Path) -> None:
         log = _log(batch)
         spool = batch.spool()
         name = os.path.basename(spool.temporary_of(log.thread_id))
-        assert name == f".{log.thread_id}.{os.getpid()}.tmp"
+        assert name == f".{log.thread_id}.new.{os.getpid()}.tmp"
         batch.discard()
 
 
@@ -148,3 +148,26 @@ def test_a_refused_adopt_never_removes_a_file_that_is_not_the_threads_own(tmp_pa
         store.flush()
         assert store.verify(log.thread_id).ok
         assert _temporaries(tmp_path / "s") == []
+
+
+def test_a_sweep_removes_what_workers_left_and_keeps_what_the_batch_holds(tmp_path: Path) -> None:
+    """`NewThreads.sweep` (run once an import's workers are done): a file a worker wrote and
+    nobody took (killed after writing, or its answer given up) is removed; the batch's own
+    pending files, and other temporary files of this process (a fork's), are kept."""
+    with EmbeddedStore(tmp_path / "s") as store:
+        batch = store.new_threads()
+        kept, lost = _log(batch), _log(batch)
+        taken = batch.spool().write(kept.thread_id, kept.lines)
+        batch.adopt(kept.thread_id, taken, kept.records)
+        left = batch.spool().write(lost.thread_id, lost.lines)  # never adopted
+        folder = os.path.dirname(left.path)
+        other = os.path.join(folder, f".{lost.thread_id}.{os.getpid()}.tmp")  # a fork's, say
+        with open(other, "wb") as f:
+            f.write(b"x")
+        assert batch.sweep() == 1
+        assert not os.path.exists(left.path)
+        assert os.path.exists(taken.path) and os.path.exists(other)
+        assert batch.commit() == [kept.thread_id]
+        assert store.verify(kept.thread_id).ok
+        os.unlink(other)
+        batch.discard()

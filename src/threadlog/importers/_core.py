@@ -675,6 +675,9 @@ def _in_workers(
     finally:
         for _, job in window:  # given up (the pool has finished what it ran): their files
             _drop(job)
+        # and what a worker killed after writing, or an answer given up, left (the batch is
+        # committed or discarded by the caller only after this: what it holds is kept)
+        batch.sweep()
 
 
 def _drop(job: Future[Built] | None) -> None:

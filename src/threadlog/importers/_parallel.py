@@ -139,6 +139,9 @@ class _Batch:
     def commit(self) -> list[str]:
         return [t.thread_id for t in self.threads]
 
+    def sweep(self) -> int:
+        return 0  # (a worker's batch hands no work on)
+
     def drop(self, thread_ids: Sequence[str]) -> None:
         kept = []
         for thread in self.threads:

@@ -36,7 +36,10 @@ process to write: each thread's rollout goes to the very temporary file `add` wo
 written, named for the importing process (so that a sweep by another process leaves it while
 the importer lives, and takes it once it died), and `NewThreads.adopt` takes it into the batch
 (opened, its size checked) as `add` would have. From there it is the same file: `commit`
-fsyncs it (an fsync makes a file's data durable whichever process wrote it) and links it. This
+fsyncs it (an fsync makes a file's data durable whichever process wrote it) and links it.
+A batch's temporary files are named ``.<id>.new.<pid>.tmp``, apart from the process's other
+temporary files, so that `NewThreads.sweep` can remove, once the workers are done, what one
+killed after writing (or an answer given up) left, without touching a fork's or a copy's. This
 spares the importing process the pipe and the write of every thread's bytes, the import's
 largest cost in the process that owns its crash safety.
 """
@@ -49,6 +52,7 @@ import stat
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from threadlog._clock import new_id, wall_ns
 from threadlog._dataclass import dataclass
 from threadlog.errors import ConflictError, StorageError, UsageError
 from threadlog.model.projection import Projected, as_projected, project_log
@@ -140,6 +144,17 @@ class Importer:
         raise ConflictError(conflict_message(thread_id, held, records))
 
 
+def _new_temporary(directory: str, thread_id: str, pid: int | None = None) -> str:
+    """The temporary file of a new thread of a batch (`NewThreads`), ``.<id>.new.<pid>.tmp``:
+    named for the batch's process as every temporary file is (`temporary_path`), and told
+    apart from the others a process writes (a fork's, a copy's), so that `NewThreads.sweep`
+    can remove what the batch's workers left without touching them."""
+    return temporary_path(directory, f"{thread_id}{_NEW}", pid)
+
+
+_NEW = ".new"
+
+
 def _write_temporary(fops: FileOps, thread_id: str, tmp: str, *parts: bytes) -> int:
     """Create ``tmp`` (never over an existing file), with its folder, and write a thread's
     lines (``parts``, one after another) to it; its open descriptor. On a failure nothing is
@@ -193,7 +208,7 @@ class FolderSpool:
 
     def temporary_of(self, thread_id: str) -> str:
         """The temporary file of a new thread's rollout."""
-        return temporary_path(os.path.dirname(self.layout.path_of(thread_id)), thread_id, self.pid)
+        return _new_temporary(os.path.dirname(self.layout.path_of(thread_id)), thread_id, self.pid)
 
     def write(self, thread_id: str, lines: Sequence[bytes]) -> Spooled:
         tmp = self.temporary_of(thread_id)
@@ -251,6 +266,8 @@ class NewThreads:
         """``(thread id, rollout path, temporary path, fd, what the index is given)``."""
         self._taken: dict[str, tuple[Checkpointed, int]] = {}
         """Thread id → the checkpoint it came with and its rollout's size."""
+        self._folders: set[str] = set()
+        """The folders of the threads added or adopted (where `sweep` looks)."""
 
     def __enter__(self) -> NewThreads:
         return self
@@ -292,7 +309,7 @@ class NewThreads:
         if os.path.exists(path) or self.pending(thread_id):
             raise ConflictError(f"thread {thread_id} exists already; nothing was written")
         directory = os.path.dirname(path)
-        tmp = temporary_path(directory, thread_id)
+        tmp = _new_temporary(directory, thread_id)
         body = b"".join(lines[1:])
         fd = _write_temporary(self._fops, thread_id, tmp, lines[0], body)
         if records:
@@ -303,6 +320,7 @@ class NewThreads:
         else:
             indexed = Forked(thread_id, path, lines[0], body, 0, len(body), b"")
         self._pending.append((thread_id, path, tmp, fd, indexed))
+        self._folders.add(directory)
         if checkpoint is not None and self._checkpoint is not None:
             self._taken[thread_id] = (checkpoint, len(lines[0]) + len(body))
 
@@ -325,7 +343,8 @@ class NewThreads:
         refused and left alone: it is not the one this batch would have written for it (it
         may be another thread's, or a rollout)."""
         path = self._layout.path_of(thread_id)
-        if spooled.path != temporary_path(os.path.dirname(path), thread_id):
+        self._folders.add(os.path.dirname(path))
+        if spooled.path != _new_temporary(os.path.dirname(path), thread_id):
             raise UsageError(f"thread {thread_id}: {spooled.path} is not its temporary file")
         if self.pending(thread_id):  # (its temporary file is that of the pending one)
             raise ConflictError(f"thread {thread_id} is in the batch already; nothing was written")
@@ -399,6 +418,28 @@ class NewThreads:
             self._taken.pop(thread_id, None)
         self._cleanup([p for p in self._pending if p[0] in gone], [])
         self._pending = [p for p in self._pending if p[0] not in gone]
+
+    def sweep(self) -> int:
+        """Remove the new-thread temporary files named for this process that the batch does
+        not hold, in the folders of the threads it was given and in this month's: what a
+        worker killed after writing, or an answer given up, left (`FolderSpool`); how many.
+        Call it once nothing more is coming from the workers."""
+        held = {p[2] for p in self._pending}
+        suffix = f"{_NEW}.{os.getpid()}.tmp"
+        this_month = os.path.dirname(self._layout.path_of(new_id(wall_ns())))
+        removed = 0
+        for folder in {*self._folders, this_month}:
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                continue
+            for name in names:
+                path = os.path.join(folder, name)
+                if name.startswith(".") and name.endswith(suffix) and path not in held:
+                    with contextlib.suppress(OSError):
+                        self._fops.unlink(path)
+                        removed += 1
+        return removed
 
     def discard(self) -> None:
         """Remove what was added and not committed."""
