@@ -423,7 +423,9 @@ class NewThreads:
         """Remove the new-thread temporary files named for this process that the batch does
         not hold, in the folders of the threads it was given and in this month's: what a
         worker killed after writing, or an answer given up, left (`FolderSpool`); how many.
-        Call it once nothing more is coming from the workers."""
+        Call it once nothing more is coming from the workers, and only while this is the
+        process's one batch of the store (as an import's is, under the import lock): another
+        batch's pending files would look the same."""
         held = {p[2] for p in self._pending}
         suffix = f"{_NEW}.{os.getpid()}.tmp"
         this_month = os.path.dirname(self._layout.path_of(new_id(wall_ns())))
