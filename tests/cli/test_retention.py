@@ -87,3 +87,40 @@ def test_gc_skips_a_thread_another_process_writes(home: str) -> None:
         holder.wait(timeout=30)
         if holder.stdout is not None:
             holder.stdout.close()
+
+
+def test_rm_deletes_named_threads_for_good_after_asking(home: str) -> None:
+    with open_store(home) as store:
+        kept = store.create_thread("a", title="keep me")
+        one = store.create_thread("a", title="one")
+        two = store.create_thread("a")
+    # no terminal to ask on (CliRunner's stdin is no TTY): --yes is required
+    code, out, err = run("rm", one, "--home", home)
+    assert code == 2 and "--yes" in err
+    # asked on a terminal, and answered no: nothing is deleted
+    from unittest import mock
+
+    with mock.patch("threadlog.cli.retention._can_ask", return_value=True):
+        asked = CliRunner().invoke(cli, ["rm", one[:13], "--home", home], input="n\n")
+    assert asked.exit_code != 0 and f"{one} ('one', 1 records)" in asked.stdout
+    with open_store(home) as store:
+        assert store.exists(one)
+    code, out, err = run("rm", one[:13], two, "--yes", "--home", home, "--json")
+    assert (code, json.loads(out)) == (0, {"deleted": [one, two]}), err
+    with open_store(home) as store:
+        assert store.thread_ids() == [kept]
+        assert store.deleted(one) and not os.path.exists(store.path_of(one))
+    code, out, err = run("rm", one, "--yes", "--home", home)
+    assert code != 0 and one in err  # gone: not found
+
+
+def test_rm_refuses_a_running_thread_unless_forced(home: str) -> None:
+    with open_store(home) as store:
+        thread = store.create_thread("a")
+        store.append(thread, "turn.started", {"turn_id": "t1", "input": "hi"})
+    code, out, err = run("rm", thread, "--yes", "--home", home)
+    assert code == 2 and "running turn" in err and "--force" in err
+    with open_store(home) as store:
+        assert store.exists(thread)
+    code, out, err = run("rm", thread, "--yes", "--force", "--home", home)
+    assert (code, out) == (0, f"deleted {thread}\n"), err

@@ -194,6 +194,7 @@ _LAZY = {
     "worker": "worker",
     "archive": "retention",
     "gc": "retention",
+    "rm": "retention",
 }
 
 

@@ -1,15 +1,18 @@
-"""Archiving and retention from the command line: ``threadlog archive`` and ``threadlog gc``.
+"""Archiving and retention from the command line: ``threadlog archive``, ``threadlog rm``
+and ``threadlog gc``.
 
-Both use the store's `Retention` capability. ``archive`` appends a ``thread.archived``
-record (nothing is removed; the thread leaves ``threadlog ls``). ``gc`` deletes, for good,
-the threads whose last record is older than ``--older-than`` (with ``--archived``: only the
-archived ones); ``--dry-run`` lists them and deletes nothing. A running thread is never
-collected.
+All use the store's `Retention` capability. ``archive`` appends a ``thread.archived``
+record (nothing is removed; the thread leaves ``threadlog ls``). ``rm`` deletes named threads
+for good, after asking (``--yes`` not to ask; without a terminal to ask on, it must be given).
+``gc`` deletes, for good, the threads whose last record is older than ``--older-than`` (with
+``--archived``: only the archived ones); ``--dry-run`` lists them and deletes nothing. A
+running thread is never collected, and ``rm`` takes one only with ``--force``.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from datetime import UTC, datetime, timedelta
 
 import click
@@ -17,10 +20,10 @@ import click
 from threadlog.cli import cli, handle_errors, store_options
 from threadlog.cli._out import print_json
 from threadlog.cli._store import THREAD, open_disk_store, resolve_thread
-from threadlog.errors import LeaseHeld, UsageError
+from threadlog.errors import LeaseHeld, ThreadNotFound, UsageError
 from threadlog.store.protocol import Retention
 
-__all__ = ["archive", "gc", "parse_age"]
+__all__ = ["archive", "gc", "parse_age", "rm"]
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -59,6 +62,73 @@ def archive(home: str | None, as_json: bool, thread: str, undo: bool) -> None:
     else:
         state = "restored" if undo else "archived"
         click.echo(f"{thread} {state}" if changed else f"{thread} was already {state}")
+
+
+@cli.command()
+@store_options
+@click.argument("threads", nargs=-1, required=True, type=THREAD)
+@click.option("--yes", "-y", is_flag=True, help="Delete without asking.")
+@click.option("--force", is_flag=True, help="Delete a thread whose turn is still running, too.")
+@handle_errors
+def rm(home: str | None, as_json: bool, threads: tuple[str, ...], yes: bool, force: bool) -> None:
+    """Delete THREADS for good: their logs and index rows; their ids are never reused.
+
+    Asks first, naming each thread (its title and records), unless ``--yes``; with no
+    terminal to ask on (a script, CI) ``--yes`` is required. A thread whose turn is running
+    (a live session, or one a crash left) is refused unless ``--force``: ``threadlog cancel``
+    it first. A thread another process has open for writing is
+    refused. Artifacts (shared by hash) stay. To keep a thread readable but out of the way,
+    ``threadlog archive`` it instead. ``--json`` prints ``{"deleted": [ids]}``.
+
+    \b
+    Examples:
+      threadlog rm 0190a1b2
+      threadlog rm 0190a1b2 0190c3d4 --yes
+      threadlog rm 0190a1b2 --yes --force --json
+    """
+    with open_disk_store(home, create=False) as store:
+        if not isinstance(store, Retention):
+            raise UsageError("this store cannot delete threads (no Retention capability)")
+        doomed: dict[str, str] = {}
+        for given in threads:
+            thread = resolve_thread(store, given)
+            if not store.exists(thread):
+                raise ThreadNotFound(thread)
+            state = store.state(thread, history=False)
+            running = [t for t, turn in state.turns.items() if turn.status == "running"]
+            if running and not force:
+                raise UsageError(
+                    f"thread {thread} has a running turn ({running[0]}): threadlog cancel it "
+                    "first, or pass --force to delete it anyway"
+                )
+            title = f"{state.title!r}, " if state.title else ""
+            doomed[thread] = f"{thread} ({title}{state.last_ord} records)"
+        if not yes:
+            if not _can_ask():
+                raise UsageError("threadlog rm deletes for good: pass --yes (no terminal to ask)")
+            listing = "\n  ".join(doomed.values())
+            if not click.confirm(f"Delete for good:\n  {listing}\n", default=False):
+                raise click.Abort
+        deleted = []
+        for thread in doomed:
+            try:
+                if store.delete_thread(thread):
+                    deleted.append(thread)
+            except LeaseHeld as exc:
+                raise UsageError(
+                    f"thread {thread} is open for writing by another process; nothing more was "
+                    f"deleted (deleted so far: {len(deleted)})"
+                ) from exc
+    if as_json:
+        print_json({"deleted": deleted})
+        return
+    for thread in deleted:
+        click.echo(f"deleted {thread}")
+
+
+def _can_ask() -> bool:
+    """Whether a question can be put to someone (stdin is a terminal)."""
+    return sys.stdin.isatty()
 
 
 @cli.command()
