@@ -136,6 +136,7 @@ DIFF = closed(
 ACTED = obj({"thread": S, "applied": B}, ord=N, type=S, queued=S, holder=S)
 ARCHIVE = closed({"thread": S, "archived": B, "changed": B})
 GC = closed({"deleted": array(S), "dry_run": B, "in_use": array(S)})
+RM = closed({"deleted": array(S)})
 RESUME = obj({"thread": S, "repaired": B, "repairs": array({"type": "object"})})
 MEMORY_LS = array(obj({"memory_id": S, "fact": S, "thread_id": S, "revoked": B}))
 ERROR = closed(

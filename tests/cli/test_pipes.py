@@ -22,6 +22,7 @@ from tests.cli.schemas import (
     MEMORY_LS,
     REBUILD,
     RESUME,
+    RM,
     SHOW,
     VERIFY_ALL,
     check,
@@ -223,6 +224,7 @@ def test_json_documents_of_the_maintenance_commands(store_with: tuple[str, list[
     check(json.loads(run("archive", threads[2], "--home", home, "--json")[1]), ARCHIVE)
     check(json.loads(run("gc", "--older-than", "30d", "--home", home, "--json")[1]), GC)
     check(json.loads(run("resume", threads[1], "--home", home, "--json")[1]), RESUME)
+    check(json.loads(run("rm", fork["thread"], "--yes", "--home", home, "--json")[1]), RM)
 
 
 def test_memory_ls_json_has_booleans(tmp_path: Path) -> None:
