@@ -632,3 +632,35 @@ def test_a_thread_another_store_writes_is_not_deleted_under_it(pg_schemas: Schem
             a.append(thread, "custom.n", {"i": 2}, durable=True)
         with pytest.raises(ThreadExists, match="deleted"):
             a.create_thread("a", thread_id=thread)
+
+
+def test_a_thread_adopted_a_few_rows_a_statement_projects_as_one_statement(
+    pg_schemas: Schemas,
+    tmp_path,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """`_insert_new_thread` inserts `IMPORT_ROWS` rows a statement in one transaction: a
+    turn and its tool calls split over statements project exactly as in one."""
+    from threadlog.importers import import_paths, source_format
+    from threadlog.store.embedded import EmbeddedStore
+    from threadlog.store.postgres import logs
+
+    from ..importers._helpers import FIXTURES
+
+    with EmbeddedStore(tmp_path / "home") as local:
+        import_paths(local, source_format("claude-code"), [str(FIXTURES / "claude-code")])
+        threads = {t: local.read(t) for t in local.thread_ids()}
+    assert max(len(r) for r in threads.values()) > 6
+
+    def adopted(rows_a_statement: int) -> list[Any]:
+        monkeypatch.setattr(logs, "IMPORT_ROWS", rows_a_statement)
+        with PostgresStore(pg_schemas.new()) as remote:
+            for records in threads.values():
+                assert remote.adopt_thread(records)
+                assert remote.verify(records[0].thread).ok
+            return [
+                (remote.thread_info(t), remote.turns(t), remote.tool_calls(t), remote.read(t) == r)
+                for t, r in sorted(threads.items())
+            ]
+
+    assert adopted(2) == adopted(100_000)

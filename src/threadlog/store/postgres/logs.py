@@ -29,6 +29,7 @@ from threadlog.store.postgres.writer import decode_line
 from threadlog.store.protocol import VerifyReport
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from contextlib import AbstractContextManager
 
     import psycopg
@@ -294,21 +295,40 @@ class Logs:
         error = chain_error(thread_id, records)
         if error is not None:
             raise error
-        rows: list[Row] = [(r, bytes(line), None) for r, line in zip(records, lines, strict=True)]
+        return self._insert_new_thread(thread_id, records, lines)
+
+    def _insert_new_thread(
+        self, thread_id: str, records: Sequence[Record], lines: Sequence[bytes]
+    ) -> str:
+        """Insert a whole new thread whose records were checked (`import_thread`, or
+        `threadlog.store.transfer.check_import`), with ``lines`` their canonical lines: in
+        one transaction, `IMPORT_ROWS` rows a statement (the statement's parameters are a
+        copy of its rows: never the whole log's at once). `UsageError` if the store holds
+        the thread already."""
         with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
             cur.execute(
                 "INSERT INTO threads (thread_id) VALUES (%s) ON CONFLICT DO NOTHING", (thread_id,)
             )
             if cur.rowcount == 0:
                 raise UsageError(f"the store already holds thread {thread_id}")
-            insert_records(
-                cur, {thread_id: rows}, channel=self._target.channel, origin=self._origin
-            )
-        self._on_durable(thread_id, records)
+            for start in range(0, len(records), IMPORT_ROWS):
+                end = start + IMPORT_ROWS
+                rows: list[Row] = [
+                    (r, bytes(line), None)
+                    for r, line in zip(records[start:end], lines[start:end], strict=True)
+                ]
+                insert_records(
+                    cur, {thread_id: rows}, channel=self._target.channel, origin=self._origin
+                )
+        self._on_durable(thread_id, list(records))
         return thread_id
 
     def _decode_all(self, thread_id: str, rows: list[Any]) -> list[Record]:
         return [decode_line(thread_id, o, line) for o, line in rows]
+
+
+IMPORT_ROWS = 5000
+"""Rows of a new thread inserted by one statement (`_insert_new_thread`)."""
 
 
 def chain_error(thread_id: str, records: list[Record]) -> IntegrityError | None:

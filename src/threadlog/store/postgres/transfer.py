@@ -6,8 +6,9 @@ legality), which yields each record's canonical line: rebuilt from the record's 
 hashed, it must give the hash the record carries, so the ``events`` rows hold exactly the bytes
 the source's hashes are over (what an embedded rollout holds, line for line).
 
-The writing is the store's own `import_thread` (`threadlog.store.postgres.logs`): the thread's
-row and all its records with their projections in one transaction, so the thread appears whole
+The writing is the store's own `import_thread`'s (`threadlog.store.postgres.logs`,
+`_insert_new_thread`, given the checked records so that their lines are not decoded again):
+the thread's row and all its records with their projections in one transaction, so the thread appears whole
 or not at all and is durable on return; its ``threads`` row (``ON CONFLICT DO NOTHING``)
 decides who wins against a concurrent import or create. What this module adds is the
 capability's answer for a thread that is there already: the held log is compared by hash, the
@@ -51,7 +52,9 @@ class Transfers:
             before: int | None = None,
         ) -> list[Record]: ...
 
-        def import_thread(self, lines: list[bytes]) -> str: ...
+        def _insert_new_thread(
+            self, thread_id: str, records: Sequence[Record], lines: Sequence[bytes]
+        ) -> str: ...
 
     def adopt_thread(self, records: Sequence[Record]) -> bool:
         """See `threadlog.store.protocol.Transfer.adopt_thread`."""
@@ -60,7 +63,9 @@ class Transfers:
         thread_id = adopted[0].record.thread
         if not self.exists(thread_id):
             try:
-                self.import_thread([a.line for a in adopted])
+                # (checked: the records as they are, not their lines decoded again)
+                records_, lines = [a.record for a in adopted], [a.line for a in adopted]
+                self._insert_new_thread(thread_id, records_, lines)
                 return True
             except UsageError:
                 if not self.exists(thread_id):  # not a thread that appeared meanwhile
