@@ -101,11 +101,11 @@ def test_rm_deletes_named_threads_for_good_after_asking(home: str) -> None:
     from unittest import mock
 
     with mock.patch("threadlog.cli.retention._can_ask", return_value=True):
-        asked = CliRunner().invoke(cli, ["rm", one[:13], "--home", home], input="n\n")
+        asked = CliRunner().invoke(cli, ["rm", one[:-4], "--home", home], input="n\n")
     assert asked.exit_code != 0 and f"{one} ('one', 1 records)" in asked.stdout
     with open_store(home) as store:
         assert store.exists(one)
-    code, out, err = run("rm", one[:13], two, "--yes", "--home", home, "--json")
+    code, out, err = run("rm", one[:-4], two, "--yes", "--home", home, "--json")
     assert (code, json.loads(out)) == (0, {"deleted": [one, two]}), err
     with open_store(home) as store:
         assert store.thread_ids() == [kept]
