@@ -100,3 +100,25 @@ def test_a_trimmed_state_admits_and_refuses_what_the_whole_one_does(event: Event
         except InvalidTransition as exc:
             verdicts.append(f"refused: {exc}")
     assert verdicts[0] == verdicts[1]
+
+
+def test_the_queued_input_a_finished_turn_started_from_is_dropped_too() -> None:
+    """A turn started from a queued input (``turn.started``'s ``input_id``) does not list it
+    among the inputs it consumed; its text goes once the turn is over and done, as a
+    steering input's does. A queued input no turn took yet is kept."""
+    chain = Chain()
+    chain.add(
+        created(),
+        ("input.queued", {"input_id": "q1", "text": "first " * 200}),
+        ("turn.started", {"turn_id": "t1", "input": "first " * 200, "input_id": "q1"}),
+        ("turn.ended", {"turn_id": "t1", "outcome": "completed"}),
+        ("input.queued", {"input_id": "q2", "text": "second"}),
+        ("turn.started", {"turn_id": "t2", "input": "second", "input_id": "q2"}),
+        ("turn.ended", {"turn_id": "t2", "outcome": "completed"}),
+        ("input.queued", {"input_id": "q3", "text": "waiting"}),
+    )
+    state = chain.state()
+    assert trim(state) is True
+    assert state.inputs["q1"].text == "" and state.inputs["q1"].consumed_by == "t1"
+    assert state.inputs["q2"].text == "second"  # the latest turn's: kept whole
+    assert [i.text for i in state.pending_inputs] == ["waiting"]

@@ -169,32 +169,30 @@ class ThreadState:
 
 def trim(state: ThreadState) -> bool:
     """Drop, in place, the payloads of what is over and done in ``state``: the input of every
-    turn that ended before the latest one, the text of the steering inputs those turns
-    consumed, and the arguments, intent, result and error of their tool calls that reached a
+    turn that ended before the latest one, the text of the inputs those turns consumed (the
+    steering they took in, and the queued input one started from), and the arguments, intent, result and error of their tool calls that reached a
     terminal status. True if anything was dropped (``state.trimmed`` is then set).
 
     What the reducer checks an event against (statuses, ordinals, which ids exist) is all
     kept, so a trimmed state admits and refuses exactly what the whole one does; it is what
     a store keeps to check appends with (its checkpoints), where the whole history's
     payloads would make the state as large as the log. Views of past turns and calls read
-    the log instead (`threadlog.store.protocol.Store.state`). One pass over the turns.
+    the log instead (`threadlog.store.protocol.Store.state`). One pass over the turns, one
+    over the inputs.
     """
     from threadlog.model.toolcalls import TERMINAL
 
     dropped = False
     latest = next(reversed(state.turns), None)
-    calls, inputs = state.tool_calls, state.inputs
+    calls = state.tool_calls
+    done: set[str] = set()
     for turn_id, turn in state.turns.items():
         if turn_id == latest or turn.status == "running":
             continue
+        done.add(turn_id)
         if turn.input:
             turn.input = ""
             dropped = True
-        for input_id in turn.inputs:
-            steered = inputs.get(input_id)
-            if steered is not None and steered.text:
-                steered.text = ""
-                dropped = True
         for call_id in turn.tool_calls:
             call = calls.get(call_id)
             if call is None or call.status not in TERMINAL:
@@ -202,6 +200,12 @@ def trim(state: ThreadState) -> bool:
             if call.args or call.result is not None or call.intent is not None or call.error:
                 call.args, call.result, call.intent, call.error = {}, None, None, None
                 dropped = True
+    # the inputs those turns consumed: steering (``input.consumed``), and the queued input a
+    # turn started from (``turn.started``'s ``input_id``, which the turn does not list)
+    for queued in state.inputs.values():
+        if queued.text and queued.consumed_by in done:
+            queued.text = ""
+            dropped = True
     if dropped:
         state.trimmed = True
     return dropped
