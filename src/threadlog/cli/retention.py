@@ -76,8 +76,8 @@ def rm(home: str | None, as_json: bool, threads: tuple[str, ...], yes: bool, for
     Asks first, naming each thread (its title and records), unless ``--yes``; with no
     terminal to ask on (a script, CI) ``--yes`` is required. A thread whose turn is running
     (a live session, or one a crash left) is refused unless ``--force``: ``threadlog cancel``
-    it first. A thread another process has open for writing is
-    refused. Artifacts (shared by hash) stay. To keep a thread readable but out of the way,
+    it first. A thread another process has open for writing is refused. Artifacts (shared by
+    hash) stay. To keep a thread readable but out of the way,
     ``threadlog archive`` it instead. ``--json`` prints ``{"deleted": [ids]}``.
 
     \b

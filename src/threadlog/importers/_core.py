@@ -682,7 +682,8 @@ def _in_workers(
 
 def _drop(job: Future[Built] | None) -> None:
     """A worker's answer that is not taken: the files it wrote are removed. (A job still
-    running leaves its files to the sweep of temporary files, once this process is gone.)"""
+    running leaves them to `NewThreads.sweep`, or to the store's sweep of temporary files
+    once this process is gone.)"""
     if job is None or not job.done() or job.cancelled() or job.exception() is not None:
         return
     for thread in job.result().threads:

@@ -41,19 +41,12 @@ def _refuse(value: Any) -> Any:
 
 def canonical(value: Any) -> bytes:
     """Encode a plain JSON value canonically, or raise `InvalidData` saying what is wrong."""
-    try:
-        out = orjson.dumps(value, default=_refuse, option=_OPTIONS)
-    except (TypeError, orjson.JSONEncodeError) as exc:
-        check_plain(value)  # names the path to the bad value when it can
-        raise InvalidData(f"data is not canonical JSON: {exc}") from None
-    # orjson writes NaN and infinities as null, and nests deeper than we allow; only then is
-    # the slow walk needed (bracket counts include ones inside strings: extra walks, no misses).
-    # A null is most often a None: the bytes decode back to a value equal to the one given
-    # exactly when no null stands for a NaN or an infinity (a tuple, a UUID or an enum, which
-    # decode to something else, are walked too), a tenth of the walk's cost.
-    if out.count(b"[") + out.count(b"{") > MAX_DEPTH or (
-        b"null" in out and orjson.loads(out) != value
-    ):
+    out = canonical_decoded(value)
+    # orjson writes NaN and infinities as null: a null is most often a None, and the bytes
+    # decode back to a value equal to the one given exactly when no null stands for a NaN or
+    # an infinity (a tuple, a UUID or an enum, which decode to something else, are walked
+    # too), a tenth of the walk's cost.
+    if b"null" in out and orjson.loads(out) != value:
         check_plain(value)
     return out
 
@@ -76,8 +69,10 @@ def canonical_decoded(value: Any) -> bytes:
     try:
         out = orjson.dumps(value, default=_refuse, option=_OPTIONS)
     except (TypeError, orjson.JSONEncodeError) as exc:
-        check_plain(value)
+        check_plain(value)  # names the path to the bad value when it can
         raise InvalidData(f"data is not canonical JSON: {exc}") from None
+    # orjson nests deeper than we allow; only then is the slow walk needed (bracket counts
+    # include ones inside strings: extra walks, no misses)
     if out.count(b"[") + out.count(b"{") > MAX_DEPTH:
         check_plain(value)
     return out

@@ -170,8 +170,8 @@ class ThreadState:
 def trim(state: ThreadState) -> bool:
     """Drop, in place, the payloads of what is over and done in ``state``: the input of every
     turn that ended before the latest one, the text of the inputs those turns consumed (the
-    steering they took in, and the queued input one started from), and the arguments, intent, result and error of their tool calls that reached a
-    terminal status. True if anything was dropped (``state.trimmed`` is then set).
+    steering they took in, and the queued input one started from), and the arguments,
+    intent, result and error of their tool calls that reached a terminal status. True if anything was dropped (``state.trimmed`` is then set).
 
     What the reducer checks an event against (statuses, ordinals, which ids exist) is all
     kept, so a trimmed state admits and refuses exactly what the whole one does; it is what

@@ -38,10 +38,10 @@ class MemoryTransfer:
         adopted = check_import(records)
         thread_id = adopted[0].record.thread
         # a fresh decode of each record's data: the store never aliases the caller's objects
-        jsons = [codec.canonical(a.record.data) for a in adopted]
-        rows = [
-            (a.record._replace(data=codec.loads(j)), j) for a, j in zip(adopted, jsons, strict=True)
-        ]
+        rows = []
+        for a in adopted:
+            data_json = codec.kept(codec.canonical(a.record.data))  # (kept at its own size)
+            rows.append((a.record._replace(data=codec.loads(data_json)), data_json))
         with self._lock:
             held = self._threads.get(thread_id)
             if held is not None:

@@ -130,7 +130,7 @@ class Importer:
                 raise StorageError(f"cannot import thread {thread_id}: {exc}") from exc
             raise
         projected = project_log([a.record for a in adopted])
-        self._written(_Built(thread_id, path, b"", b"", 0, 0, b"", projected, size))
+        self._written(_Built.of(thread_id, path, projected, size))
         return True
 
     def _held(self, thread_id: str, records: Sequence[Record]) -> bool:
@@ -314,9 +314,7 @@ class NewThreads:
         fd = _write_temporary(self._fops, thread_id, tmp, lines[0], body)
         if records:
             projected = as_projected(records)
-            indexed: Forked = _Built(
-                thread_id, path, b"", b"", 0, 0, b"", projected, len(lines[0]) + len(body)
-            )
+            indexed: Forked = _Built.of(thread_id, path, projected, len(lines[0]) + len(body))
         else:
             indexed = Forked(thread_id, path, lines[0], body, 0, len(body), b"")
         self._pending.append((thread_id, path, tmp, fd, indexed))
@@ -343,8 +341,9 @@ class NewThreads:
         refused and left alone: it is not the one this batch would have written for it (it
         may be another thread's, or a rollout)."""
         path = self._layout.path_of(thread_id)
-        self._folders.add(os.path.dirname(path))
-        if spooled.path != _new_temporary(os.path.dirname(path), thread_id):
+        directory = os.path.dirname(path)
+        self._folders.add(directory)
+        if spooled.path != _new_temporary(directory, thread_id):
             raise UsageError(f"thread {thread_id}: {spooled.path} is not its temporary file")
         if self.pending(thread_id):  # (its temporary file is that of the pending one)
             raise ConflictError(f"thread {thread_id} is in the batch already; nothing was written")
@@ -366,7 +365,7 @@ class NewThreads:
             _discard(self._fops, fd, spooled.path)
             raise
         projected = as_projected(records)
-        indexed = _Built(thread_id, path, b"", b"", 0, 0, b"", projected, spooled.size)
+        indexed = _Built.of(thread_id, path, projected, spooled.size)
         self._pending.append((thread_id, path, spooled.path, fd, indexed))
         if checkpoint is not None and self._checkpoint is not None:
             self._taken[thread_id] = (checkpoint, spooled.size)
@@ -470,6 +469,11 @@ class _Built(Forked):
 
     projected: Projected | None = None
     size: int = 0
+
+    @classmethod
+    def of(cls, thread_id: str, path: str, projected: Projected, size: int) -> _Built:
+        """The thread at ``path``, ``size`` bytes long, indexed from ``projected``."""
+        return cls(thread_id, path, b"", b"", 0, 0, b"", projected, size)
 
     def batch(self) -> IndexBatch:
         assert self.projected is not None

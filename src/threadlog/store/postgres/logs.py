@@ -298,7 +298,7 @@ class Logs:
         return self._insert_new_thread(thread_id, records, lines)
 
     def _insert_new_thread(
-        self, thread_id: str, records: Sequence[Record], lines: Sequence[bytes]
+        self, thread_id: str, records: list[Record], lines: Sequence[bytes]
     ) -> str:
         """Insert a whole new thread whose records were checked (`import_thread`, or
         `threadlog.store.transfer.check_import`), with ``lines`` their canonical lines: in
@@ -320,7 +320,7 @@ class Logs:
                 insert_records(
                     cur, {thread_id: rows}, channel=self._target.channel, origin=self._origin
                 )
-        self._on_durable(thread_id, list(records))
+        self._on_durable(thread_id, records)
         return thread_id
 
     def _decode_all(self, thread_id: str, rows: list[Any]) -> list[Record]:

@@ -8,8 +8,8 @@ the source's hashes are over (what an embedded rollout holds, line for line).
 
 The writing is the store's own `import_thread`'s (`threadlog.store.postgres.logs`,
 `_insert_new_thread`, given the checked records so that their lines are not decoded again):
-the thread's row and all its records with their projections in one transaction, so the thread appears whole
-or not at all and is durable on return; its ``threads`` row (``ON CONFLICT DO NOTHING``)
+the thread's row and all its records with their projections in one transaction, so the
+thread appears whole or not at all and is durable on return; its ``threads`` row (``ON CONFLICT DO NOTHING``)
 decides who wins against a concurrent import or create. What this module adds is the
 capability's answer for a thread that is there already: the held log is compared by hash, the
 same records are a re-run (False, nothing written), anything else is refused with
@@ -53,7 +53,7 @@ class Transfers:
         ) -> list[Record]: ...
 
         def _insert_new_thread(
-            self, thread_id: str, records: Sequence[Record], lines: Sequence[bytes]
+            self, thread_id: str, records: list[Record], lines: Sequence[bytes]
         ) -> str: ...
 
     def adopt_thread(self, records: Sequence[Record]) -> bool:
