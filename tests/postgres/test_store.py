@@ -124,6 +124,58 @@ def test_a_version_1_database_is_upgraded_with_its_threads(pg_schemas: Schemas) 
         assert store.delete_thread(thread) and store.deleted(thread)
 
 
+def test_the_listing_orders_by_activity_and_a_commit_updates_threads_in_place(
+    pg_schemas: Schemas,
+) -> None:
+    """Version 4 indexes the minute of a thread's last record, not its timestamp: a database of
+    version 3 upgraded lists its threads in the same order, newest activity first (within a
+    minute and across minutes), and the appends' updates of ``threads`` are heap-only (the
+    reason for the change: an update that changes no indexed column adds no index entries)."""
+    schema = pg_schemas.name()
+    url = with_schema(pg_schemas.server, schema)
+    with psycopg.connect(pg_schemas.server, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+        conn.execute(f"SET search_path TO {schema}")
+        for version, sql in MIGRATIONS[:3]:
+            conn.execute(sql)  # type: ignore[call-overload]
+            conn.execute(f"INSERT INTO {schema}.threadlog_schema_version VALUES ({version})")
+        stamps = [  # three in one minute, one a minute earlier, one an hour later, one empty
+            ("a", "2026-01-01T10:00:05.000001Z"),
+            ("b", "2026-01-01T10:00:59.999999Z"),
+            ("c", "2026-01-01T10:00:30.000000Z"),
+            ("d", "2026-01-01T09:59:59.999999Z"),
+            ("e", "2026-01-01T11:00:00.000000Z"),
+            ("f", None),
+        ]
+        for name, ts in stamps:
+            conn.execute(
+                f"INSERT INTO {schema}.threads (thread_id, last_ts) VALUES (%s, %s)", (name, ts)
+            )
+    assert upgrade_database(url) == (3, SCHEMA_VERSION)
+    with PostgresStore(url, create_schema=False) as store:
+        listed = store.threads(archived=None)
+        assert [t.thread_id for t in listed] == ["e", "b", "c", "a", "d", "f"]
+        assert [t.thread_id for t in store.threads(limit=2)] == ["e", "b"]
+        thread = store.create_thread("alice")
+        for i in range(40):
+            store.append(thread, "custom.n", {"i": i}, durable=True)
+        assert store.threads(limit=1)[0].thread_id == thread
+    indexed = _sql(
+        pg_schemas.server,
+        f"SELECT indexdef FROM pg_indexes WHERE schemaname = '{schema}' AND tablename = 'threads'",
+    )
+    assert not any("last_ts" in str(row[0]) for row in indexed), indexed
+    stats = (
+        "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+        f"WHERE schemaname = '{schema}' AND relname = 'threads'"
+    )
+    deadline = time.monotonic() + 10  # a backend hands on its counts when it ends
+    while (updated := _sql(pg_schemas.server, stats)[0])[0] < 40 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert updated[0] >= 40, updated  # type: ignore[operator]
+    assert updated[1] >= 0.9 * updated[0], updated  # type: ignore[operator]
+
+
 # -- group commit -----------------------------------------------------------------------------
 
 

@@ -90,7 +90,10 @@ class Tables:
             args.extend((str(key), codec.canonical(value).decode()))
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY last_ts DESC NULLS LAST, thread_id DESC LIMIT %s"
+        sql += (
+            " ORDER BY active_minute DESC NULLS LAST, last_ts DESC NULLS LAST, thread_id DESC"
+            " LIMIT %s"
+        )
         args.append(limit)
         with self._conn() as conn:
             rows = conn.execute(sql, args).fetchall()

@@ -191,7 +191,21 @@ CREATE TABLE checkpoints (
 record it committed), so that a writer's first append and a state read start there when no
 runtime snapshot is later (a thread written by `append` alone: the framework adapters')."""
 
-MIGRATIONS: list[tuple[int, str]] = [(1, _V1), (2, _V2), (3, _V3)]
+_V4 = """
+ALTER TABLE threads SET (fillfactor = 50);
+ALTER TABLE threads ADD COLUMN active_minute text
+    GENERATED ALWAYS AS (left(last_ts, 16)) STORED;
+DROP INDEX threads_by_activity;
+CREATE INDEX threads_by_activity ON threads (active_minute DESC NULLS LAST);
+"""
+"""Version 4: the listing's index orders threads by the minute of their last record
+(``active_minute``, the first 16 characters of ``last_ts``), not by ``last_ts`` itself, so that
+a commit's update of a thread's row changes no indexed column within a minute and stays on its
+page (a heap-only update: no new entry in either of the table's indexes); the listing sorts
+each minute's threads by ``last_ts`` (an incremental sort over the index). Half of each page
+of ``threads`` is left free for those updates."""
+
+MIGRATIONS: list[tuple[int, str]] = [(1, _V1), (2, _V2), (3, _V3), (4, _V4)]
 """``(version, SQL)`` in order; a new version appends one entry, never edits an old one."""
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
