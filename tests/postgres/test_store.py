@@ -13,7 +13,15 @@ import pytest
 
 from tests.postgres.server import Schemas, with_schema
 from threadlog import open_store
-from threadlog.errors import LeaseHeld, LeaseLost, StorageError, ThreadExists, ThreadNotFound
+from threadlog.errors import (
+    DuplicateEventConflict,
+    LeaseHeld,
+    LeaseLost,
+    StorageError,
+    ThreadExists,
+    ThreadNotFound,
+    UsageError,
+)
 from threadlog.model.envelope import Record
 from threadlog.store.postgres import (
     SCHEMA_VERSION,
@@ -288,6 +296,39 @@ def test_a_lane_that_finds_no_other_committing_takes_its_share_of_whole_threads(
             committer._queue = []
             committer._in_flight.clear()
         committer.stop()
+
+
+def test_explicit_ids_and_parents_are_looked_up_one_by_one_not_loaded(
+    pg_schemas: Schemas,
+) -> None:
+    """A writer opened on a long thread holds none of its ids: an explicit id or a parent it
+    did not append itself is one indexed lookup (for `aappend`, made off the loop before the
+    append), so the first append costs the same on a thread of ten records or a million."""
+    url = pg_schemas.new()
+    with PostgresStore(url) as store:
+        thread = store.create_thread("alice")
+        old = [store.append(thread, "custom.n", {"i": i}, durable=False) for i in range(300)]
+        store.flush()
+    with PostgresStore(url) as store:
+
+        async def main() -> None:
+            again = await store.aappend(thread, "custom.n", {"i": 7}, id=old[7].id)
+            assert again == old[7]  # a replay of a committed record: the stored one
+            with pytest.raises(DuplicateEventConflict):
+                await store.aappend(thread, "custom.n", {"i": -7}, id=old[7].id)
+            branch = await store.aappend(thread, "custom.n", {"i": "b"}, parent=old[3].id)
+            assert branch.parent == old[3].id and branch.ord == 302
+            with pytest.raises(UsageError, match="no record"):
+                await store.aappend(thread, "custom.n", {}, parent="01900000-0000-7000-8000-0")
+            new = await store.aappend(thread, "custom.n", {"i": "n"}, id=old[0].id[:-4] + "beef")
+            assert new.ord == 303
+            assert (await store.aappend(thread, "custom.n", {"i": "n"}, id=new.id)) == new
+
+        asyncio.run(main())
+        assert store.append(thread, "custom.n", {"i": 9}, id=old[9].id) == old[9]
+        writer = store._writers[thread]
+        assert len(writer._ids) == 2  # the two it appended, never the thread's 300
+        assert store.verify(thread).ok and len(store.read(thread)) == 303
 
 
 def test_buffered_appends_ride_along_with_the_next_commit(pg_schemas: Schemas) -> None:

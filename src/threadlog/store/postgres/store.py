@@ -331,6 +331,11 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
         writer = self._writers.get(thread_id)
         if (writer is None or not writer.prepared) and not self._closed and is_uuid(thread_id):
             await asyncio.to_thread(self._prepare, thread_id)
+            writer = self._writers.get(thread_id)
+        named = parent if parent.__class__ is str else None
+        if writer is not None and (id is not None or named is not None):
+            if writer.needs_lookup(id, named):  # (an indexed query each, off the loop)
+                await asyncio.to_thread(_look_up, writer, id, named)
         metrics = _hooks.METRICS
         start = time.perf_counter() if metrics is not None else 0.0
         pending, record = self._submit(
@@ -616,3 +621,12 @@ def _check_durable(conn: psycopg.Connection[Any]) -> None:
             f"{settings['synchronous_commit']}: a COMMIT would not be durable, so threadlog "
             "refuses it (turn both on)"
         )
+
+
+def _look_up(writer: Writer, *ids: str | None) -> None:
+    """`Writer.look_up` ahead of an `aappend`; a failure is left to the append itself, which
+    raises it in its own words."""
+    try:
+        writer.look_up(*ids)
+    except Exception:
+        pass

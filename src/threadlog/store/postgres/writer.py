@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Pending", "Writer", "decode_line", "resolve_waiters"]
 
+_FOUND = 1024
+"""At most this many looked-up records are kept per writer (then they are dropped)."""
+
 
 def decode_line(thread_id: str, ord_: int, line: bytes) -> Record:
     """A stored line as a record, its hash checked; damage is an `IntegrityError`."""
@@ -140,9 +143,13 @@ class Writer:
         self._connection = connection
         self.lock = threading.Lock()
         self._pending: dict[str, Pending] = {}
-        self._ids: set[str] | None = None
-        """Every event id of the thread, loaded at the first explicit id or parent (one
-        query), then kept up to date: this writer alone appends to the thread."""
+        self._ids: set[str] = set()
+        """The ids this writer appended (queued or committed)."""
+        self._found: dict[str, Record] = {}
+        """Records of the table looked up by id (an explicit id's replay, a parent), a few."""
+        self._absent: set[str] = set()
+        """Ids looked up and not in the table. Valid while this writer lives: it alone
+        appends to the thread, and what it appends is in ``_ids``, which is asked first."""
         self._lost: LeaseLost | None = None
         self._broken: StorageError | None = None
         with connection() as conn:
@@ -162,16 +169,35 @@ class Writer:
         commit (an event loop may then call `submit` without blocking)."""
 
     def prepare(self) -> None:
-        """Read what the first append would read (the thread's state, its ids) now, so that
-        it does not wait for the database. Idempotent; safe beside appends."""
+        """Read what the first append would read (the thread's state) now, so that it does
+        not wait for the database. Idempotent; safe beside appends."""
         if self.prepared:
             return
         state = self._load_state()
         with self.lock:
             if not self.admission_ready:
                 self.admission = Admission(self.thread_id, self._load_state, first=lambda: state)
-            self._known("")
             self.prepared = True
+
+    def needs_lookup(self, *ids: str | None) -> bool:
+        """Whether checking these ids (an explicit id, a parent) would ask the database."""
+        return any(
+            i is not None
+            and i != self.last_id
+            and i not in self._ids
+            and i not in self._found
+            and i not in self._absent
+            for i in ids
+        )
+
+    def look_up(self, *ids: str | None) -> None:
+        """Look these ids up in the table now (one indexed query each), so that the append
+        that names them does not (an event loop's `aappend` calls this in a worker thread)."""
+        for id_ in ids:
+            if id_ is not None and self.needs_lookup(id_):
+                record = self._query(id_)
+                with self.lock:
+                    self._remember(id_, record)
 
     @property
     def admission_ready(self) -> bool:
@@ -278,29 +304,16 @@ class Writer:
         self.last_hash = digest
         self.last_id = event_id
         self._pending[event_id] = pending
-        if self._ids is not None:
-            self._ids.add(event_id)
+        self._ids.add(event_id)
+        self._absent.discard(event_id)
         return pending, record
 
     def pending_of(self, id: str) -> Pending | None:
         """The queued append of event ``id``, if it is still on its way."""
         return self._pending.get(id)
 
-    def _known(self, id: str) -> bool:
-        if self._ids is None:
-            with self._connection() as conn:
-                rows = conn.execute(
-                    "SELECT id FROM events WHERE thread_id = %s", (self.thread_id,)
-                ).fetchall()
-            self._ids = {str(r[0]) for r in rows} | set(self._pending)
-        return id in self._ids
-
-    def _stored(self, id: str) -> Record | None:
-        pending = self._pending.get(id)
-        if pending is not None:
-            return pending.record
-        if not self._known(id):
-            return None
+    def _query(self, id: str) -> Record | None:
+        """The record of event ``id`` in the table (the ``(thread_id, id)`` index), if any."""
         with self._connection() as conn:
             row = conn.execute(
                 "SELECT ord, line FROM events WHERE thread_id = %s AND id = %s",
@@ -308,5 +321,28 @@ class Writer:
             ).fetchone()
         return decode_line(self.thread_id, int(row[0]), row[1]) if row else None
 
+    def _remember(self, id: str, record: Record | None) -> None:
+        """Keep a lookup's answer (the lock held): a few records, every absence."""
+        if record is None:
+            self._absent.add(id)
+            return
+        if len(self._found) >= _FOUND:
+            self._found.clear()
+        self._found[id] = record
+
+    def _stored(self, id: str) -> Record | None:
+        """The record of event ``id``, if the thread has one: queued, or in the table."""
+        pending = self._pending.get(id)
+        if pending is not None:
+            return pending.record
+        found = self._found.get(id)
+        if found is not None:
+            return found
+        if id in self._absent and id not in self._ids:
+            return None
+        record = self._query(id)
+        self._remember(id, record)
+        return record
+
     def _has(self, id: str) -> bool:
-        return id in self._pending or self._known(id)
+        return id in self._ids or self._stored(id) is not None
