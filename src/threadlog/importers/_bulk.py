@@ -41,6 +41,7 @@ from threadlog.model.envelope import Record, encode_record, valid_type_name
 from threadlog.model.eventdata import from_data
 from threadlog.model.reducer import apply
 from threadlog.model.state import trim
+from threadlog.store import iddigest
 from threadlog.store.transfer import Checkpointed, Spool, Spooled
 from threadlog.store.validate import thread_created_data
 
@@ -197,10 +198,12 @@ class NewLog:
         if len(self.records) < records:
             return None
         trim(self.state)  # (the log is finished: nothing is checked against it any more)
-        sparse, offset = [], 0
+        sparse: list[tuple[int, int, bytes | None]] = []
+        offset = 0
         for ord_, line in enumerate(self.lines, 1):
             if ord_ % every == 0:
-                sparse.append((ord_, offset))
+                ids = (r.id for r in self.records[ord_ - every : ord_])
+                sparse.append((ord_, offset, iddigest.block(ids)))
             offset += len(line)
         last = self.records[-1]
         return Checkpointed(last.ord, last.hash, snapshot.dump(self.state, Context()), sparse)

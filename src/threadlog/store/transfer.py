@@ -62,9 +62,10 @@ class Checkpointed(NamedTuple):
     state: bytes
     """Its reduced state after that record, trimmed (`threadlog.model.state.trim`), as
     `threadlog.model.snapshot.dump` writes it."""
-    sparse: list[tuple[int, int]]
-    """``(ord, byte offset)`` of the line of every ``sparse_every``-th record (the store's
-    sparse index)."""
+    sparse: list[tuple[int, int, bytes | None]]
+    """``(ord, byte offset, id block)`` of the line of every ``sparse_every``-th record (the
+    store's sparse index; the block of the ids of the records that end there:
+    `threadlog.store.iddigest`)."""
 
 
 class Spooled(NamedTuple):

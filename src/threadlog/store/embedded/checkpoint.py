@@ -21,7 +21,9 @@ serialize the state, and only when everything the log admitted is in the file (t
 then describes exactly the records up to the durable end).
 
 The *sparse index* (table ``sparse_offsets``) keeps the line offset of every
-`SPARSE_EVERY`-th record, written with each checkpoint from the offsets the log knows. A
+`SPARSE_EVERY`-th record, written with each checkpoint from the offsets the log knows, and
+the id block of the records that end there (`threadlog.store.iddigest`: where an explicit id
+or a parent may be among the records before a log's anchor). A
 read after an ordinal seeks to the nearest entry before it (`Checkpoints.seek`) and scans
 from there; the entry is only a hint: the reader checks that the line there parses and holds
 that ordinal, and reads from the start of the file otherwise.
@@ -119,13 +121,14 @@ class Checkpoints:
         digest: str,
         end: int,
         state: bytes,
-        sparse: list[tuple[int, int]],
+        sparse: list[tuple[int, int, bytes | None]],
     ) -> None:
         """Write a checkpoint row and its sparse entries; `StorageError` if the index fails."""
         if sparse:
             self._index.run(
-                "INSERT OR REPLACE INTO sparse_offsets (thread_id, ord, offset) VALUES (?, ?, ?)",
-                [(thread_id, o, off) for o, off in sparse],
+                "INSERT OR REPLACE INTO sparse_offsets (thread_id, ord, offset, ids) "
+                "VALUES (?, ?, ?, ?)",
+                [(thread_id, o, off, ids) for o, off, ids in sparse],
                 many=True,
             )
         self._index.run(
@@ -247,6 +250,16 @@ class Checkpoints:
             return None
         anchor, scanned = got
         return anchor, scanned, lambda: snapshots.state_at(thread_id, anchor)
+
+    def points(self, thread_id: str, before: int) -> list[tuple[int, int, object]]:
+        """The sparse entries ``(ord, offset, id block or None)`` of the records before
+        ``before`` (hints: `RolloutLog._find_in_prefix` checks them); `StorageError` if the
+        index fails."""
+        rows = self._index.run(
+            "SELECT ord, offset, ids FROM sparse_offsets WHERE thread_id = ? AND ord < ?",
+            (thread_id, before),
+        )
+        return [(o, off, None if ids is None else bytes(ids)) for o, off, ids in rows]
 
     def seek(self, thread_id: str, ord_: int) -> tuple[int, int, str | None] | None:
         """``(ord, offset, prev)`` of the nearest known line start at or before record

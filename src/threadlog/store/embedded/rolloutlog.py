@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import threading
+from bisect import bisect_right
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
@@ -39,6 +40,7 @@ from threadlog.errors import (
 )
 from threadlog.model.envelope import BadRecord, Record, encode_record, parse_line
 from threadlog.model.legality import reduce_log
+from threadlog.store import iddigest
 from threadlog.store.admission import Admission
 from threadlog.store.embedded.rollout import scan_file
 
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 
     from threadlog.model.state import ThreadState
     from threadlog.store.embedded.rollout import Scan
+    from threadlog.store.iddigest import Block
 
 __all__ = ["Enqueue", "LogClosed", "RolloutLog"]
 
@@ -55,6 +58,9 @@ _SEARCH_CHUNK = 4 * 1024 * 1024
 """How much of a prefix `RolloutLog._find_in_prefix` reads at a time."""
 _FIRST_LINE = 1024 * 1024
 """How much of the file's start it reads for the first record (the root)."""
+
+_PREFIX_FOUND = 1024
+"""At most this many records of a prefix found by id are kept (then they are dropped)."""
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
@@ -85,13 +91,17 @@ class RolloutLog:
         max_record_bytes: int,
         anchor: Record | None = None,
         load_prefix: Callable[[int, str], tuple[list[str], list[int]]] | None = None,
+        load_points: Callable[[int], list[tuple[int, int, object]]] | None = None,
         publish: Callable[[int], None] | None = None,
         first_state: Callable[[], ThreadState | None] | None = None,
     ) -> None:
         """``scanned`` covers the file from its start, or (with ``anchor``, the verified record
         just before it, e.g. a snapshot's) only its tail; the prefix's offsets and ids are
         then loaded with ``load_prefix(end, hash)`` (the ids and offsets of the lines up to byte
-        ``end``, whose last record has ``hash``) the first time they are needed. ``first_state``
+        ``end``, whose last record has ``hash``) the first time they are needed, and an id is
+        looked for among them with the help of ``load_points(before)``: the sparse index's
+        ``(ord, offset, id block)`` entries of the records before ``before``
+        (`_find_in_prefix`). ``first_state``
         builds the reduced state of the log as opened, the first time a record is checked
         (default: reduce the file)."""
         self.thread_id = thread_id
@@ -114,6 +124,11 @@ class RolloutLog:
         self._prefix_end = (scanned.offsets[0] if scanned.offsets else scanned.end) if anchor else 0
         """Where the records before ``_first_ord`` end in the file."""
         self._load_prefix = load_prefix
+        self._load_points = load_points
+        self._points: list[tuple[int, int, Block | None]] | None = None
+        """The prefix's sparse entries with their id blocks, once loaded (`_prefix_points`)."""
+        self._prefix_found: dict[int, Record] = {}
+        """Records of the prefix found by id, by ordinal (a few: `_found`)."""
         self.durable_ord = self.last_ord
         """Highest ord that is durable (in the journal) and written to the rollout file."""
         self.size = scanned.end
@@ -123,6 +138,8 @@ class RolloutLog:
         self._offsets: list[int] = list(scanned.offsets)
         self._queued_bytes = 0
         self._ids: dict[str, int] = {r.id: r.ord for r in records}
+        self._order: list[str] = [r.id for r in records]
+        """The ids of the records from ``_first_ord`` on, in order (beside ``_offsets``)."""
         self._unwritten: dict[int, Record] = {}
         self.closed = False
         self.uses = 0
@@ -173,7 +190,7 @@ class RolloutLog:
                 data = orjson.loads(data_json)
             existing = self._ids.get(id)
             if existing is None and explicit_id and self._first_ord > 1:
-                self._complete_prefix()
+                self._find_in_prefix(id)
                 existing = self._ids.get(id)
             if existing is not None:
                 stored = self._record_at(existing)
@@ -213,6 +230,7 @@ class RolloutLog:
             self._queued_bytes += len(line)
             self._unwritten[ord_] = record
             self._ids[id] = ord_
+            self._order.append(id)
             self.last_ord, self.last_hash, self.last_id, self.last_seq = ord_, digest, id, seq
             return record, seq
 
@@ -230,31 +248,114 @@ class RolloutLog:
 
     def _find_in_prefix(self, id_: str) -> None:
         """Look a record id up in the part of the file before ``_first_ord`` (a log opened
-        from a snapshot anchor), adding it to the id index if it is there. Lock held.
+        from a snapshot or checkpoint anchor), adding it to the id index if it is there.
+        Lock held.
 
         A byte search, confirmed by parsing the one line it lands in, instead of the whole
         scan `_complete_prefix` does: a session resumed from a snapshot names its conversation
-        leaf, often before the anchor, as the parent of its first record. The leaf is
-        usually the root (a thread with no entry yet) or near the anchor, so the first line
-        is tried, then the prefix backwards from the anchor, a few MiB at a time (the memory
-        a search holds does not grow with the thread).
+        leaf, often before the anchor, as the parent of its first record, and an explicit id
+        (an idempotent input, a framework's event id) must be looked for among every record.
+        The leaf is usually the root (a thread with no entry yet), so the first line is tried
+        first. Then only the blocks of records whose id blocks may hold the id
+        (`threadlog.store.iddigest`), and those the sparse index has no block for, are
+        searched, newest first, a few MiB at a time: for an id that is not there, the search
+        reads a block's bytes only in about one block in four million (and what has no block:
+        a store of an older threadlog, the records between a block and a runtime snapshot),
+        and the memory it holds does not grow with the thread.
         """
         needle = b'"id":"' + id_.encode("utf-8", "replace") + b'"'
         first = os.pread(self.fd, min(self._prefix_end, _FIRST_LINE), 0)
         cut = first.find(b"\n")
         if cut >= 0 and self._found(first[: cut + 1], needle, id_):
             return
-        hi, size = self._prefix_end, _SEARCH_CHUNK
-        while hi > 0:
-            lo = max(0, hi - size)
-            chunk = os.pread(self.fd, hi - lo, lo)
-            start = 0 if lo == 0 else chunk.find(b"\n") + 1
-            if start == 0 and lo > 0:
+        for lo, hi in self._candidates(iddigest.crc(id_)):
+            if self._search(lo, hi, needle, id_):
+                return
+
+    def _prefix_points(self) -> list[tuple[int, int, Block | None]] | None:
+        """The sparse entries of the prefix, ``(ord, offset, block)`` by ord, each offset
+        checked to start the line of that ord the first time it is used; None without any
+        (then the whole prefix is searched). Lock held."""
+        if self._points is None:
+            rows: list[tuple[int, int, object]] = []
+            if self._load_points is not None:
+                try:
+                    rows = self._load_points(self._first_ord)
+                except StorageError:
+                    rows = []
+            self._points = sorted(
+                (o, off, iddigest.load(o, ids))
+                for o, off, ids in rows
+                if 1 < o < self._first_ord and 0 < off < self._prefix_end
+            )
+        return self._points or None
+
+    def _candidates(self, value: int) -> list[tuple[int, int]]:
+        """The byte ranges ``(start, end)`` of the prefix that may hold an id of CRC
+        ``value``, newest first, each from a line start to a line start (or the prefix's
+        end). Lock held."""
+        points = self._prefix_points()
+        if points is None:
+            return [(0, self._prefix_end)]
+        wanted: list[tuple[int, int]] = []  # ranges of ordinals, oldest first
+        decided = 0  # ords 1..decided are either wanted or known not to hold the id
+        for _, _, block in points:
+            if block is None or block.last <= decided:
+                continue
+            if block.first > decided + 1:
+                wanted.append((decided + 1, block.first - 1))  # no block says: search
+            if block.may_hold(value):
+                wanted.append((max(block.first, decided + 1), block.last))
+            decided = block.last
+        if decided < self._first_ord - 1:
+            wanted.append((decided + 1, self._first_ord - 1))
+        starts = [o for o, _, _ in points]
+        ranges: list[tuple[int, int]] = []
+        for first, last in reversed(wanted):
+            i = bisect_right(starts, first) - 1  # the entry at or before ``first``
+            j = bisect_right(starts, last)  # the first entry after ``last``
+            lo = self._checked_offset(points[i]) if i >= 0 else 0
+            hi = self._checked_offset(points[j]) if j < len(points) else self._prefix_end
+            if lo is None or hi is None:  # the sparse index does not match the file
+                self._points = []
+                return [(0, self._prefix_end)]
+            if ranges and hi >= ranges[-1][0]:
+                ranges[-1] = (lo, ranges[-1][1])  # adjacent to the newer one: one range
+            else:
+                ranges.append((lo, hi))
+        return ranges
+
+    def _checked_offset(self, point: tuple[int, int, Block | None]) -> int | None:
+        """A sparse entry's offset if the line there holds its ordinal, else None."""
+        ord_, offset, _ = point
+        head = os.pread(self.fd, min(self._max_record_bytes + 1, self._prefix_end - offset), offset)
+        end = head.find(b"\n")
+        if end < 0 or not head.startswith(b"{") or offset and not self._starts_line(offset):
+            return None
+        try:
+            record = parse_line(head[: end + 1])
+        except BadRecord:
+            return None
+        return offset if record.ord == ord_ else None
+
+    def _starts_line(self, offset: int) -> bool:
+        return os.pread(self.fd, 1, offset - 1) == b"\n"
+
+    def _search(self, lo: int, hi: int, needle: bytes, id_: str) -> bool:
+        """Search the whole lines in bytes ``lo..hi`` (``lo`` a line start) for the record
+        ``id_``, from the end, a few MiB at a time. Lock held."""
+        size = _SEARCH_CHUNK
+        while hi > lo:
+            start = max(lo, hi - size)
+            chunk = os.pread(self.fd, hi - start, start)
+            cut = 0 if start == lo else chunk.find(b"\n") + 1
+            if cut == 0 and start > lo:
                 size *= 2  # one line longer than the window: widen it
                 continue
-            if self._found(chunk[start:], needle, id_):
-                return
-            hi, size = lo + start, _SEARCH_CHUNK
+            if self._found(chunk[cut:], needle, id_):
+                return True
+            hi, size = start + cut, _SEARCH_CHUNK
+        return False
 
     def _found(self, lines: bytes, needle: bytes, id_: str) -> bool:
         """Whether whole ``lines`` hold the record ``id_`` (then indexed). Lock held."""
@@ -268,6 +369,9 @@ class RolloutLog:
                 record = None
             if record is not None and record.id == id_ and record.ord < self._first_ord:
                 self._ids[id_] = record.ord
+                if len(self._prefix_found) >= _PREFIX_FOUND:
+                    self._prefix_found.clear()
+                self._prefix_found[record.ord] = record
                 return True
             pos = lines.rfind(needle, 0, start)
         return False
@@ -307,6 +411,7 @@ class RolloutLog:
             )
         self._offsets = offsets + self._offsets
         self._ids.update(zip(ids, range(1, len(ids) + 1), strict=True))
+        self._order = ids + self._order
         self._first_ord = 1
 
     def offset_after(self, ord_: int) -> int | None:
@@ -321,11 +426,13 @@ class RolloutLog:
 
     def checkpoint_view(
         self, dump: Callable[[ThreadState], bytes], *, sparse_after: int, every: int
-    ) -> tuple[int, str, int, bytes, list[tuple[int, int]]] | None:
+    ) -> tuple[int, str, int, bytes, list[tuple[int, int, bytes | None]]] | None:
         """``(ord, hash, end, dump(state), sparse)`` for a checkpoint at the durable end
-        (`threadlog.store.embedded.checkpoint`): ``sparse`` the ``(ord, offset)`` of every
-        ``every``-th record after ``sparse_after`` the log knows the offset of. None unless
-        everything admitted is in the file and the reduced state is built."""
+        (`threadlog.store.embedded.checkpoint`): ``sparse`` the ``(ord, offset, id block)``
+        of every ``every``-th record after ``sparse_after`` the log knows the offset of, the
+        block (`threadlog.store.iddigest`) of the ``every`` records that end there if the log
+        knows all their ids. None unless everything admitted is in the file and the reduced
+        state is built."""
         with self._lock:
             state = self.admission.peek()
             if (
@@ -338,8 +445,15 @@ class RolloutLog:
                 return None
             first = max(sparse_after + 1, self._first_ord)
             first += -first % every
+            base = self._first_ord
             sparse = [
-                (o, self._offsets[o - self._first_ord])
+                (
+                    o,
+                    self._offsets[o - base],
+                    iddigest.block(self._order[o - every + 1 - base : o + 1 - base])
+                    if o - every + 1 >= base
+                    else None,
+                )
                 for o in range(first, self.durable_ord + 1, every)
             ]
             return self.last_ord, self.last_hash, self.size, dump(state), sparse
@@ -371,6 +485,9 @@ class RolloutLog:
         if unwritten is not None:
             return unwritten
         if ord_ < self._first_ord:
+            found = self._prefix_found.get(ord_)
+            if found is not None:
+                return found
             self._complete_prefix()
         index = ord_ - self._first_ord
         start = self._offsets[index]

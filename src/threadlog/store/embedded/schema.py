@@ -148,6 +148,7 @@ CREATE TABLE IF NOT EXISTS sparse_offsets (
     thread_id   TEXT NOT NULL,
     ord         INTEGER NOT NULL,
     offset      INTEGER NOT NULL,
+    ids         BLOB,
     PRIMARY KEY (thread_id, ord)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tool_calls (
@@ -241,6 +242,9 @@ def connect(path: str, timeout: float) -> sqlite3.Connection:
         columns = {r[1] for r in db.execute("PRAGMA table_info(memories)").fetchall()}
         if "project" not in columns:  # an index of schema 2
             db.execute("ALTER TABLE memories ADD COLUMN project TEXT")
+        columns = {r[1] for r in db.execute("PRAGMA table_info(sparse_offsets)").fetchall()}
+        if "ids" not in columns:  # an index from before the id blocks (`iddigest`)
+            db.execute("ALTER TABLE sparse_offsets ADD COLUMN ids BLOB")
         row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         if row is not None and row[0] != str(SCHEMA_VERSION):
             # Projections of another schema: drop the rows; catch-up rebuilds them.

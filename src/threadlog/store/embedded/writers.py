@@ -25,6 +25,7 @@ takes it to open a thread.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -374,6 +375,9 @@ class OpenLogs:
             max_record_bytes=self._max_record_bytes,
             anchor=anchor,
             load_prefix=lambda end, digest: prefix_ids(path, thread_id, end, digest),
+            load_points=None
+            if self._checkpoints is None
+            else functools.partial(self._checkpoints.points, thread_id),
             publish=lease.publish,
             first_state=self._first_state(thread_id, anchor, scanned.records, base),
         )
