@@ -16,6 +16,10 @@ process, with its wall time and peak RSS:
 * reading the last 5 records (``store.read(thread, after=last - 5)``);
 * following the thread from 5 records before its end until the 5th arrives
   (``store.follow(thread, last - 5)``);
+* the first append with an explicit id after opening the thread for writing: an id the
+  thread lacks (an idempotency key), and the id of the record in its middle (a replay, which
+  returns the stored record): both look among the records before the log's anchor, guided by
+  the sparse index's id blocks (`threadlog.store.iddigest`);
 * ``threadlog verify THREAD``: the whole command (reads and checks every record: it is
   expected to grow with the thread).
 
@@ -122,6 +126,25 @@ FIRST_APPEND = textwrap.dedent(
         took = time.perf_counter() - opened
     print(json.dumps({"seconds": took, "with_open": time.perf_counter() - start,
                       "ord": record.ord}))
+    """
+)
+
+EXPLICIT_ID = textwrap.dedent(
+    """
+    import json, sys, time, uuid
+    from threadlog import open_store
+    with open_store(sys.argv[1]) as store:
+        middle = int(sys.argv[3]) // 2
+        old = store.read(sys.argv[2], after=middle - 1, limit=1)[0]  # (not timed)
+        store.release(sys.argv[2])
+        start = time.perf_counter()
+        if sys.argv[4] == "new":  # an id the thread has not seen (an idempotency key)
+            record = store.append(sys.argv[2], "custom.bench", {"n": 2}, id=str(uuid.uuid4()))
+        else:  # a replay of the record in the middle of the thread: the stored one returns
+            record = store.append(sys.argv[2], old.type, old.data, id=old.id)
+            assert record.ord == middle, (record.ord, middle)
+        took = time.perf_counter() - start
+    print(json.dumps({"seconds": took, "ord": record.ord}))
     """
 )
 
@@ -233,6 +256,10 @@ def measure(events: int, work: str) -> dict[str, Any]:
     got = json.loads(follow["stdout"])
     assert got["ords"] == list(range(data["ord"] - 4, data["ord"] + 1)), got
     row["follow_last_5"] = {"seconds": got["seconds"], "rss_mb": follow["rss_mb"]}
+    for kind in ("new", "replay"):
+        named = py(EXPLICIT_ID, home, thread, str(data["ord"]), kind)
+        got = json.loads(named["stdout"])
+        row[f"explicit_{kind}"] = {"seconds": got["seconds"], "rss_mb": named["rss_mb"]}
     verify = cli("verify", "--home", home, thread)
     row["threadlog_verify"] = {"seconds": verify["wall"], "rss_mb": verify["rss_mb"]}
     shutil.rmtree(home, ignore_errors=True)
@@ -245,6 +272,8 @@ ROWS = (
     ("first_append", "first append after opening the store"),
     ("read_last_5", "read the last 5 records"),
     ("follow_last_5", "follow from 5 records before the end (until the 5th)"),
+    ("explicit_new", "first append with an explicit id the thread lacks (opening included)"),
+    ("explicit_replay", "first append replaying the id of the middle record (opening included)"),
     ("threadlog_verify", "`threadlog verify` (whole command; reads everything)"),
 )
 

@@ -32,6 +32,8 @@ def test_the_scale_benchmark_runs_and_resumes_from_a_snapshot() -> None:
         "first_append",
         "read_last_5",
         "follow_last_5",
+        "explicit_new",
+        "explicit_replay",
     ):
         assert row[key]["seconds"] > 0 and row[key]["rss_mb"] > 0, key
     assert row["threadlog_verify"]["seconds"] > 0
