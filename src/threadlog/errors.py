@@ -62,9 +62,15 @@ class UsageError(ThreadlogError):
 class ThreadNotFound(UsageError):
     """No thread with this id exists in the store."""
 
-    def __init__(self, thread_id: str) -> None:
-        super().__init__(f"no thread {thread_id!r} in this store")
+    def __init__(self, thread_id: str, *, deleted: bool = False) -> None:
+        super().__init__(
+            f"thread {thread_id!r} was deleted from this store (its id is not handed out again)"
+            if deleted
+            else f"no thread {thread_id!r} in this store"
+        )
         self.thread_id = thread_id
+        self.deleted = deleted
+        """Whether the store remembers deleting it (`Retention.deleted`)."""
 
 
 class InvalidEventType(UsageError):

@@ -112,6 +112,12 @@ def test_rm_deletes_named_threads_for_good_after_asking(home: str) -> None:
         assert store.deleted(one) and not os.path.exists(store.path_of(one))
     code, out, err = run("rm", one, "--yes", "--home", home)
     assert code != 0 and one in err  # gone: not found
+    for command in (["show"], ["events"], ["export", "--format", "openai"]):
+        code, out, err = run(*command, one, "--home", home)
+        assert code == 2 and f"thread '{one}' was deleted from this store" in err, command
+    never = "01900000-0000-7000-8000-000000000000"  # never was: not "deleted"
+    code, out, err = run("show", never, "--home", home)
+    assert code == 2 and "no thread" in err
 
 
 def test_rm_refuses_a_running_thread_unless_forced(home: str) -> None:

@@ -16,9 +16,10 @@ from typing import Any, Protocol, runtime_checkable
 import click
 from click.shell_completion import CompletionItem
 
-from threadlog.errors import UsageError
+from threadlog.errors import ThreadNotFound, UsageError
+from threadlog.model.ids import is_uuid
 from threadlog.store.open import open_store, parse_target
-from threadlog.store.protocol import Catalog, LocalHome, Maintenance, Store
+from threadlog.store.protocol import Catalog, LocalHome, Maintenance, Retention, Store
 
 __all__ = [
     "THREAD",
@@ -92,9 +93,10 @@ class AmbiguousThread(UsageError):
 
 def resolve_thread(store: Store, given: str, *, extra: list[str] | None = None) -> str:
     """The thread id ``given`` names: itself if the store has it, else the one thread id it
-    is a prefix of (`AmbiguousThread` if several are; ``given`` unchanged if none is, so
-    that the command's own "no such thread" error names it). ``extra`` adds ids the store
-    does not list (threads whose log is gone)."""
+    is a prefix of (`AmbiguousThread` if several are; `ThreadNotFound` saying so if it is
+    the id of a thread the store deleted; ``given`` unchanged if none is, so that the
+    command's own "no such thread" error names it). ``extra`` adds ids the store does not
+    list (threads whose log is gone)."""
     if not given or store.exists(given):
         return given
     wanted = given.lower()
@@ -102,6 +104,8 @@ def resolve_thread(store: Store, given: str, *, extra: list[str] | None = None) 
     matches = [t for t in ids if t.lower().startswith(wanted)]
     if len(matches) > 1:
         raise AmbiguousThread(given, matches)
+    if not matches and is_uuid(given) and isinstance(store, Retention) and store.deleted(given):
+        raise ThreadNotFound(given, deleted=True)
     return matches[0] if matches else given
 
 
