@@ -19,20 +19,13 @@ length, another threadlog) is treated as absent, which costs a search, never a w
 
 from __future__ import annotations
 
-import sys
 import zlib
-from array import array
-from bisect import bisect_left
-from operator import le
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
 __all__ = ["Block", "block", "crc", "load"]
-
-_WIDE = array("I").itemsize == 4
-"""Whether this platform's unsigned int is the 4 bytes a block stores (else: no blocks)."""
 
 
 def crc(id_: str) -> int:
@@ -50,24 +43,26 @@ class Block:
 
     __slots__ = ("_crcs", "first", "last")
 
-    def __init__(self, last: int, crcs: array[int]) -> None:
+    def __init__(self, last: int, crcs: bytes) -> None:
         self.last = last
-        self.first = last - len(crcs) + 1
+        self.first = last - len(crcs) // 4 + 1
         self._crcs = crcs
 
     def may_hold(self, value: int) -> bool:
-        """Whether an id of CRC ``value`` may be among the block's records."""
-        i = bisect_left(self._crcs, value)
-        return i < len(self._crcs) and self._crcs[i] == value
+        """Whether an id of CRC ``value`` may be among the block's records (a search of the
+        block's bytes for the CRC's, at a multiple of 4: no decoding, no order assumed)."""
+        needle = value.to_bytes(4, "big")
+        crcs = self._crcs
+        at = crcs.find(needle)
+        while at >= 0:
+            if at % 4 == 0:
+                return True
+            at = crcs.find(needle, at + 1)
+        return False
 
 
 def load(last: int, data: object) -> Block | None:
     """The block stored for the record ``last`` ends, or None if ``data`` is not one."""
-    if not _WIDE or not isinstance(data, bytes) or not data or len(data) % 4 or last < 1:
+    if not isinstance(data, bytes) or not data or len(data) % 4 or len(data) // 4 > last:
         return None
-    crcs = array("I", data)
-    if sys.byteorder == "little":
-        crcs.byteswap()
-    if len(crcs) > last or not all(map(le, crcs, crcs[1:])):  # (bisect needs them sorted)
-        return None
-    return Block(last, crcs)
+    return Block(last, data)
