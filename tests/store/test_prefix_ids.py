@@ -3,9 +3,11 @@ all: the sparse index's id blocks say which blocks may hold it (`threadlog.store
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -135,3 +137,99 @@ def test_a_block_holds_its_records_crcs_and_rejects_what_is_not_one() -> None:
     assert shifted is not None and not shifted.may_hold(iddigest.crc(ids[0]))  # (aligned only)
     for bad in (None, b"", b"\x00\x01\x02", iddigest.block(ids * 3)):
         assert iddigest.load(100, bad) is None
+
+
+def _in_time(call: Callable[[], object], seconds: float = 20) -> list[object]:
+    """``call()``'s result in a daemon thread, or ``[]`` if it has not returned in time (a
+    search that loops for ever must fail the test, not hang it)."""
+    got: list[object] = []
+    worker = threading.Thread(target=lambda: got.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return got
+
+
+@pytest.mark.parametrize("which", ["middle", "new", "first"])
+def test_a_line_longer_than_the_search_window_widens_it_instead_of_searching_for_ever(
+    home: str, thread: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch, which: str
+) -> None:
+    """Each window ends at a line start, so its last byte is a newline: a line longer than
+    the window (a record over 4 MiB when ``max_record_bytes`` allows it) must widen it."""
+    monkeypatch.setattr(rolloutlog, "_SEARCH_CHUNK", 64)  # shorter than any record
+    thread_id, ids = thread
+    with open_store(home) as store:
+        first = _opened(store, thread_id)
+        log = store._logs[thread_id]
+        id_ = {"middle": ids[500], "new": str(uuid.uuid4()), "first": ids[1]}[which]
+        # (called without the log's lock: a search that never ends must not block the close)
+        assert _in_time(lambda: log._find_in_prefix(id_)) == [None], "the search never ended"
+        assert log._ids.get(id_) == (None if which == "new" else ids.index(id_) + 1)
+        assert log._first_ord == first
+
+
+def test_an_explicit_id_after_a_record_longer_than_the_window_is_answered(home: str) -> None:
+    """The same through `append`, at the store's window, with a record over 4 MiB."""
+    options = {"max_record_bytes": 8 << 20, "artifact_threshold": 8 << 20}
+    with open_store(home, **options) as store:
+        thread_id = store.create_thread("u")
+        big = store.append(thread_id, "custom.x", {"big": "y" * (5 << 20)})
+        for i in range(3):
+            store.append(thread_id, "custom.x", {"i": i})
+    with open_store(home, **options) as store:
+        store.acquire(thread_id)
+        log = store._logs[thread_id]
+        assert log._first_ord == 6  # opened from the checkpoint taken at the close
+        fresh = str(uuid.uuid4())
+        assert _in_time(lambda: log._find_in_prefix(fresh)) == [None], "the search never ended"
+        assert _in_time(lambda: log._find_in_prefix(big.id)) == [None]
+        assert log._ids.get(big.id) == 2
+        assert store.append(thread_id, "custom.x", {}, id=fresh).ord == 6
+        assert store.append(thread_id, "custom.x", {}, parent=big.id).parent == big.id
+
+
+class _CountedReads:
+    """`os` for `rolloutlog`, counting the bytes its ``pread``s return."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def pread(self, fd: int, n: int, offset: int) -> bytes:
+        data = os.pread(fd, n, offset)
+        self.bytes += len(data)
+        return data
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+
+def test_many_new_explicit_ids_read_about_the_prefix_in_all_not_each(
+    home: str, thread: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What no block covers (here the 30 records after the last block) is indexed at the
+    first lookup, not searched again at each (an adapter that gives every event its id must
+    not pay a search an append), and the prefix is never loaded."""
+    thread_id, ids = thread
+    with open_store(home) as store:
+        for i in range(30):
+            store.append(thread_id, "custom.x", {"i": i, "pad": "y" * 100}, durable=False)
+    reads = _CountedReads()
+    monkeypatch.setattr(rolloutlog, "os", reads)
+
+    def refuse(self: rolloutlog.RolloutLog) -> None:
+        raise AssertionError("the whole prefix was loaded")
+
+    with open_store(home) as store:
+        _opened(store, thread_id)
+        prefix = _prefix_bytes(store, thread_id)
+        monkeypatch.setattr(rolloutlog.RolloutLog, "_complete_prefix", refuse)
+        reads.bytes = 0
+        for _ in range(300):
+            store.append(thread_id, "custom.x", {}, id=str(uuid.uuid4()), durable=False)
+        assert reads.bytes <= prefix // 10, (reads.bytes, prefix)
+        with pytest.raises(DuplicateEventConflict):
+            store.append(thread_id, "custom.x", {"i": -1}, id=ids[500])
+        again = store.append(thread_id, "custom.x", {"i": 49, "pad": "y" * 100}, id=ids[50])
+        assert again.ord == 51
+    with open_store(home) as store:
+        assert store.verify(thread_id).ok
+        assert len(store.read(thread_id)) == RECORDS + 30 + 300

@@ -59,6 +59,10 @@ _SEARCH_CHUNK = 4 * 1024 * 1024
 _FIRST_LINE = 1024 * 1024
 """How much of the file's start it reads for the first record (the root)."""
 
+_INDEX_GAP = 8 * 1024 * 1024
+"""Prefix bytes with no id block, at most, whose ids a lookup indexes at once (`_candidates`)."""
+_HEAD = 4096
+"""How much of a sparse entry's line `RolloutLog._checked_offset` reads first."""
 _PREFIX_FOUND = 1024
 """At most this many records of a prefix found by id are kept (then they are dropped)."""
 
@@ -129,6 +133,16 @@ class RolloutLog:
         """The prefix's sparse entries with their id blocks, once loaded (`_prefix_points`)."""
         self._prefix_found: dict[int, Record] = {}
         """Records of the prefix found by id, by ordinal (a few: `_found`)."""
+        self._indexed: set[tuple[int, int]] = set()
+        """Ranges of ords of the prefix with no id block whose ids are indexed (`_candidates`)."""
+        self._prefix_lines: dict[int, tuple[int, int]] = {}
+        """Where the lines of those ranges are, by ord (`_index_range`)."""
+        self._checked: dict[int, int | None] = {}
+        """Sparse entries' offsets checked against the file, by ord (`_checked_offset`)."""
+        self._root_read = False
+        """Whether the file's first record was indexed (`_find_in_prefix`)."""
+        self._searched = 0
+        """Bytes the prefix lookups have read: once as many as the prefix, it is loaded."""
         self.durable_ord = self.last_ord
         """Highest ord that is durable (in the journal) and written to the rollout file."""
         self.size = scanned.end
@@ -261,13 +275,32 @@ class RolloutLog:
         searched, newest first, a few MiB at a time: for an id that is not there, the search
         reads a block's bytes only in about one block in four million (and what has no block:
         a store of an older threadlog, the records between a block and a runtime snapshot),
-        and the memory it holds does not grow with the thread.
+        and the memory it holds does not grow with the thread. The root is read once, each
+        entry's offset checked once, and once the lookups have read as many bytes as the
+        prefix holds (every new id searches what no block covers again) the prefix is loaded
+        instead: many explicit ids cost at most about twice what loading it once does.
         """
-        needle = b'"id":"' + id_.encode("utf-8", "replace") + b'"'
-        first = os.pread(self.fd, min(self._prefix_end, _FIRST_LINE), 0)
-        cut = first.find(b"\n")
-        if cut >= 0 and self._found(first[: cut + 1], needle, id_):
+        if self._searched >= self._prefix_end:
+            # Lookups (each new explicit id searches what no block covers) have read as
+            # much as loading the prefix once would: load it, and look ids up in memory.
+            self._complete_prefix()
             return
+        needle = b'"id":"' + id_.encode("utf-8", "replace") + b'"'
+        if not self._root_read:  # read once: the root is indexed whichever id is asked for
+            self._root_read = True
+            first = os.pread(self.fd, min(self._prefix_end, _HEAD), 0)
+            if b"\n" not in first:  # a long first line: read up to what the root may take
+                first = os.pread(self.fd, min(self._prefix_end, _FIRST_LINE), 0)
+            cut = first.find(b"\n")
+            if cut >= 0:
+                try:
+                    root = parse_line(first[: cut + 1])
+                except BadRecord:
+                    root = None
+                if root is not None and root.ord == 1 < self._first_ord:
+                    self._index_found(root)
+                    if root.id == id_:
+                        return
         for lo, hi in self._candidates(iddigest.crc(id_)):
             if self._search(lo, hi, needle, id_):
                 return
@@ -297,21 +330,23 @@ class RolloutLog:
         points = self._prefix_points()
         if points is None:
             return [(0, self._prefix_end)]
-        wanted: list[tuple[int, int]] = []  # ranges of ordinals, oldest first
+        wanted: list[tuple[int, int, bool]] = []  # ordinals, oldest first; no block?
         decided = 0  # ords 1..decided are either wanted or known not to hold the id
         for _, _, block in points:
             if block is None or block.last <= decided:
                 continue
             if block.first > decided + 1:
-                wanted.append((decided + 1, block.first - 1))  # no block says: search
+                wanted.append((decided + 1, block.first - 1, True))  # no block says: search
             if block.may_hold(value):
-                wanted.append((max(block.first, decided + 1), block.last))
+                wanted.append((max(block.first, decided + 1), block.last, False))
             decided = block.last
         if decided < self._first_ord - 1:
-            wanted.append((decided + 1, self._first_ord - 1))
+            wanted.append((decided + 1, self._first_ord - 1, True))
         starts = [o for o, _, _ in points]
         ranges: list[tuple[int, int]] = []
-        for first, last in reversed(wanted):
+        for first, last, unblocked in reversed(wanted):
+            if unblocked and (first, last) in self._indexed:
+                continue  # its ids are indexed: asked before the search
             i = bisect_right(starts, first) - 1  # the entry at or before ``first``
             j = bisect_right(starts, last)  # the first entry after ``last``
             lo = self._checked_offset(points[i]) if i >= 0 else 0
@@ -319,6 +354,13 @@ class RolloutLog:
             if lo is None or hi is None:  # the sparse index does not match the file
                 self._points = []
                 return [(0, self._prefix_end)]
+            if unblocked and hi - lo <= _INDEX_GAP:
+                # Records no block covers (those between the last block and the anchor,
+                # usually): every new id would search them again, so their ids are indexed
+                # once instead (the caller finds the id among them, if it is there).
+                self._index_range(lo, hi, points[i][0] if i >= 0 else 1)
+                self._indexed.add((first, last))
+                continue
             if ranges and hi >= ranges[-1][0]:
                 ranges[-1] = (lo, ranges[-1][1])  # adjacent to the newer one: one range
             else:
@@ -326,17 +368,47 @@ class RolloutLog:
         return ranges
 
     def _checked_offset(self, point: tuple[int, int, Block | None]) -> int | None:
-        """A sparse entry's offset if the line there holds its ordinal, else None."""
+        """A sparse entry's offset if the line there holds its ordinal, else None (checked
+        once an entry)."""
         ord_, offset, _ = point
-        head = os.pread(self.fd, min(self._max_record_bytes + 1, self._prefix_end - offset), offset)
+        if ord_ in self._checked:
+            return self._checked[ord_]
+        limit = min(self._max_record_bytes + 1, self._prefix_end - offset)
+        head = os.pread(self.fd, min(limit, _HEAD), offset)
+        if b"\n" not in head and len(head) < limit:
+            head = os.pread(self.fd, limit, offset)
+        self._searched += len(head)
         end = head.find(b"\n")
-        if end < 0 or not head.startswith(b"{") or offset and not self._starts_line(offset):
-            return None
-        try:
-            record = parse_line(head[: end + 1])
-        except BadRecord:
-            return None
-        return offset if record.ord == ord_ else None
+        checked: int | None = None
+        if end >= 0 and head.startswith(b"{") and (not offset or self._starts_line(offset)):
+            try:
+                record = parse_line(head[: end + 1])
+            except BadRecord:
+                record = None
+            checked = offset if record is not None and record.ord == ord_ else None
+        self._checked[ord_] = checked
+        return checked
+
+    def _index_range(self, lo: int, hi: int, ord_: int) -> None:
+        """Index the ids (and line offsets) of the prefix's whole lines in bytes ``lo..hi``,
+        the first of them record ``ord_``: each line parsed, its hash checked and its ord the
+        next (`IntegrityError` if not)."""
+        chunk = os.pread(self.fd, hi - lo, lo)
+        self._searched += len(chunk)
+        start = 0
+        while start < len(chunk):
+            end = chunk.find(b"\n", start) + 1 or len(chunk)
+            try:
+                record = parse_line(chunk[start:end])
+            except BadRecord as exc:
+                raise IntegrityError(self.thread_id, ord_, str(exc), offset=lo + start) from None
+            if record.ord != ord_:
+                raise IntegrityError(
+                    self.thread_id, ord_, f"the line holds ord {record.ord}", offset=lo + start
+                )
+            self._ids[record.id] = ord_
+            self._prefix_lines[ord_] = (lo + start, lo + end)
+            start, ord_ = end, ord_ + 1
 
     def _starts_line(self, offset: int) -> bool:
         return os.pread(self.fd, 1, offset - 1) == b"\n"
@@ -348,7 +420,10 @@ class RolloutLog:
         while hi > lo:
             start = max(lo, hi - size)
             chunk = os.pread(self.fd, hi - start, start)
-            cut = 0 if start == lo else chunk.find(b"\n") + 1
+            self._searched += len(chunk)
+            # (``hi`` starts a line, so the chunk's last byte is the newline before it: the
+            # first line start inside the chunk is after a newline before that one)
+            cut = 0 if start == lo else chunk.find(b"\n", 0, len(chunk) - 1) + 1
             if cut == 0 and start > lo:
                 size *= 2  # one line longer than the window: widen it
                 continue
@@ -368,13 +443,17 @@ class RolloutLog:
             except BadRecord:
                 record = None
             if record is not None and record.id == id_ and record.ord < self._first_ord:
-                self._ids[id_] = record.ord
-                if len(self._prefix_found) >= _PREFIX_FOUND:
-                    self._prefix_found.clear()
-                self._prefix_found[record.ord] = record
+                self._index_found(record)
                 return True
             pos = lines.rfind(needle, 0, start)
         return False
+
+    def _index_found(self, record: Record) -> None:
+        """Index a record of the prefix found by id (and keep it, with a few others)."""
+        self._ids[record.id] = record.ord
+        if len(self._prefix_found) >= _PREFIX_FOUND:
+            self._prefix_found.clear()
+        self._prefix_found[record.ord] = record
 
     def close(self) -> None:
         """Refuse further submissions (they raise `LogClosed`); waits for one under way.
@@ -488,6 +567,13 @@ class RolloutLog:
             found = self._prefix_found.get(ord_)
             if found is not None:
                 return found
+            span = self._prefix_lines.get(ord_)
+            if span is not None:
+                line = os.pread(self.fd, span[1] - span[0], span[0])
+                try:
+                    return parse_line(line)
+                except BadRecord as exc:
+                    raise IntegrityError(self.thread_id, ord_, str(exc), offset=span[0]) from None
             self._complete_prefix()
         index = ord_ - self._first_ord
         start = self._offsets[index]
