@@ -689,6 +689,36 @@ def test_a_thread_moves_between_backends_with_its_hashes(pg_schemas: Schemas, tm
         assert not remote.exists(other)  # nothing written
 
 
+def test_a_long_copied_thread_is_kept_with_a_checkpoint(
+    pg_schemas: Schemas,
+    tmp_path,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """`adopt_thread` keeps a checkpoint of a thread of `CHECKPOINT_FROM` records or more,
+    as a writer letting it go would: its first writer starts there, not from ord 1."""
+    from threadlog.store.copy import copy_thread
+    from threadlog.store.embedded import EmbeddedStore
+    from threadlog.store.postgres import store as store_module
+
+    monkeypatch.setattr(store_module, "CHECKPOINT_FROM", 50)
+    url = pg_schemas.new()
+    with EmbeddedStore(tmp_path / "home") as local, PostgresStore(url) as remote:
+        long, short = local.create_thread("a"), local.create_thread("a")
+        local.append(long, "turn.started", {"turn_id": "t1", "input": "go"})
+        for i in range(80):
+            local.append(long, "custom.n", {"i": i}, durable=False)
+        local.flush()
+        for thread in (long, short):
+            assert copy_thread(local, remote, thread).status == "copied"
+    rows = _sql(
+        pg_schemas.server, f"SELECT thread_id, ord FROM {url.rsplit('=', 1)[1]}.checkpoints"
+    )
+    assert rows == [(long, 82)]
+    with PostgresStore(url) as remote:
+        ended = remote.append(long, "turn.ended", {"turn_id": "t1", "outcome": "completed"})
+        assert ended.ord == 83 and remote.verify(long).ok
+
+
 def test_metrics_see_appends_and_commits(pg_schemas: Schemas) -> None:
     from threadlog.observe import metrics as observe_metrics
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from threadlog.model.envelope import Record
+    from threadlog.model.state import ThreadState
 
 __all__ = [
     "Adopted",
@@ -44,6 +45,7 @@ __all__ = [
     "Spool",
     "Spooled",
     "check_import",
+    "check_import_state",
     "conflict_message",
     "first_difference",
     "same_log",
@@ -108,6 +110,12 @@ def check_import(records: Sequence[Record]) -> list[Adopted]:
         UsageError: no records, or ord 1 is not a ``thread.created``.
         IntegrityError: a record that does not verify, naming the thread and its ordinal.
     """
+    return check_import_state(records)[0]
+
+
+def check_import_state(records: Sequence[Record]) -> tuple[list[Adopted], ThreadState]:
+    """`check_import`, and the thread's reduced state after its last record (what a store
+    that keeps a checkpoint of the thread it adopts keeps)."""
     if not records:
         raise UsageError("nothing to import: a thread has at least its thread.created record")
     first = records[0]
@@ -166,8 +174,9 @@ def check_import(records: Sequence[Record]) -> list[Adopted]:
         raise IntegrityError(
             thread_id, len(records) + 1, "the log ends inside the records its fork inherited"
         )
-    reduce_log(thread_id, records)  # an illegal event: IntegrityError with its ordinal
-    return adopted
+    state = reduce_log(thread_id, records)  # an illegal event: IntegrityError with its ordinal
+    assert state is not None  # (records were given)
+    return adopted, state
 
 
 def first_difference(held: Sequence[Record], records: Sequence[Record]) -> int | None:

@@ -142,7 +142,15 @@ class EmbeddedStore(Queries, Blobs):
         self._forker = Forker(
             layout, fops, journal, self._logs, self._reader, self._indexer.add_fork
         )
-        self._importer = Importer(layout, fops, self._reader, self._indexer.add_fork)
+        self._importer = Importer(
+            layout,
+            fops,
+            self._reader,
+            self._indexer.add_fork,
+            checkpoint=self._checkpoints.put,
+            checkpoint_records=CHECKPOINT_EVERY,
+            sparse_every=SPARSE_EVERY,
+        )
         self._async = AsyncCommits(journal)
         self._mailbox = MailboxDir(self.home, fops, layout.exists)
         self._credentials = CredentialFile(self.home, fops)

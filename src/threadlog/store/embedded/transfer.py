@@ -55,13 +55,18 @@ from typing import TYPE_CHECKING, Any
 from threadlog._clock import new_id, wall_ns
 from threadlog._dataclass import dataclass
 from threadlog.errors import ConflictError, StorageError, UsageError
+from threadlog.model import snapshot
+from threadlog.model.context import Context
 from threadlog.model.projection import Projected, as_projected, project_log
+from threadlog.model.state import trim
+from threadlog.store import iddigest
 from threadlog.store._fileops import DEFAULT_FILEOPS, temporary_path
 from threadlog.store.embedded.fork import Forked
 from threadlog.store.transfer import (
+    Adopted,
     Checkpointed,
     Spooled,
-    check_import,
+    check_import_state,
     conflict_message,
     same_log,
 )
@@ -70,6 +75,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
 
     from threadlog.model.envelope import Record
+    from threadlog.model.state import ThreadState
     from threadlog.store._fileops import FileOps
     from threadlog.store.embedded.layout import Layout
     from threadlog.store.embedded.reader import Reader
@@ -89,16 +95,32 @@ class Importer:
     """
 
     def __init__(
-        self, layout: Layout, fops: FileOps, reader: Reader, written: Callable[[Forked], None]
+        self,
+        layout: Layout,
+        fops: FileOps,
+        reader: Reader,
+        written: Callable[[Forked], None],
+        *,
+        checkpoint: Callable[[str, Checkpointed, int], None] | None = None,
+        checkpoint_records: int = 10_000,
+        sparse_every: int = 1000,
     ) -> None:
         self._layout = layout
         self._fops = fops
         self._reader = reader
         self._written = written
+        self._checkpoint = checkpoint
+        """Keeps a checkpoint of a thread written (`Checkpoints.put`), as `NewThreads` does."""
+        self._checkpoint_records = checkpoint_records
+        """From this many records, an adopted thread gets a checkpoint and sparse index."""
+        self._sparse_every = sparse_every
 
     def adopt_thread(self, records: Sequence[Record]) -> bool:
-        """`threadlog.store.protocol.Transfer.adopt_thread` (module docstring)."""
-        adopted = check_import(records)
+        """`threadlog.store.protocol.Transfer.adopt_thread` (module docstring). A long
+        thread (`checkpoint_records` or more) is kept with a checkpoint and its sparse index,
+        as the store would have taken them: its first open for writing, and a read after an
+        ordinal, start there instead of reading the whole log."""
+        adopted, state = check_import_state(records)
         thread_id = adopted[0].record.thread
         path = self._layout.path_of(thread_id)
         if self._held(thread_id, records):
@@ -131,6 +153,8 @@ class Importer:
             raise
         projected = project_log([a.record for a in adopted])
         self._written(_Built.of(thread_id, path, projected, size))
+        if self._checkpoint is not None and len(adopted) >= self._checkpoint_records:
+            self._checkpoint(thread_id, _checkpointed(adopted, state, self._sparse_every), size)
         return True
 
     def _held(self, thread_id: str, records: Sequence[Record]) -> bool:
@@ -142,6 +166,22 @@ class Importer:
         if same_log(held, records):
             return True
         raise ConflictError(conflict_message(thread_id, held, records))
+
+
+def _checkpointed(adopted: list[Adopted], state: ThreadState, every: int) -> Checkpointed:
+    """An adopted thread's checkpoint after its last record: its trimmed state, and the
+    offset and id block of every ``every``-th line (`threadlog.store.iddigest`)."""
+    trim(state)  # (nothing more is checked against it here)
+    sparse: list[tuple[int, int, bytes | None]] = []
+    offset = 0
+    for i, a in enumerate(adopted):
+        ord_ = i + 1
+        if ord_ % every == 0:
+            ids = (x.record.id for x in adopted[ord_ - every : ord_])
+            sparse.append((ord_, offset, iddigest.block(ids)))
+        offset += len(a.line)
+    last = adopted[-1].record
+    return Checkpointed(last.ord, last.hash, snapshot.dump(state, Context()), sparse)
 
 
 def _new_temporary(directory: str, thread_id: str, pid: int | None = None) -> str:

@@ -526,7 +526,12 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
                 return
             trim(state)
             payload = snapshot.dump(state, Context())
-            ord_, digest = state.last_ord, state.last_hash
+        self._keep_checkpoint(writer.thread_id, state.last_ord, state.last_hash, payload)
+
+    def _keep_checkpoint(self, thread_id: str, ord_: int, digest: str, payload: bytes) -> None:
+        """Keep ``payload`` (a trimmed state, dumped) as the thread's checkpoint after record
+        ``ord_``, if that record has ``digest`` and no later checkpoint is kept; never
+        raises."""
         try:
             with self._conn() as conn:
                 conn.execute(
@@ -537,18 +542,18 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
                     "hash = EXCLUDED.hash, version = EXCLUDED.version, state = EXCLUDED.state "
                     "WHERE checkpoints.ord <= EXCLUDED.ord",
                     (
-                        writer.thread_id,
+                        thread_id,
                         ord_,
                         digest,
                         snapshot.SNAPSHOT_VERSION,
                         payload,
-                        writer.thread_id,
+                        thread_id,
                         ord_,
                         digest,
                     ),
                 )
         except psycopg.Error as exc:
-            log.warning("thread %s: no checkpoint kept (%s)", writer.thread_id, exc)
+            log.warning("thread %s: no checkpoint kept (%s)", thread_id, exc)
 
     def _on_lost(self, thread_id: str, holder: str | None) -> None:
         from threadlog.errors import LeaseLost

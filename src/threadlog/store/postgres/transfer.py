@@ -24,7 +24,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from threadlog.errors import ConflictError, UsageError
-from threadlog.store.transfer import check_import, conflict_message, same_log
+from threadlog.model import snapshot
+from threadlog.model.context import Context
+from threadlog.model.state import trim
+from threadlog.store.transfer import check_import_state, conflict_message, same_log
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -56,16 +59,29 @@ class Transfers:
             self, thread_id: str, records: list[Record], lines: Sequence[bytes]
         ) -> str: ...
 
+        def _keep_checkpoint(
+            self, thread_id: str, ord_: int, digest: str, payload: bytes
+        ) -> None: ...
+
     def adopt_thread(self, records: Sequence[Record]) -> bool:
-        """See `threadlog.store.protocol.Transfer.adopt_thread`."""
+        """See `threadlog.store.protocol.Transfer.adopt_thread`. A thread of
+        `threadlog.store.postgres.store.CHECKPOINT_FROM` records or more is kept with a checkpoint of its state (trimmed),
+        as a writer letting it go would leave it: its first writer starts there."""
         self._check_open()
-        adopted = check_import(records)
+        adopted, state = check_import_state(records)
         thread_id = adopted[0].record.thread
         if not self.exists(thread_id):
             try:
                 # (checked: the records as they are, not their lines decoded again)
                 records_, lines = [a.record for a in adopted], [a.line for a in adopted]
                 self._insert_new_thread(thread_id, records_, lines)
+                from threadlog.store.postgres import store  # (its base class: imported late)
+
+                if len(records_) >= store.CHECKPOINT_FROM:
+                    last = records_[-1]
+                    trim(state)
+                    payload = snapshot.dump(state, Context())
+                    self._keep_checkpoint(thread_id, last.ord, last.hash, payload)
                 return True
             except UsageError:
                 if not self.exists(thread_id):  # not a thread that appeared meanwhile
