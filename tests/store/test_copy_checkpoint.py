@@ -65,3 +65,42 @@ def test_a_short_copied_thread_gets_no_checkpoint(tmp_path: Any) -> None:
         source.append(thread, "custom.x", {})
         assert copy_thread(source, dest, thread).status == "copied"
         assert dest.index.run("SELECT ord FROM checkpoints WHERE thread_id = ?", (thread,)) == []
+
+
+def test_copy_holds_a_page_of_the_thread_at_a_time(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`copy_thread` reads the source a page at a time and hands the destination pages
+    (`Transfer.adopt_pages`); nothing reads the whole log into a list."""
+    from threadlog.store import copy as copy_module
+
+    monkeypatch.setattr(copy_module, "PAGE", 7)
+    with open_store(str(tmp_path / "a")) as source, open_store(str(tmp_path / "b")) as dest:
+        thread = source.create_thread("u")
+        for i in range(40):
+            source.append(thread, "custom.x", {"i": i}, durable=False)
+        source.flush()
+        records = source.read(thread)
+        sizes: list[int] = []
+        adopt = dest.adopt_pages
+
+        def spy(pages: Any) -> bool:
+            def counted() -> Any:
+                for page in pages:
+                    sizes.append(len(page))
+                    yield page
+
+            return adopt(counted())
+
+        monkeypatch.setattr(dest, "adopt_pages", spy)
+        read = source.read
+
+        def bounded(thread_id: str, after: int = 0, **kw: Any) -> Any:
+            assert kw.get("limit") is not None, "the whole log was read"
+            return read(thread_id, after, **kw)
+
+        monkeypatch.setattr(source, "read", bounded)
+        assert copy_thread(source, dest, thread).records == len(records)
+        assert sizes == [7] * 5 + [len(records) - 35]
+        assert dest.read(thread) == records and dest.verify(thread).ok
+        assert copy_thread(source, dest, thread).status == "skipped"  # run again: nothing

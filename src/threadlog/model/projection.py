@@ -19,7 +19,15 @@ if TYPE_CHECKING:
 
     from threadlog.model.envelope import Record
 
-__all__ = ["PROJECTED", "Projected", "RowChange", "as_projected", "project", "project_log"]
+__all__ = [
+    "PROJECTED",
+    "Projected",
+    "ProjectedLog",
+    "RowChange",
+    "as_projected",
+    "project",
+    "project_log",
+]
 
 _TOOL_STATUS = {
     "tool_call.approved": "approved",
@@ -210,38 +218,69 @@ def project_log(records: Sequence[Record]) -> Projected:
     applying each record's `project` in turn leaves the rows: the changes of one turn's or
     call's row merged (a call's proposed, approved, started and finished are one insert, not
     four), later fields over earlier ones; the thread's own changes merged likewise."""
-    thread: dict[str, Any] = {}
-    rows: dict[tuple[str, str], dict[str, Any]] = {}
-    meta: dict[str, Any] = {}
-    memories: list[tuple[str, dict[str, Any]]] = []
-    turns = calls = 0
-    for record in records:
-        for change in project(record):
-            table = change.table
-            if table == "thread":
-                _merge_thread(thread, change.fields)
-                continue
-            if table == "meta":
-                meta.update((str(key), value) for key, value in change.fields.items())
-                continue
-            if table == "memory":
-                memories.append((change.key, change.fields))
-                continue
-            if table == "turn":
-                name = "turns"
-                turns += "started_ord" in change.fields
-            else:
-                name = "tool_calls"
-                calls += change.fields.get("status") == "proposed"
-            row = rows.get((name, change.key))
-            if row is None:
-                rows[name, change.key] = dict(change.fields)
-            else:
-                row.update(change.fields)
-    last = records[-1]
-    return Projected(
-        records[0].ord, (last.ord, last.hash, last.ts), thread, rows, meta, memories, turns, calls
-    )
+    builder = ProjectedLog()
+    builder.add(records)
+    return builder.result()
+
+
+class ProjectedLog:
+    """`project_log` a page of records at a time: `add` them in order, then `result`."""
+
+    def __init__(self) -> None:
+        self._thread: dict[str, Any] = {}
+        self._rows: dict[tuple[str, str], dict[str, Any]] = {}
+        self._meta: dict[str, Any] = {}
+        self._memories: list[tuple[str, dict[str, Any]]] = []
+        self._turns = self._calls = 0
+        self._first: int | None = None
+        self._last: Record | None = None
+
+    def add(self, records: Sequence[Record]) -> None:
+        """Fold the next records' changes in."""
+        if not records:
+            return
+        if self._first is None:
+            self._first = records[0].ord
+        thread, rows, meta, memories = self._thread, self._rows, self._meta, self._memories
+        for record in records:
+            for change in project(record):
+                table = change.table
+                if table == "thread":
+                    _merge_thread(thread, change.fields)
+                    continue
+                if table == "meta":
+                    meta.update((str(key), value) for key, value in change.fields.items())
+                    continue
+                if table == "memory":
+                    memories.append((change.key, change.fields))
+                    continue
+                if table == "turn":
+                    name = "turns"
+                    self._turns += "started_ord" in change.fields
+                else:
+                    name = "tool_calls"
+                    self._calls += change.fields.get("status") == "proposed"
+                row = rows.get((name, change.key))
+                if row is None:
+                    rows[name, change.key] = dict(change.fields)
+                else:
+                    row.update(change.fields)
+        self._last = records[-1]
+
+    def result(self) -> Projected:
+        """The changes of every record added (at least one)."""
+        last = self._last
+        assert last is not None and self._first is not None, "no records were added"
+        return Projected(
+            self._first,
+            (last.ord, last.hash, last.ts),
+            self._thread,
+            self._rows,
+            self._meta,
+            self._memories,
+            self._turns,
+            self._calls,
+        )
 
 
 def as_projected(records: Sequence[Record] | Projected) -> Projected:

@@ -6,18 +6,22 @@ Theory of operation
 the same ids, ordinals, parents, timestamps, writing threads and hashes (a fork keeps its
 lineage and its inherited prefix, whose records name the ancestors that wrote them).
 
-1. **Read and verify.** The source's records are read (`Store.read` verifies each one) and
-   checked as a whole (`threadlog.store.transfer.check_import`: hashes recomputed, chain,
-   ordinals, lineage, legality) before anything is written anywhere.
-2. **Blobs first.** Each blob a record references (`threadlog.model.refs.referenced`) is
-   streamed from the source's `Artifacts` into the destination's, in chunks (bounded
-   memory), and must come out under the same hash; so the destination never holds a record
-   whose blob it lacks.
-3. **Adopt.** The destination's `Transfer.adopt_thread` writes the thread all or nothing;
-   a thread it already holds with the same records is left alone (a copy run again is a
-   no-op: ``skipped``), one it holds with other content is refused (`ConflictError`).
+1. **Read and verify, a page at a time.** The source's records up to its last one when the
+   copy starts are read `PAGE` at a time (`Store.follow` verifies each one, and reads a
+   window at a time where the store can seek), and each page is checked as it comes
+   (`threadlog.store.transfer.ImportCheck`: hashes recomputed, chain, ordinals, lineage,
+   legality, unique ids) by the destination before it writes it: a long thread is never
+   held whole.
+2. **Blobs first.** Each blob a page's records reference (`threadlog.model.refs.referenced`)
+   is streamed from the source's `Artifacts` into the destination's, in chunks (bounded
+   memory), before the page goes on, and must come out under the same hash; so the
+   destination never holds a record whose blob it lacks.
+3. **Adopt.** The destination's `Transfer.adopt_pages` writes the thread all or nothing (a
+   temporary file linked into place, one transaction); a thread it already holds with the
+   same records is left alone (a copy run again is a no-op: ``skipped``), one it holds with
+   other content is refused (`ConflictError`).
 4. **Verify after.** The destination's `Store.verify` must pass and its records must have
-   exactly the source's hashes.
+   exactly the source's hashes (compared a page at a time, by a digest of each page's).
 
 `copy_threads` does this for many threads, carrying on past a thread that fails (its error
 is in the result) and reporting progress to a callback. A live writer may append to a
@@ -26,6 +30,7 @@ source thread meanwhile: the copy holds what was durable when it was read.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,10 +38,9 @@ from threadlog._dataclass import dataclass
 from threadlog.errors import IntegrityError, ThreadlogError, UsageError
 from threadlog.model.refs import referenced
 from threadlog.store.protocol import Artifacts, Transfer
-from threadlog.store.transfer import check_import
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from threadlog.model.envelope import Record
     from threadlog.model.refs import ArtifactRef
@@ -47,7 +51,9 @@ __all__ = ["CopyReport", "ThreadCopy", "copy_thread", "copy_threads"]
 CHUNK = 1 << 20
 """Bytes of a blob read and written at a time."""
 PAGE = 5000
-"""Records of the copy read back at a time to compare its hashes with the source's."""
+"""Records read, adopted and read back at a time (the copy holds one page of the thread)."""
+_END = 1 << 62
+"""A ``before`` past any ordinal."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +114,18 @@ def copy_thread(source: Store, dest: Store, thread_id: str) -> ThreadCopy:
     thread with other content)."""
     if not isinstance(dest, Transfer):
         raise UsageError(f"the destination ({type(dest).__name__}) cannot import threads")
-    records = source.read(thread_id)
-    check_import(records)
-    blobs = _copy_blobs(source, dest, thread_id, records)
-    written = dest.adopt_thread(records)
+    tail = source.read(thread_id, before=_END, limit=1)  # (ThreadNotFound) what is copied
+    total = tail[0].ord if tail else 0
+    digests: list[bytes] = []  # each page's hashes, digested: to check the copy against
+    blobs: set[str] = set()
+
+    def pages() -> Iterator[list[Record]]:
+        for page in _pages(source, thread_id, total):
+            _copy_blobs(source, dest, thread_id, page, blobs)  # before the records that name them
+            digests.append(_digest(page))
+            yield page
+
+    written = dest.adopt_pages(pages())
     report = dest.verify(thread_id)
     if not report.ok:
         raise IntegrityError(
@@ -119,11 +133,37 @@ def copy_thread(source: Store, dest: Store, thread_id: str) -> ThreadCopy:
             report.first_bad_ord or 0,
             f"the copy does not verify: {report.error}",
         )
-    for start in range(0, len(records), PAGE):  # (a page at a time: not a second copy)
-        copied = dest.read(thread_id, after=start, limit=PAGE)
-        if [r.hash for r in copied] != [r.hash for r in records[start : start + PAGE]]:
+    for k, start in enumerate(range(0, total, PAGE)):  # (a page at a time: not a second copy)
+        if _digest(dest.read(thread_id, after=start, limit=PAGE)) != digests[k]:
             raise IntegrityError(thread_id, start + 1, "the copy's hashes differ from the source's")
-    return ThreadCopy(thread_id, "copied" if written else "skipped", len(records), blobs)
+    return ThreadCopy(thread_id, "copied" if written else "skipped", total, len(blobs))
+
+
+def _pages(source: Store, thread_id: str, total: int) -> Iterator[list[Record]]:
+    """The thread's records up to ord ``total``, `PAGE` at a time, each verified as it is
+    read (`Store.follow`: a window at a time where the store can seek, so that a long
+    thread is never held whole)."""
+    if total < 1:
+        return
+    page: list[Record] = []
+    records = source.follow(thread_id, 0, interval=0.05)
+    try:
+        for record in records:
+            page.append(record)
+            if len(page) == PAGE or record.ord >= total:
+                yield page
+                page = []
+            if record.ord >= total:
+                return
+    finally:
+        close = getattr(records, "close", None)
+        if close is not None:
+            close()
+
+
+def _digest(records: Sequence[Record]) -> bytes:
+    """A digest of the records' hashes, in order."""
+    return hashlib.sha256("".join(r.hash for r in records).encode()).digest()
 
 
 def copy_threads(
@@ -149,14 +189,18 @@ def copy_threads(
     return report
 
 
-def _copy_blobs(source: Store, dest: Store, thread_id: str, records: list[Record]) -> int:
-    """Stream every blob the records reference into the destination; how many."""
+def _copy_blobs(
+    source: Store, dest: Store, thread_id: str, records: list[Record], copied: set[str]
+) -> None:
+    """Stream every blob the records reference into the destination, unless ``copied``
+    names it already (then it was, for an earlier page); each one copied is added there."""
     refs: dict[str, ArtifactRef] = {}
     for record in records:
         for ref in referenced(record.type, record.data):
-            refs.setdefault(ref.sha256, ref)
+            if ref.sha256 not in copied:
+                refs.setdefault(ref.sha256, ref)
     if not refs:
-        return 0
+        return
     if not isinstance(source, Artifacts) or not isinstance(dest, Artifacts):
         raise UsageError(
             f"thread {thread_id} references {len(refs)} blob(s), and the "
@@ -164,6 +208,7 @@ def _copy_blobs(source: Store, dest: Store, thread_id: str, records: list[Record
             "holds no artifacts"
         )
     for sha256, ref in refs.items():
+        copied.add(sha256)
         if dest.check_artifact(ref) is None:
             continue  # there already, sound
         problem = source.check_artifact(ref)
@@ -178,7 +223,6 @@ def _copy_blobs(source: Store, dest: Store, thread_id: str, records: list[Record
             got = writer.commit(summary=ref.summary)
         if got.sha256 != sha256:  # changed while it was read
             raise IntegrityError(thread_id, _ord_of(records, sha256), f"blob {sha256} changed")
-    return len(refs)
 
 
 def _ord_of(records: list[Record], sha256: str) -> int:

@@ -15,7 +15,7 @@ from threadlog.store.transfer import check_import, conflict_message, same_log
 
 if TYPE_CHECKING:
     import threading
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from threadlog.model.envelope import Record
 
@@ -52,3 +52,8 @@ class MemoryTransfer:
             self._threads[thread_id] = rows
             self._ids[thread_id] = {r.id: r.ord for r, _ in rows}
         return True
+
+    def adopt_pages(self, pages: Iterable[Sequence[Record]]) -> bool:
+        """See `threadlog.store.protocol.Transfer.adopt_pages` (in memory, the whole thread
+        is held anyway: the pages are joined)."""
+        return self.adopt_thread([record for page in pages for record in page])

@@ -29,7 +29,7 @@ mypy holds a backend to.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 from threadlog._dataclass import dataclass
@@ -593,6 +593,13 @@ class Transfer(Protocol):
         written (False: the store held exactly these records already). Raises `UsageError`
         (no records, records of more than one log), `IntegrityError` (records that do not
         verify), `ConflictError` (the store holds the thread with other content)."""
+        ...
+
+    def adopt_pages(self, pages: Iterable[Sequence[Record]]) -> bool:
+        """`adopt_thread` of the same records given as consecutive pages (ords 1..n in
+        order, split anywhere), for a store to hold one page at a time rather than the whole
+        log (``threadlog copy`` of a long thread; `threadlog.store.transfer.ImportCheck`
+        checks a page at a time). The same answers, the same all-or-nothing write."""
         ...
 
 

@@ -22,10 +22,11 @@ tell a re-run of a copy (the same records: nothing to do) from a conflicting thr
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from threadlog.errors import IntegrityError, UsageError
+from threadlog.errors import ConflictError, IntegrityError, UsageError
 from threadlog.model import codec
 from threadlog.model.envelope import encode_record
 from threadlog.model.eventdata import from_data
@@ -34,18 +35,22 @@ from threadlog.model.legality import reduce_log
 from threadlog.model.lineage import copied_prefix
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from threadlog.model.envelope import Record
+    from threadlog.model.lineage import Copied
     from threadlog.model.state import ThreadState
 
 __all__ = [
     "Adopted",
     "Checkpointed",
+    "ImportCheck",
     "Spool",
     "Spooled",
     "check_import",
     "check_import_state",
+    "compare_pages",
+    "conflict_text",
     "conflict_message",
     "first_difference",
     "same_log",
@@ -116,67 +121,113 @@ def check_import(records: Sequence[Record]) -> list[Adopted]:
 def check_import_state(records: Sequence[Record]) -> tuple[list[Adopted], ThreadState]:
     """`check_import`, and the thread's reduced state after its last record (what a store
     that keeps a checkpoint of the thread it adopts keeps)."""
-    if not records:
-        raise UsageError("nothing to import: a thread has at least its thread.created record")
-    first = records[0]
-    thread_id = first.thread
-    if first.type != "thread.created" or first.ord != 1:
-        raise UsageError(f"thread {thread_id}: the first record to import is not its ord 1")
-    try:
-        created = from_data(first.type, first.data)
-        if not isinstance(created, ThreadCreated):  # pragma: no cover - from_data's contract
-            raise UsageError("not a thread.created")
-        inherited = copied_prefix(created.lineage)
-    except (UsageError, ValueError) as exc:
-        raise IntegrityError(thread_id, 1, f"ord 1 is not a valid thread.created: {exc}") from None
-    adopted: list[Adopted] = []
-    ids: set[str] = set()
-    prev: str | None = None
-    for i, record in enumerate(records):
-        ord_ = i + 1
-        writers = inherited.threads if inherited and 2 <= ord_ <= inherited.until else ()
-        if record.ord != ord_:
-            raise IntegrityError(thread_id, ord_, f"record {ord_} holds ord {record.ord}")
-        if ord_ == 2 and inherited is not None:
-            prev = inherited.prev
-        if record.prev != prev:
-            raise IntegrityError(thread_id, ord_, "the hash chain is broken here")
-        if record.thread != thread_id and record.thread not in writers:
-            raise IntegrityError(thread_id, ord_, f"a record of thread {record.thread}")
-        if record.id in ids:
-            raise IntegrityError(thread_id, ord_, f"a second record with id {record.id}")
-        try:
-            data_json = codec.canonical(record.data)
-        except UsageError as exc:
-            raise IntegrityError(thread_id, ord_, f"data that is not JSON: {exc}") from None
-        line, digest = encode_record(
-            id=record.id,
-            thread=record.thread,
-            ord=record.ord,
-            parent=record.parent,
-            ts=record.ts,
-            type=record.type,
-            data_json=data_json,
-            prev=record.prev,
-            v=record.v,
-        )
-        if digest != record.hash:
-            raise IntegrityError(thread_id, ord_, "the record's hash does not match it")
-        if inherited is not None and ord_ == inherited.until and digest != inherited.last:
-            raise IntegrityError(
-                thread_id, ord_, "the last inherited record is not the one the fork names"
+    check = ImportCheck()
+    adopted = check.feed(records)
+    return adopted, check.finish()
+
+
+class ImportCheck:
+    """`check_import` a page at a time: `feed` the records in order (ords 1.. of one
+    thread, in as many pages as the caller likes), then `finish`. What it keeps between pages
+    does not grow with the records' size: the chain's last hash, the reduced state, and an
+    8-byte digest of each event id (for their uniqueness)."""
+
+    def __init__(self) -> None:
+        self.thread_id: str | None = None
+        self.count = 0
+        """Records checked so far."""
+        self._inherited: Copied | None = None
+        self._prev: str | None = None
+        self._ids: set[int] = set()
+        self._state: ThreadState | None = None
+
+    def feed(self, records: Sequence[Record]) -> list[Adopted]:
+        """Check the next records; each with its rollout line. Raises as `check_import`."""
+        adopted: list[Adopted] = []
+        if not records:
+            return adopted
+        if self.thread_id is None:
+            self._start(records[0])
+        thread_id = self.thread_id
+        assert thread_id is not None
+        inherited, ids = self._inherited, self._ids
+        prev = self._prev
+        for record in records:
+            self.count += 1
+            ord_ = self.count
+            writers = inherited.threads if inherited and 2 <= ord_ <= inherited.until else ()
+            if record.ord != ord_:
+                raise IntegrityError(thread_id, ord_, f"record {ord_} holds ord {record.ord}")
+            if ord_ == 2 and inherited is not None:
+                prev = inherited.prev
+            if record.prev != prev:
+                raise IntegrityError(thread_id, ord_, "the hash chain is broken here")
+            if record.thread != thread_id and record.thread not in writers:
+                raise IntegrityError(thread_id, ord_, f"a record of thread {record.thread}")
+            key = _id_key(record.id)
+            if key in ids:
+                raise IntegrityError(thread_id, ord_, f"a second record with id {record.id}")
+            try:
+                data_json = codec.canonical(record.data)
+            except UsageError as exc:
+                raise IntegrityError(thread_id, ord_, f"data that is not JSON: {exc}") from None
+            line, digest = encode_record(
+                id=record.id,
+                thread=record.thread,
+                ord=record.ord,
+                parent=record.parent,
+                ts=record.ts,
+                type=record.type,
+                data_json=data_json,
+                prev=record.prev,
+                v=record.v,
             )
-        ids.add(record.id)
-        adopted.append(Adopted(record, line))  # (not ``data_json``: orjson's bytes hold
-        # ~4 KiB of buffer whatever their length, a whole log's worth kept until the end)
-        prev = digest
-    if inherited is not None and len(records) < inherited.until:
-        raise IntegrityError(
-            thread_id, len(records) + 1, "the log ends inside the records its fork inherited"
-        )
-    state = reduce_log(thread_id, records)  # an illegal event: IntegrityError with its ordinal
-    assert state is not None  # (records were given)
-    return adopted, state
+            if digest != record.hash:
+                raise IntegrityError(thread_id, ord_, "the record's hash does not match it")
+            if inherited is not None and ord_ == inherited.until and digest != inherited.last:
+                raise IntegrityError(
+                    thread_id, ord_, "the last inherited record is not the one the fork names"
+                )
+            ids.add(key)
+            adopted.append(Adopted(record, line))  # (not ``data_json``: orjson's bytes hold
+            # ~4 KiB of buffer whatever their length, a whole log's worth kept until the end)
+            prev = digest
+        self._prev = prev
+        # an illegal event: IntegrityError with its ordinal
+        self._state = reduce_log(thread_id, records, self._state)
+        return adopted
+
+    def finish(self) -> ThreadState:
+        """The checks that need the whole log (it is not cut inside a fork's inherited
+        prefix), and the reduced state after its last record."""
+        if self.thread_id is None or self._state is None:
+            raise UsageError("nothing to import: a thread has at least its thread.created record")
+        if self._inherited is not None and self.count < self._inherited.until:
+            raise IntegrityError(
+                self.thread_id, self.count + 1, "the log ends inside the records its fork inherited"
+            )
+        return self._state
+
+    def _start(self, first: Record) -> None:
+        thread_id = first.thread
+        if first.type != "thread.created" or first.ord != 1:
+            raise UsageError(f"thread {thread_id}: the first record to import is not its ord 1")
+        try:
+            created = from_data(first.type, first.data)
+            if not isinstance(created, ThreadCreated):  # pragma: no cover - from_data's contract
+                raise UsageError("not a thread.created")
+            self._inherited = copied_prefix(created.lineage)
+        except (UsageError, ValueError) as exc:
+            raise IntegrityError(
+                thread_id, 1, f"ord 1 is not a valid thread.created: {exc}"
+            ) from None
+        self.thread_id = thread_id
+
+
+def _id_key(id_: str) -> int:
+    """An 8-byte digest of an event id: two ids of one log share one with a chance of about
+    n²/2⁶⁵ (a copy refused for nothing, never a duplicate let through)."""
+    return int.from_bytes(hashlib.blake2b(id_.encode(), digest_size=8).digest(), "big")
 
 
 def first_difference(held: Sequence[Record], records: Sequence[Record]) -> int | None:
@@ -195,16 +246,51 @@ def same_log(held: Sequence[Record], records: Sequence[Record]) -> bool:
 
 def conflict_message(thread_id: str, held: Sequence[Record], records: Sequence[Record]) -> str:
     """Why an import of ``records`` over the ``held`` log is refused."""
-    at = first_difference(held, records)
-    if at is not None and at == min(len(held), len(records)) + 1:
-        behind, ahead = (held, records) if len(held) < len(records) else (records, held)
-        where = "here" if behind is held else "in the source"
+    return conflict_text(thread_id, first_difference(held, records), len(held), len(records))
+
+
+def conflict_text(thread_id: str, at: int | None, held: int, records: int) -> str:
+    """`conflict_message` from the first ordinal at which the logs differ and their
+    lengths (what a comparison a page at a time knows)."""
+    if at is not None and at == min(held, records) + 1:
+        behind, ahead = (held, records) if held < records else (records, held)
+        where = "here" if held < records else "in the source"
         return (
             f"thread {thread_id} exists here with other content (from ord {at}): {where} it "
-            f"ends at ord {len(behind)}, a prefix of the other side's {len(ahead)} records "
+            f"ends at ord {behind}, a prefix of the other side's {ahead} records "
             "(a copy adopts a whole thread and does not extend one); nothing was written"
         )
     return (
-        f"thread {thread_id} exists here with other content (its {len(held)} records differ "
-        f"from the {len(records)} to import from ord {at}); nothing was written"
+        f"thread {thread_id} exists here with other content (its {held} records differ "
+        f"from the {records} to import from ord {at}); nothing was written"
     )
+
+
+def compare_pages(
+    thread_id: str,
+    held: Callable[[int, int], Sequence[Record]],
+    length: int,
+    pages: Iterable[Sequence[Record]],
+    check: ImportCheck,
+) -> bool:
+    """For a store that holds ``thread_id`` already (``length`` records), given the thread to
+    adopt as ``pages`` (each checked with ``check``, as an adoption checks them): True if it
+    holds exactly these records, else `ConflictError` (nothing is written either way).
+    ``held(after, limit)`` reads the held log a page at a time (`Store.read`)."""
+    at: int | None = None
+    count = 0
+    for page in pages:
+        check.feed(page)
+        if at is None:
+            mine = held(count, len(page)) if count < length else []
+            for i, record in enumerate(page):
+                if i >= len(mine) or mine[i].hash != record.hash:
+                    at = count + i + 1
+                    break
+        count += len(page)
+    check.finish()
+    if at is None and length > count:
+        at = count + 1
+    if at is None:
+        return True
+    raise ConflictError(conflict_text(thread_id, at, length, count))

@@ -52,7 +52,7 @@ from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.validate import normalize_append
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from types import EllipsisType, TracebackType
 
     from threadlog.model.envelope import Record
@@ -487,6 +487,12 @@ class EmbeddedStore(Queries, Blobs):
         or nothing; False if this store holds exactly these records already (`Importer`)."""
         self._check_open()
         return self._importer.adopt_thread(records)
+
+    def adopt_pages(self, pages: Iterable[Sequence[Record]]) -> bool:
+        """`adopt_thread` of a thread given a page of records at a time, held a page at a
+        time (`Importer.adopt_pages`)."""
+        self._check_open()
+        return self._importer.adopt_pages(pages)
 
     def new_threads(self) -> NewThreads:
         """A batch of new threads whose lines the caller encoded, written whole and made

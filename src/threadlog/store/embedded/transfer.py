@@ -47,6 +47,7 @@ largest cost in the process that owns its crash safety.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
@@ -57,7 +58,7 @@ from threadlog._dataclass import dataclass
 from threadlog.errors import ConflictError, StorageError, UsageError
 from threadlog.model import snapshot
 from threadlog.model.context import Context
-from threadlog.model.projection import Projected, as_projected, project_log
+from threadlog.model.projection import Projected, ProjectedLog, as_projected, project_log
 from threadlog.model.state import trim
 from threadlog.store import iddigest
 from threadlog.store._fileops import DEFAULT_FILEOPS, temporary_path
@@ -65,14 +66,16 @@ from threadlog.store.embedded.fork import Forked
 from threadlog.store.transfer import (
     Adopted,
     Checkpointed,
+    ImportCheck,
     Spooled,
     check_import_state,
+    compare_pages,
     conflict_message,
     same_log,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from threadlog.model.envelope import Record
     from threadlog.model.state import ThreadState
@@ -157,6 +160,84 @@ class Importer:
             self._checkpoint(thread_id, _checkpointed(adopted, state, self._sparse_every), size)
         return True
 
+    def adopt_pages(self, pages: Iterable[Sequence[Record]]) -> bool:
+        """`threadlog.store.protocol.Transfer.adopt_pages`: `adopt_thread` of a thread given
+        a page of records at a time, holding one page at a time (each checked, written to the
+        temporary file and folded into the index's changes, the checkpoint's sparse index and
+        the reduced state, then let go)."""
+        stream = iter(pages)
+        first = next((page for page in stream if page), None)
+        if first is None:
+            raise UsageError("nothing to import: a thread has at least its thread.created record")
+        thread_id = first[0].thread
+        check = ImportCheck()
+        if self._layout.exists(thread_id):
+            return self._held_pages(thread_id, check, itertools.chain([first], stream))
+        adopted = check.feed(first)  # (checked before anything is created)
+        path = self._layout.path_of(thread_id)
+        directory = os.path.dirname(path)
+        tmp = temporary_path(directory, thread_id)
+        fops = self._fops
+        fd = _write_temporary(fops, thread_id, tmp)
+        projected, sparse, size = ProjectedLog(), _Sparse(self._sparse_every), 0
+        last = adopted[-1].record
+        try:
+            while True:
+                if adopted:
+                    last = adopted[-1].record
+                lines = [a.line for a in adopted]
+                for chunk in _chunks(lines):
+                    fops.write_all(fd, chunk)
+                projected.add([a.record for a in adopted])
+                size = sparse.add(adopted, size)
+                page = next(stream, None)
+                if page is None:
+                    break
+                adopted = check.feed(page)
+            state = check.finish()
+            fops.fsync(fd)
+            closing, fd = fd, -1
+            fops.close(closing)
+            try:
+                os.link(tmp, path)  # never replaces a thread that appeared meanwhile
+            except FileExistsError:
+                if _same_bytes(path, tmp):  # the same records (lines are canonical)
+                    return False
+                raise ConflictError(
+                    f"thread {thread_id} appeared here while it was copied, with other "
+                    "content; nothing was written"
+                ) from None
+            finally:
+                with contextlib.suppress(OSError):
+                    fops.unlink(tmp)
+            fops.fsync_dir(directory)
+        except BaseException as exc:
+            _discard(fops, fd, tmp)
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot import thread {thread_id}: {exc}") from exc
+            raise
+        self._written(_Built.of(thread_id, path, projected.result(), size))
+        if self._checkpoint is not None and check.count >= self._checkpoint_records:
+            trim(state)  # (nothing more is checked against it here)
+            payload = snapshot.dump(state, Context())
+            taken = Checkpointed(last.ord, last.hash, payload, sparse.entries)
+            self._checkpoint(thread_id, taken, size)
+        return True
+
+    def _held_pages(
+        self, thread_id: str, check: ImportCheck, pages: Iterable[Sequence[Record]]
+    ) -> bool:
+        """`compare_pages` against the thread this store holds: False if it holds exactly
+        these records (a copy run again), `ConflictError` if not."""
+        tail = self._reader.read(thread_id, before=1 << 62, limit=1)
+        length = tail[0].ord if tail else 0
+
+        def held(after: int, limit: int) -> list[Record]:
+            return self._reader.read(thread_id, after, limit=limit)
+
+        compare_pages(thread_id, held, length, pages, check)
+        return False
+
     def _held(self, thread_id: str, records: Sequence[Record]) -> bool:
         """Whether the store holds exactly ``records`` already; `ConflictError` if it holds
         the thread with other content."""
@@ -172,16 +253,46 @@ def _checkpointed(adopted: list[Adopted], state: ThreadState, every: int) -> Che
     """An adopted thread's checkpoint after its last record: its trimmed state, and the
     offset and id block of every ``every``-th line (`threadlog.store.iddigest`)."""
     trim(state)  # (nothing more is checked against it here)
-    sparse: list[tuple[int, int, bytes | None]] = []
-    offset = 0
-    for i, a in enumerate(adopted):
-        ord_ = i + 1
-        if ord_ % every == 0:
-            ids = (x.record.id for x in adopted[ord_ - every : ord_])
-            sparse.append((ord_, offset, iddigest.block(ids)))
-        offset += len(a.line)
+    sparse = _Sparse(every)
+    sparse.add(adopted, 0)
     last = adopted[-1].record
-    return Checkpointed(last.ord, last.hash, snapshot.dump(state, Context()), sparse)
+    return Checkpointed(last.ord, last.hash, snapshot.dump(state, Context()), sparse.entries)
+
+
+class _Sparse:
+    """The sparse index of a thread being written, a page of records at a time: the offset
+    and id block of every ``every``-th line."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.entries: list[tuple[int, int, bytes | None]] = []
+        self._ids: list[str] = []
+
+    def add(self, adopted: Sequence[Adopted], offset: int) -> int:
+        """Index the next records, the first at byte ``offset``; the offset after them."""
+        every, ids = self.every, self._ids
+        for a in adopted:
+            ord_ = a.record.ord
+            ids.append(a.record.id)
+            if ord_ % every == 0:
+                self.entries.append((ord_, offset, iddigest.block(ids[-every:])))
+                ids.clear()
+            offset += len(a.line)
+        return offset
+
+
+def _same_bytes(path: str, other: str) -> bool:
+    """Whether two files hold the same bytes (read a MiB at a time)."""
+    try:
+        with open(path, "rb") as a, open(other, "rb") as b:
+            while True:
+                x, y = a.read(1 << 20), b.read(1 << 20)
+                if x != y:
+                    return False
+                if not x:
+                    return True
+    except OSError:
+        return False
 
 
 def _new_temporary(directory: str, thread_id: str, pid: int | None = None) -> str:

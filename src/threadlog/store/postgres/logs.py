@@ -29,7 +29,7 @@ from threadlog.store.postgres.writer import decode_line
 from threadlog.store.protocol import VerifyReport
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from contextlib import AbstractContextManager
 
     import psycopg
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from threadlog.model.state import ThreadState
     from threadlog.store.postgres.projections import Row
     from threadlog.store.postgres.schema import Target
+    from threadlog.store.transfer import Adopted
 
 __all__ = ["VERIFY_PAGE", "Logs", "chain_error", "new_row"]
 
@@ -322,6 +323,37 @@ class Logs:
                 )
         self._on_durable(thread_id, records)
         return thread_id
+
+    def _insert_pages(
+        self, thread_id: str, pages: Iterable[Sequence[Adopted]], finish: Callable[[], object]
+    ) -> int:
+        """`_insert_new_thread` of a thread given a page of checked records at a time (each
+        page's statements sent as it comes, `IMPORT_ROWS` rows a statement), in one
+        transaction that ``finish()`` (the checks that need the whole log) must pass before
+        it commits; how many records. The store's listeners hear of them after the commit, a
+        page at a time, read back from the table (only if there are listeners)."""
+        count = 0
+        with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO threads (thread_id) VALUES (%s) ON CONFLICT DO NOTHING", (thread_id,)
+            )
+            if cur.rowcount == 0:
+                raise UsageError(f"the store already holds thread {thread_id}")
+            for adopted in pages:
+                for start in range(0, len(adopted), IMPORT_ROWS):
+                    rows: list[Row] = [
+                        (a.record, bytes(a.line), None)
+                        for a in adopted[start : start + IMPORT_ROWS]
+                    ]
+                    insert_records(
+                        cur, {thread_id: rows}, channel=self._target.channel, origin=self._origin
+                    )
+                count += len(adopted)
+            finish()
+        if getattr(self, "_listeners", None):
+            for start in range(0, count, IMPORT_ROWS):
+                self._on_durable(thread_id, self.read(thread_id, start, limit=IMPORT_ROWS))
+        return count
 
     def _decode_all(self, thread_id: str, rows: list[Any]) -> list[Record]:
         return [decode_line(thread_id, o, line) for o, line in rows]

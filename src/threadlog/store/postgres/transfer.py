@@ -21,18 +21,27 @@ class of `PostgresStore`.
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 from threadlog.errors import ConflictError, UsageError
 from threadlog.model import snapshot
 from threadlog.model.context import Context
 from threadlog.model.state import trim
-from threadlog.store.transfer import check_import_state, conflict_message, same_log
+from threadlog.store.transfer import (
+    ImportCheck,
+    check_import_state,
+    compare_pages,
+    conflict_message,
+    same_log,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from threadlog.model.envelope import Record
+    from threadlog.model.state import ThreadState
+    from threadlog.store.transfer import Adopted
 
 __all__ = ["Transfers"]
 
@@ -63,6 +72,13 @@ class Transfers:
             self, thread_id: str, ord_: int, digest: str, payload: bytes
         ) -> None: ...
 
+        def _insert_pages(
+            self,
+            thread_id: str,
+            pages: Iterable[Sequence[Adopted]],
+            finish: Callable[[], object],
+        ) -> int: ...
+
     def adopt_thread(self, records: Sequence[Record]) -> bool:
         """See `threadlog.store.protocol.Transfer.adopt_thread`. A thread of
         `threadlog.store.postgres.store.CHECKPOINT_FROM` records or more is kept with a checkpoint of its state (trimmed),
@@ -90,3 +106,60 @@ class Transfers:
         if same_log(held, records):
             return False
         raise ConflictError(conflict_message(thread_id, held, records))
+
+    def adopt_pages(self, pages: Iterable[Sequence[Record]]) -> bool:
+        """See `threadlog.store.protocol.Transfer.adopt_pages`: each page checked and sent
+        as it comes, in one transaction (`_insert_pages`), one page held at a time."""
+        self._check_open()
+        stream = iter(pages)
+        first = next((page for page in stream if page), None)
+        if first is None:
+            raise UsageError("nothing to import: a thread has at least its thread.created record")
+        thread_id = first[0].thread
+        check = ImportCheck()
+        if self.exists(thread_id):
+            return self._held_pages(thread_id, check, itertools.chain([first], stream))
+        adopted = check.feed(first)  # (checked before anything is sent)
+        last = [adopted[-1].record]
+
+        def checked() -> Iterator[list[Adopted]]:
+            yield adopted
+            for page in stream:
+                more = check.feed(page)
+                if more:
+                    last[0] = more[-1].record
+                yield more
+
+        finished: list[ThreadState] = []
+        try:
+            count = self._insert_pages(
+                thread_id, checked(), lambda: finished.append(check.finish())
+            )
+        except UsageError:
+            if not self.exists(thread_id):  # not a thread that appeared meanwhile
+                raise
+            raise ConflictError(
+                f"thread {thread_id} appeared here while it was copied; nothing was written"
+            ) from None
+        from threadlog.store.postgres import store  # (its base class: imported late)
+
+        if count >= store.CHECKPOINT_FROM:
+            state = finished[0]
+            trim(state)
+            self._keep_checkpoint(
+                thread_id, last[0].ord, last[0].hash, snapshot.dump(state, Context())
+            )
+        return True
+
+    def _held_pages(
+        self, thread_id: str, check: ImportCheck, pages: Iterable[Sequence[Record]]
+    ) -> bool:
+        """`compare_pages` against the held thread: False if the same records, else
+        `ConflictError`."""
+        tail = self.read(thread_id, before=1 << 62, limit=1)
+
+        def held(after: int, limit: int) -> Sequence[Record]:
+            return self.read(thread_id, after, limit=limit)
+
+        compare_pages(thread_id, held, tail[0].ord if tail else 0, pages, check)
+        return False

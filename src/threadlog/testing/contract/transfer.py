@@ -6,8 +6,9 @@ hashes; the copy verifies, reduces to the same state and grows on its own, chain
 last imported hash. A second import of the same records writes nothing; a thread held with
 other content (shorter, longer, different) is refused with `ConflictError`; records that do
 not verify (a changed byte, a gap, a broken chain, a foreign record) are refused with
-`IntegrityError` and leave nothing behind. Forks keep their lineage and inherited prefix. A
-store without the capability skips these tests.
+`IntegrityError` and leave nothing behind. Forks keep their lineage and inherited prefix. Each
+test runs twice: the thread given whole (`Transfer.adopt_thread`) and in pages
+(`Transfer.adopt_pages`). A store without the capability skips these tests.
 """
 
 from __future__ import annotations
@@ -42,15 +43,30 @@ def _source_thread(source: MemoryStore, n: int = 4) -> list[Record]:
     return source.read(thread)
 
 
-class TransferTests:
-    """adopt_thread: verbatim, idempotent, refusing what differs or does not verify."""
+def _adopt(dest: Transfer, records: list[Record], how: str) -> bool:
+    """``dest.adopt_thread(records)``, or (``how == "pages"``) the same records given to
+    ``adopt_pages`` three at a time, an empty page among them."""
+    if how == "whole":
+        return dest.adopt_thread(records)
+    pages = [records[i : i + 3] for i in range(0, len(records), 3)]
+    pages.insert(1, [])
+    return dest.adopt_pages(iter(pages))
 
-    def test_an_imported_thread_is_the_same_log(self, store: Store) -> None:
+
+class TransferTests:
+    """adopt_thread and adopt_pages: verbatim, idempotent, refusing what differs or does not
+    verify (each test runs with the whole thread and with it in pages of three)."""
+
+    @pytest.fixture(params=["whole", "pages"])
+    def how(self, request: pytest.FixtureRequest) -> str:
+        return str(request.param)
+
+    def test_an_imported_thread_is_the_same_log(self, store: Store, how: str) -> None:
         dest = _transfer(store)
         with MemoryStore() as source:
             records = _source_thread(source)
             thread = records[0].thread
-            assert dest.adopt_thread(records) is True
+            assert _adopt(dest, records, how) is True
             assert store.exists(thread) and thread in store.thread_ids()
             assert store.read(thread) == records
             assert store.verify(thread).ok
@@ -65,34 +81,36 @@ class TransferTests:
             assert store.verify(thread).ok
             assert source.read(thread) == records
 
-    def test_importing_the_same_records_again_writes_nothing(self, store: Store) -> None:
+    def test_importing_the_same_records_again_writes_nothing(self, store: Store, how: str) -> None:
         dest = _transfer(store)
         with MemoryStore() as source:
             records = _source_thread(source)
-            assert dest.adopt_thread(records) is True
-            assert dest.adopt_thread(records) is False
+            assert _adopt(dest, records, how) is True
+            assert _adopt(dest, records, how) is False
             assert store.read(records[0].thread) == records
 
-    def test_a_thread_held_with_other_content_is_refused(self, store: Store) -> None:
+    def test_a_thread_held_with_other_content_is_refused(self, store: Store, how: str) -> None:
         dest = _transfer(store)
         with MemoryStore() as source:
             records = _source_thread(source)
             thread = records[0].thread
-            dest.adopt_thread(records[:5])
+            _adopt(dest, records[:5], how)
             source.append(thread, "custom.note", {"later": 1})
             longer = source.read(thread)
             for other in (longer, records, records[:3]):
                 with pytest.raises(ConflictError, match="ord"):
-                    dest.adopt_thread(other)
+                    _adopt(dest, other, how)
             assert store.read(thread) == records[:5]
             store.append(thread, "custom.note", {"diverged": 1})
             with pytest.raises(ConflictError, match="ord 6"):
-                dest.adopt_thread(records[:6])
+                _adopt(dest, records[:6], how)
 
     @pytest.mark.parametrize(
         "damage", ["data", "gap", "chain", "foreign", "ord1", "duplicate_id", "illegal"]
     )
-    def test_records_that_do_not_verify_are_refused(self, store: Store, damage: str) -> None:
+    def test_records_that_do_not_verify_are_refused(
+        self, store: Store, damage: str, how: str
+    ) -> None:
         dest = _transfer(store)
         with MemoryStore() as source:
             records = list(_source_thread(source))
@@ -113,12 +131,14 @@ class TransferTests:
             else:  # an event the reducer refuses, properly hashed: a second turn.started
                 records = _illegal(records)
             with pytest.raises((IntegrityError, UsageError)):
-                dest.adopt_thread(records)
+                _adopt(dest, records, how)
             assert not store.exists(thread)
         with pytest.raises(UsageError):
             dest.adopt_thread([])
+        with pytest.raises(UsageError):
+            dest.adopt_pages(iter([[], []]))
 
-    def test_forks_keep_their_lineage_and_inherited_prefix(self, store: Store) -> None:
+    def test_forks_keep_their_lineage_and_inherited_prefix(self, store: Store, how: str) -> None:
         dest = _transfer(store)
         with MemoryStore() as source:
             parent = _source_thread(source)[0].thread
@@ -126,7 +146,7 @@ class TransferTests:
             source.append(child, "custom.note", {"child": 1})
             grandchild = source.fork(child)
             for thread in (grandchild, child):  # a fork before its source: no order needed
-                assert dest.adopt_thread(source.read(thread)) is True
+                assert _adopt(dest, source.read(thread), how) is True
                 assert store.read(thread) == source.read(thread)
                 assert store.verify(thread).ok
             got = store.read(grandchild)
@@ -136,11 +156,11 @@ class TransferTests:
             again = store.fork(grandchild, 3)
             assert store.read(again)[1:3] == got[1:3] and store.verify(again).ok
 
-    def test_a_copy_copies_back_unchanged(self, store: Store) -> None:
+    def test_a_copy_copies_back_unchanged(self, store: Store, how: str) -> None:
         dest = _transfer(store)
         with MemoryStore() as source, MemoryStore() as back:
             records = _source_thread(source)
-            dest.adopt_thread(records)
+            _adopt(dest, records, how)
             assert back.adopt_thread(store.read(records[0].thread)) is True
             assert back.read(records[0].thread) == records
 
