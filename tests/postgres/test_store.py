@@ -787,3 +787,74 @@ def test_a_thread_adopted_a_few_rows_a_statement_projects_as_one_statement(
             ]
 
     assert adopted(2) == adopted(100_000)
+
+
+def test_a_thread_adopted_in_pages_that_appears_meanwhile_is_compared(
+    pg_schemas: Schemas, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`adopt_pages` of a thread another copy adopts between its look and its INSERT: the
+    same records are a re-run (False), as `adopt_thread` answers, not a `ConflictError`;
+    other content is refused. The store's listeners hear of a paged adoption whole."""
+    from threadlog.errors import ConflictError
+    from threadlog.store.inmemory import MemoryStore
+
+    with MemoryStore() as source, PostgresStore(pg_schemas.new()) as remote:
+        same, other = source.create_thread("u"), source.create_thread("u")
+        for thread in (same, other):
+            for i in range(10):
+                source.append(thread, "custom.x", {"i": i})
+        exists = remote.exists
+        meanwhile: dict[str, list[Record]] = {}
+
+        def racing(thread_id: str) -> bool:
+            found = exists(thread_id)
+            held = meanwhile.pop(thread_id, None)
+            if held is not None:
+                assert remote.adopt_thread(held) is True  # another copy, faster
+            return found
+
+        monkeypatch.setattr(remote, "exists", racing)
+        records = source.read(same)
+        meanwhile[same] = records
+        assert remote.adopt_pages(iter([records[:4], records[4:]])) is False
+        assert remote.read(same) == records
+        others = source.read(other)
+        meanwhile[other] = others[:6]
+        with pytest.raises(ConflictError, match="ord"):
+            remote.adopt_pages(iter([others[:4], others[4:]]))
+        assert remote.read(other) == others[:6]
+        heard: list[Record] = []
+        remote.add_listener(lambda thread_id, got: heard.extend(got))
+        third = source.create_thread("u")
+        for i in range(5):
+            source.append(third, "custom.x", {"i": i})
+        assert remote.adopt_pages(iter([source.read(third)[:2], source.read(third)[2:]]))
+        assert heard == source.read(third)
+
+
+def test_a_copy_that_fails_midway_lets_the_sources_follow_go(
+    pg_schemas: Schemas, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`copy_thread` reads the source with `Store.follow`; a destination that gives up after
+    a page leaves no follower registered on the source (it stayed for as long as the error,
+    its traceback holding the generator, was kept: `copy_threads` keeps each one)."""
+    from threadlog.store import copy as copy_module
+    from threadlog.store.copy import copy_thread
+    from threadlog.store.inmemory import MemoryStore
+
+    monkeypatch.setattr(copy_module, "PAGE", 3)
+    with PostgresStore(pg_schemas.new()) as source, MemoryStore() as dest:
+        thread = source.create_thread("u")
+        for i in range(10):
+            source.append(thread, "custom.x", {"i": i}, durable=False)
+        source.flush()
+
+        def gives_up(pages: Any) -> bool:
+            next(iter(pages))
+            raise RuntimeError("the destination gave up")
+
+        monkeypatch.setattr(dest, "adopt_pages", gives_up)
+        with pytest.raises(RuntimeError) as failed:
+            copy_thread(source, dest, thread)
+        assert failed.value.__traceback__ is not None
+        assert source._waiters == {}

@@ -40,7 +40,7 @@ from threadlog.model.refs import referenced
 from threadlog.store.protocol import Artifacts, Transfer
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Generator, Iterator, Sequence
 
     from threadlog.model.envelope import Record
     from threadlog.model.refs import ArtifactRef
@@ -119,13 +119,17 @@ def copy_thread(source: Store, dest: Store, thread_id: str) -> ThreadCopy:
     digests: list[bytes] = []  # each page's hashes, digested: to check the copy against
     blobs: set[str] = set()
 
-    def pages() -> Iterator[list[Record]]:
+    def pages() -> Generator[list[Record], None, None]:
         for page in _pages(source, thread_id, total):
             _copy_blobs(source, dest, thread_id, page, blobs)  # before the records that name them
             digests.append(_digest(page))
             yield page
 
-    written = dest.adopt_pages(pages())
+    stream = pages()
+    try:
+        written = dest.adopt_pages(stream)
+    finally:  # (a failure mid-way: the source's follow let go now, not when collected)
+        stream.close()
     report = dest.verify(thread_id)
     if not report.ok:
         raise IntegrityError(
@@ -133,7 +137,8 @@ def copy_thread(source: Store, dest: Store, thread_id: str) -> ThreadCopy:
             report.first_bad_ord or 0,
             f"the copy does not verify: {report.error}",
         )
-    for k, start in enumerate(range(0, total, PAGE)):  # (a page at a time: not a second copy)
+    for k, start in enumerate(range(0, total if written else 0, PAGE)):  # (a page at a time;
+        # a thread held already was compared record by record by `adopt_pages`)
         if _digest(dest.read(thread_id, after=start, limit=PAGE)) != digests[k]:
             raise IntegrityError(thread_id, start + 1, "the copy's hashes differ from the source's")
     return ThreadCopy(thread_id, "copied" if written else "skipped", total, len(blobs))

@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import secrets
 import stat
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,7 @@ from threadlog.model.state import trim
 from threadlog.store import iddigest
 from threadlog.store._fileops import DEFAULT_FILEOPS, temporary_path
 from threadlog.store.embedded.fork import Forked
+from threadlog.store.embedded.streamscan import StreamScan
 from threadlog.store.transfer import (
     Adopted,
     Checkpointed,
@@ -129,7 +131,7 @@ class Importer:
         if self._held(thread_id, records):
             return False
         directory = os.path.dirname(path)
-        tmp = temporary_path(directory, thread_id)
+        tmp = _adopt_temporary(directory, thread_id)
         fops = self._fops
         # written a MiB at a time (never the whole log joined in memory), and indexed from
         # the records at hand (`project_log`), not from the bytes parsed again
@@ -176,7 +178,7 @@ class Importer:
         adopted = check.feed(first)  # (checked before anything is created)
         path = self._layout.path_of(thread_id)
         directory = os.path.dirname(path)
-        tmp = temporary_path(directory, thread_id)
+        tmp = _adopt_temporary(directory, thread_id)
         fops = self._fops
         fd = _write_temporary(fops, thread_id, tmp)
         projected, sparse, size = ProjectedLog(), _Sparse(self._sparse_every), 0
@@ -231,11 +233,36 @@ class Importer:
         these records (a copy run again), `ConflictError` if not."""
         tail = self._reader.read(thread_id, before=1 << 62, limit=1)
         length = tail[0].ord if tail else 0
+        # the held log streamed once, a chunk at a time (`StreamScan`), not read a window at
+        # a time: a thread without a sparse index (a short one, or one copied by an older
+        # threadlog) would be read whole for every window, quadratic in time and holding it
+        # all at once
+        stream = StreamScan(
+            self._layout.path_of(thread_id), thread_id, end=self._reader.durable_end(thread_id)
+        )
+        chunks = iter(stream)
+        buffered: list[Record] = []
+        at = 0  # the ordinal of the last held record handed out
 
         def held(after: int, limit: int) -> list[Record]:
-            return self._reader.read(thread_id, after, limit=limit)
+            nonlocal buffered, at
+            if after != at:  # (compare_pages asks for consecutive windows)
+                return self._reader.read(thread_id, after, limit=limit)
+            while len(buffered) < limit:
+                chunk = next(chunks, None)
+                if chunk is None:
+                    if stream.error is not None:
+                        raise stream.error
+                    break
+                buffered.extend(chunk)
+            out, buffered = buffered[:limit], buffered[limit:]
+            at += len(out)
+            return out
 
-        compare_pages(thread_id, held, length, pages, check)
+        try:
+            compare_pages(thread_id, held, length, pages, check)
+        finally:
+            stream.close()
         return False
 
     def _held(self, thread_id: str, records: Sequence[Record]) -> bool:
@@ -293,6 +320,13 @@ def _same_bytes(path: str, other: str) -> bool:
                     return True
     except OSError:
         return False
+
+
+def _adopt_temporary(directory: str, thread_id: str) -> str:
+    """The temporary file of a thread being adopted, ``.<id>.<random>.<pid>.tmp``: unique
+    even within the process (`Importer.adopt_pages` holds it for the whole copy, and two
+    adoptions of one thread at once must meet at the ``link``, not at the ``open``)."""
+    return temporary_path(directory, f"{thread_id}.{secrets.token_hex(4)}")
 
 
 def _new_temporary(directory: str, thread_id: str, pid: int | None = None) -> str:

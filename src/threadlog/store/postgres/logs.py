@@ -352,7 +352,8 @@ class Logs:
             finish()
         if getattr(self, "_listeners", None):
             for start in range(0, count, IMPORT_ROWS):
-                self._on_durable(thread_id, self.read(thread_id, start, limit=IMPORT_ROWS))
+                more = min(IMPORT_ROWS, count - start)  # (not what was appended since)
+                self._on_durable(thread_id, self.read(thread_id, start, limit=more))
         return count
 
     def _decode_all(self, thread_id: str, rows: list[Any]) -> list[Record]:

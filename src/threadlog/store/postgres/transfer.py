@@ -121,9 +121,11 @@ class Transfers:
             return self._held_pages(thread_id, check, itertools.chain([first], stream))
         adopted = check.feed(first)  # (checked before anything is sent)
         last = [adopted[-1].record]
+        pulled = [False]  # whether a page after the first was taken
 
         def checked() -> Iterator[list[Adopted]]:
             yield adopted
+            pulled[0] = True
             for page in stream:
                 more = check.feed(page)
                 if more:
@@ -138,6 +140,10 @@ class Transfers:
         except UsageError:
             if not self.exists(thread_id):  # not a thread that appeared meanwhile
                 raise
+            if not pulled[0]:  # (the INSERT refused it: only the first page was taken)
+                # as `adopt_thread`: the same records are a re-run (False), else ConflictError
+                pages_ = itertools.chain([first], stream)
+                return self._held_pages(thread_id, ImportCheck(), pages_)
             raise ConflictError(
                 f"thread {thread_id} appeared here while it was copied; nothing was written"
             ) from None
