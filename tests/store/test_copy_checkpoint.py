@@ -161,14 +161,12 @@ def test_a_copy_run_again_reads_the_held_thread_once_not_whole_per_page(
             dest.adopt_pages(iter([source.read(other)[i : i + 7] for i in range(0, 62, 7)]))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review finding (not fixed): Reader.follow falls back to scan_whole when no sparse "
-    "entry is near its cursor, so copy holds such a source thread whole",
-)
 def test_copy_reads_a_source_without_a_sparse_index_a_window_at_a_time(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """`Reader.follow` goes on from where its last window ended (`read_forward`), so a source
+    thread with no sparse index is never read whole (it was, once its cursor was far from
+    any sparse entry: the copy then held it whole)."""
     source_home = str(tmp_path / "a")
     _no_sparse_index(monkeypatch)
     monkeypatch.setattr(reader_module, "FOLLOW_PAGE", 7)

@@ -38,7 +38,7 @@ from threadlog.errors import (
 )
 from threadlog.store.embedded.leases import read_durable_end
 from threadlog.store.embedded.rollout import Scan, scan, scan_file
-from threadlog.store.embedded.tailread import read_window, select
+from threadlog.store.embedded.tailread import read_forward, read_window, read_window_end, select
 from threadlog.store.embedded.verify import verify_log
 
 if TYPE_CHECKING:
@@ -145,30 +145,47 @@ class Reader:
         rollout itself, so it works beside a live writer in another process; it stops where
         the writer publishes its records durable (`durable_end`).
 
-        It reads windows of at most `FOLLOW_PAGE` records (`read_window`: a seek by the
-        sparse index, or back from the end of the file), each chained on the last record it
-        yielded, so following a long thread from near its end reads only its end, and from
-        its start holds one window at a time, never the whole log. A file no window can be
+        It reads windows of at most `FOLLOW_PAGE` records, each chained on the last record
+        it yielded: the first by `read_window` (a seek by the sparse index, or back from the
+        end of the file), the next ones forward from where the last one ended
+        (`read_forward`), so following a long thread from near its end reads only its end,
+        and from its start holds one window at a time, never the whole log, whatever its
+        sparse index holds. A file no window can be
         read from with certainty (no sparse entry near the cursor, damage) is scanned whole
         once, which reports damage with its ordinal, and then tailed from its end."""
         path = self._layout.path_of(thread_id)
         last: Record | None = None
+        cursor: tuple[int, int, str] | None = None  # where the next record's line starts
         while True:
             end = self.durable_end(thread_id)
-            page = read_window(
-                path,
-                thread_id,
-                after if last is None else last.ord,
-                None,
-                FOLLOW_PAGE,
-                end=end,
-                known=self.acknowledged(thread_id),
-                checkpoints=self.checkpoints,
-                max_record_bytes=self._max_record_bytes,
-            )
-            if page is None:
+            got = None
+            if cursor is not None:
+                got = read_forward(
+                    path,
+                    thread_id,
+                    cursor,
+                    FOLLOW_PAGE,
+                    end=end,
+                    known=self.acknowledged(thread_id),
+                    checkpoints=self.checkpoints,
+                    max_record_bytes=self._max_record_bytes,
+                )
+            if got is None:
+                got = read_window_end(
+                    path,
+                    thread_id,
+                    after if last is None else last.ord,
+                    None,
+                    FOLLOW_PAGE,
+                    end=end,
+                    known=self.acknowledged(thread_id),
+                    checkpoints=self.checkpoints,
+                    max_record_bytes=self._max_record_bytes,
+                )
+            if got is None:
                 yield from self._follow_file(path, thread_id, after, last, interval)
                 return
+            page, next_at = got
             if page:
                 if last is not None and page[0].prev != last.hash:
                     raise _changed_under(thread_id, page[0].ord)
@@ -176,6 +193,7 @@ class Reader:
                     self.sync_file(path)  # durable before visible (as `read`)
                 yield from page
                 last = page[-1]
+                cursor = (last.ord + 1, next_at, last.hash)
             if len(page) < FOLLOW_PAGE:
                 time.sleep(interval)
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from threadlog.store.embedded.checkpoint import Checkpoints
     from threadlog.store.embedded.schema import AckMark
 
-__all__ = ["read_window", "select"]
+__all__ = ["read_forward", "read_window", "select"]
 
 CHUNK = 64 * 1024
 """Bytes read at a time."""
@@ -73,6 +73,34 @@ def read_window(
     """The verified records with ``after < ord < before`` (``limit`` as `select`), read
     without scanning the file from its start; None when that cannot be done with certainty
     (the caller then reads the whole file). See the module docstring."""
+    got = read_window_end(
+        path,
+        thread_id,
+        after,
+        before,
+        limit,
+        end=end,
+        known=known,
+        checkpoints=checkpoints,
+        max_record_bytes=max_record_bytes,
+    )
+    return None if got is None else got[0]
+
+
+def read_window_end(
+    path: str,
+    thread_id: str,
+    after: int,
+    before: int | None,
+    limit: int | None,
+    *,
+    end: int | None,
+    known: AckMark | None,
+    checkpoints: Checkpoints | None,
+    max_record_bytes: int,
+) -> tuple[list[Record], int] | None:
+    """`read_window`, with the byte offset where the line after its last record starts (-1
+    for no records): where `read_forward` goes on."""
     try:
         with open(path, "rb") as f:
             return _window(
@@ -92,7 +120,7 @@ def _window(
     known: AckMark | None,
     checkpoints: Checkpoints | None,
     max_line: int,
-) -> list[Record] | None:
+) -> tuple[list[Record], int] | None:
     size = os.fstat(f.fileno()).st_size
     if end is not None:
         size = min(size, end)
@@ -109,7 +137,7 @@ def _window(
     lo = after + 1
     if limit is not None:
         if limit <= 0:
-            return []
+            return [], -1
         if before is not None:
             lo = max(lo, hi - limit + 1)
         else:
@@ -122,16 +150,19 @@ def _window(
     if any(ord_ == last.ord and digest != last.hash for ord_, digest in marks):
         return None
     if lo > hi:
-        return []
+        return [], -1
     lines: list[Record]
+    ends: list[int]  # where each of ``lines`` ends in the file
     anchor: str | None = None  # the hash the first line read must be chained on
     if last.ord - lo < NEAR_END:
-        lines = [last]
-        for _, line in backwards:
+        lines, ends = [last], [last_off + len(last_line)]
+        for at, line in backwards:
             if lines[-1].ord < lo:  # (one line before the window: it may be a mark)
                 break
             lines.append(parse_line(line))
+            ends.append(at + len(line))
         lines.reverse()
+        ends.reverse()
     else:
         start = checkpoints.seek(thread_id, lo) if checkpoints is not None else None
         if start is None and lo <= 2 * SPARSE_EVERY:
@@ -139,10 +170,11 @@ def _window(
         if start is None or lo - start[0] > 2 * SPARSE_EVERY:
             return None
         anchor = start[2]
-        lines = []
-        for _, line in _lines_forward(f, start[1], size):
+        lines, ends = [], []
+        for at, line in _lines_forward(f, start[1], size):
             record = parse_line(line)
             lines.append(record)
+            ends.append(at + len(line))
             if record.ord >= hi:
                 break
         if not lines or lines[0].ord != start[0]:
@@ -155,7 +187,69 @@ def _window(
             return None
     if lines[0].ord > lo or lines[-1].ord < hi:
         return None
-    return lines[lo - first : hi - first + 1]
+    return lines[lo - first : hi - first + 1], ends[hi - first]
+
+
+def read_forward(
+    path: str,
+    thread_id: str,
+    cursor: tuple[int, int, str],
+    limit: int,
+    *,
+    end: int | None,
+    known: AckMark | None,
+    checkpoints: Checkpoints | None,
+    max_record_bytes: int,
+) -> tuple[list[Record], int] | None:
+    """At most ``limit`` verified records from ord ``cursor[0]`` on, read forward from byte
+    ``cursor[1]`` (where that record's line starts: the end of the last one a caller read),
+    the first chained on hash ``cursor[2]``; with the offset after the last one. A final
+    fragment (a line still being written, or torn) ends them. None when that cannot be done
+    with certainty (the caller reads the whole file): the bytes there are not that record, a
+    line does not verify, or a mark the index or checkpoint knows is not met.
+
+    What `Reader.follow` continues with after its first window: reading on from where it
+    stopped, whatever the sparse index holds, never the whole file."""
+    ord_, offset, prev = cursor
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if end is not None:
+                size = min(size, end)
+            if offset > size:
+                return None
+            created = parse_line(f.readline(max_record_bytes + 1))
+            if created.ord != 1 or created.thread != thread_id:
+                return None
+            copied = inherited_prefix(created)
+            records: list[Record] = []
+            pos = offset
+            for at, line in _lines_forward(f, offset, size):
+                if len(records) >= limit or not line.endswith(b"\n"):
+                    break  # (a fragment: not a record, or not yet)
+                record = parse_line(line)
+                records.append(record)
+                pos = at + len(line)
+    except (BadRecord, ValueError, OSError):
+        return None
+    if not records:
+        return ([], pos) if known is None or known[0] < ord_ else None
+    if records[0].ord != ord_ or records[0].prev != prev:
+        return None
+    if not _chained(records, thread_id, copied):
+        return None
+    marks = [known[:2]] if known is not None else []
+    if checkpoints is not None:
+        row = checkpoints.get(thread_id, state=False)
+        if row is not None:
+            marks.append((row.ord, row.hash))
+    last = records[-1].ord
+    for mark, digest in marks:
+        if ord_ <= mark <= last and records[mark - ord_].hash != digest:
+            return None
+    if known is not None and known[0] > last and len(records) < limit:
+        return None  # the file ends before what was acknowledged: the full read reports it
+    return records, pos
 
 
 def _chained(lines: list[Record], thread_id: str, copied: Copied | None) -> bool:
