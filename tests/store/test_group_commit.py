@@ -23,6 +23,7 @@ from threadlog.store.embedded import aio
 
 if TYPE_CHECKING:
     from pathlib import Path
+from typing import Any
 
 COMMIT_INTERVAL = 3600.0
 """The background committer never runs on its own: every commit comes from the test."""
@@ -183,6 +184,43 @@ def test_a_lone_aappend_commits_on_the_loop_while_syncs_are_fast(
     with EmbeddedStore(str(tmp_path), commit_interval=COMMIT_INTERVAL) as store:
         loop_thread, committer = commit_thread(store, store.create_thread("p"))
         assert committer == loop_thread  # no hop to a worker thread
+
+
+def test_a_lone_aappend_takes_no_extra_turn_of_the_loop_and_ready_ones_share_a_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first waiter of a loop's turn lets the tasks that are ready queue their records
+    first (one ``sleep(0)``), but only when there are some: a lone ``aappend`` commits at
+    once; eight at once still share one commit."""
+    monkeypatch.setattr(aio, "LOOP_SYNC_SECONDS", 3600.0)
+    turns: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def counted(delay: float, *args: Any) -> Any:
+        if delay == 0:
+            turns.append(delay)
+        return await real_sleep(delay, *args)
+
+    monkeypatch.setattr(aio.asyncio, "sleep", counted)
+    syncs = Syncs()
+    with EmbeddedStore(str(tmp_path), commit_interval=COMMIT_INTERVAL, fops=syncs) as store:
+        threads = [store.create_thread("p") for _ in range(8)]
+
+        async def lone() -> None:
+            await store.aappend(threads[0], "custom.x", {}, durable=True)
+
+        asyncio.run(lone())
+        assert turns == []
+        before = syncs.done
+
+        async def together() -> None:
+            await asyncio.gather(
+                *(store.aappend(t, "custom.x", {"n": 1}, durable=True) for t in threads)
+            )
+
+        asyncio.run(together())
+        assert turns and syncs.done == before + 1  # one commit for the eight
+        assert [len(store.read(t)) for t in threads] == [3] + [2] * 7
 
 
 def test_a_slow_disk_keeps_the_commit_off_the_loop(

@@ -10,9 +10,12 @@ already queued to run, and each adds its record to the coming batch first, so th
 large as it can be.
 
 The first task to wait on a loop's turn runs that job itself after one ``await
-asyncio.sleep(0)`` (no future of its own, no extra loop turn: a lone ``aappend`` costs one turn
-of the loop, not two); the tasks that come during that turn wait on futures. If it is cancelled
-during the turn, the job is handed to a loop callback, so the others are still committed.
+asyncio.sleep(0)`` (no future of its own, no extra loop turn); the tasks that come during that
+turn wait on futures. If it is cancelled during the turn, the job is handed to a loop
+callback, so the others are still committed. When the loop has nothing else ready to run (a
+lone ``aappend``: CPython's loops keep their ready callbacks in ``_ready``), there is nothing
+a turn would add to the batch, and the job runs at once: ~3 µs less an append, 18-20 -> 15-18
+µs of CPU on a RAM disk.
 
 When no commit is running and the disk's recent fdatasyncs were fast (under
 `LOOP_SYNC_SECONDS` on average, `Journal.sync_seconds`), the job leads the commit *on the
@@ -80,11 +83,12 @@ class AsyncCommits:
                 await fut
                 continue
             turn.due = True
-            try:
-                await asyncio.sleep(0)  # the tasks that are ready queue their records first
-            except BaseException:  # cancelled: the others' commit must still run
-                loop.call_soon(self._run_job, loop, turn)
-                raise
+            if _others_ready(loop):
+                try:
+                    await asyncio.sleep(0)  # the tasks that are ready queue their records first
+                except BaseException:  # cancelled: the others' commit must still run
+                    loop.call_soon(self._run_job, loop, turn)
+                    raise
             error = self._run_job(loop, turn)
             if error is not None:
                 raise error
@@ -118,6 +122,14 @@ class AsyncCommits:
         job = loop.run_in_executor(self._executor, journal.wait, journal.submitted)
         job.add_done_callback(functools.partial(_job_done, turn=turn))
         return None
+
+
+def _others_ready(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether the loop has callbacks ready to run besides this task (whose records a turn
+    of the loop would add to the commit). CPython's loops keep them in ``_ready``; a loop
+    that does not (uvloop) is assumed to have some: the turn is taken."""
+    ready = getattr(loop, "_ready", None)
+    return ready is None or len(ready) > 0
 
 
 def _job_done(job: asyncio.Future[None], turn: _Turn) -> None:
