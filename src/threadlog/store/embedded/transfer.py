@@ -448,6 +448,8 @@ class NewThreads:
         self.artifact_threshold = artifact_threshold
         """Data larger than this (canonical JSON bytes) goes to the artifact store (`encode`)."""
         self._pending: list[tuple[str, str, str, int, Forked]] = []
+        self._pending_ids: set[str] = set()
+        """The ids of ``_pending``'s threads (`pending`)."""
         """``(thread id, rollout path, temporary path, fd, what the index is given)``."""
         self._taken: dict[str, tuple[Checkpointed, int]] = {}
         """Thread id → the checkpoint it came with and its rollout's size."""
@@ -465,7 +467,7 @@ class NewThreads:
 
     def pending(self, thread_id: str) -> bool:
         """Whether ``thread_id`` was added and is not committed yet."""
-        return any(p[0] == thread_id for p in self._pending)
+        return thread_id in self._pending_ids
 
     def add(
         self,
@@ -503,6 +505,7 @@ class NewThreads:
         else:
             indexed = Forked(thread_id, path, lines[0], body, 0, len(body), b"")
         self._pending.append((thread_id, path, tmp, fd, indexed))
+        self._pending_ids.add(thread_id)
         self._folders.add(directory)
         if checkpoint is not None and self._checkpoint is not None:
             self._taken[thread_id] = (checkpoint, len(lines[0]) + len(body))
@@ -552,6 +555,7 @@ class NewThreads:
         projected = as_projected(records)
         indexed = _Built.of(thread_id, path, projected, spooled.size)
         self._pending.append((thread_id, path, spooled.path, fd, indexed))
+        self._pending_ids.add(thread_id)
         if checkpoint is not None and self._checkpoint is not None:
             self._taken[thread_id] = (checkpoint, spooled.size)
 
@@ -560,6 +564,7 @@ class NewThreads:
         store's next flush); their ids. On an error none of those not linked yet is written
         (`StorageError`, or `ConflictError` if one appeared meanwhile), the batch is empty."""
         pending, self._pending = self._pending, []
+        self._pending_ids = set()
         taken, self._taken = self._taken, {}
         if not pending:
             return []
@@ -602,6 +607,7 @@ class NewThreads:
             self._taken.pop(thread_id, None)
         self._cleanup([p for p in self._pending if p[0] in gone], [])
         self._pending = [p for p in self._pending if p[0] not in gone]
+        self._pending_ids -= gone
 
     def sweep(self) -> int:
         """Remove the new-thread temporary files named for this process that the batch does
@@ -630,6 +636,7 @@ class NewThreads:
     def discard(self) -> None:
         """Remove what was added and not committed."""
         pending, self._pending = self._pending, []
+        self._pending_ids = set()
         self._taken = {}
         self._cleanup(pending, [])
 
