@@ -35,7 +35,7 @@ from threadlog.model.legality import reduce_log
 from threadlog.model.lineage import copied_prefix
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from threadlog.model.envelope import Record
     from threadlog.model.lineage import Copied
@@ -51,6 +51,7 @@ __all__ = [
     "check_import_state",
     "compare_pages",
     "conflict_text",
+    "first_page",
     "conflict_message",
     "first_difference",
     "same_log",
@@ -264,6 +265,18 @@ def conflict_text(thread_id: str, at: int | None, held: int, records: int) -> st
         f"thread {thread_id} exists here with other content (its {held} records differ "
         f"from the {records} to import from ord {at}); nothing was written"
     )
+
+
+def first_page(
+    pages: Iterable[Sequence[Record]],
+) -> tuple[Sequence[Record], Iterator[Sequence[Record]]]:
+    """The first page that holds records, and an iterator over the rest (`adopt_pages`);
+    `UsageError` if no page does."""
+    stream = iter(pages)
+    first = next((page for page in stream if page), None)
+    if first is None:
+        raise UsageError("nothing to import: a thread has at least its thread.created record")
+    return first, stream
 
 
 def compare_pages(

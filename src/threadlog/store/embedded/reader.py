@@ -158,30 +158,20 @@ class Reader:
         cursor: tuple[int, int, str] | None = None  # where the next record's line starts
         while True:
             end = self.durable_end(thread_id)
+            known, checkpoints = self.acknowledged(thread_id), self.checkpoints
+            limit, most = FOLLOW_PAGE, self._max_record_bytes
             got = None
             if cursor is not None:
                 got = read_forward(
-                    path,
-                    thread_id,
-                    cursor,
-                    FOLLOW_PAGE,
-                    end=end,
-                    known=self.acknowledged(thread_id),
-                    checkpoints=self.checkpoints,
-                    max_record_bytes=self._max_record_bytes,
-                )
+                    path, thread_id, cursor, limit,
+                    end=end, known=known, checkpoints=checkpoints, max_record_bytes=most,
+                )  # fmt: skip
             if got is None:
+                at = after if last is None else last.ord
                 got = read_window_end(
-                    path,
-                    thread_id,
-                    after if last is None else last.ord,
-                    None,
-                    FOLLOW_PAGE,
-                    end=end,
-                    known=self.acknowledged(thread_id),
-                    checkpoints=self.checkpoints,
-                    max_record_bytes=self._max_record_bytes,
-                )
+                    path, thread_id, at, None, limit,
+                    end=end, known=known, checkpoints=checkpoints, max_record_bytes=most,
+                )  # fmt: skip
             if got is None:
                 yield from self._follow_file(path, thread_id, after, last, interval)
                 return

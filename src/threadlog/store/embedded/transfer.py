@@ -59,7 +59,7 @@ from threadlog._dataclass import dataclass
 from threadlog.errors import ConflictError, StorageError, UsageError
 from threadlog.model import snapshot
 from threadlog.model.context import Context
-from threadlog.model.projection import Projected, ProjectedLog, as_projected, project_log
+from threadlog.model.projection import Projected, ProjectedLog, as_projected
 from threadlog.model.state import trim
 from threadlog.store import iddigest
 from threadlog.store._fileops import DEFAULT_FILEOPS, temporary_path
@@ -70,17 +70,14 @@ from threadlog.store.transfer import (
     Checkpointed,
     ImportCheck,
     Spooled,
-    check_import_state,
     compare_pages,
-    conflict_message,
-    same_log,
+    first_page,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from threadlog.model.envelope import Record
-    from threadlog.model.state import ThreadState
     from threadlog.store._fileops import FileOps
     from threadlog.store.embedded.layout import Layout
     from threadlog.store.embedded.reader import Reader
@@ -121,56 +118,18 @@ class Importer:
         self._sparse_every = sparse_every
 
     def adopt_thread(self, records: Sequence[Record]) -> bool:
-        """`threadlog.store.protocol.Transfer.adopt_thread` (module docstring). A long
-        thread (`checkpoint_records` or more) is kept with a checkpoint and its sparse index,
-        as the store would have taken them: its first open for writing, and a read after an
-        ordinal, start there instead of reading the whole log."""
-        adopted, state = check_import_state(records)
-        thread_id = adopted[0].record.thread
-        path = self._layout.path_of(thread_id)
-        if self._held(thread_id, records):
-            return False
-        directory = os.path.dirname(path)
-        tmp = _adopt_temporary(directory, thread_id)
-        fops = self._fops
-        # written a MiB at a time (never the whole log joined in memory), and indexed from
-        # the records at hand (`project_log`), not from the bytes parsed again
-        size = sum(len(a.line) for a in adopted)
-        fd = _write_temporary(fops, thread_id, tmp, *_chunks([a.line for a in adopted]))
-        try:
-            fops.fsync(fd)
-            closing, fd = fd, -1
-            fops.close(closing)
-            try:
-                os.link(tmp, path)  # never replaces a thread that appeared meanwhile
-            except FileExistsError:
-                if self._held(thread_id, records):
-                    return False
-                raise
-            finally:
-                with contextlib.suppress(OSError):
-                    fops.unlink(tmp)
-            fops.fsync_dir(directory)
-        except BaseException as exc:
-            _discard(fops, fd, tmp)
-            if isinstance(exc, OSError):
-                raise StorageError(f"cannot import thread {thread_id}: {exc}") from exc
-            raise
-        projected = project_log([a.record for a in adopted])
-        self._written(_Built.of(thread_id, path, projected, size))
-        if self._checkpoint is not None and len(adopted) >= self._checkpoint_records:
-            self._checkpoint(thread_id, _checkpointed(adopted, state, self._sparse_every), size)
-        return True
+        """`threadlog.store.protocol.Transfer.adopt_thread` (module docstring): `adopt_pages`
+        of one page. A long thread (`checkpoint_records` or more) is kept with a checkpoint
+        and its sparse index, as the store would have taken them: its first open for
+        writing, and a read after an ordinal, start there instead of reading the whole log."""
+        return self.adopt_pages([records])
 
     def adopt_pages(self, pages: Iterable[Sequence[Record]]) -> bool:
         """`threadlog.store.protocol.Transfer.adopt_pages`: `adopt_thread` of a thread given
         a page of records at a time, holding one page at a time (each checked, written to the
         temporary file and folded into the index's changes, the checkpoint's sparse index and
         the reduced state, then let go)."""
-        stream = iter(pages)
-        first = next((page for page in stream if page), None)
-        if first is None:
-            raise UsageError("nothing to import: a thread has at least its thread.created record")
+        first, stream = first_page(pages)
         thread_id = first[0].thread
         check = ImportCheck()
         if self._layout.exists(thread_id):
@@ -264,26 +223,6 @@ class Importer:
         finally:
             stream.close()
         return False
-
-    def _held(self, thread_id: str, records: Sequence[Record]) -> bool:
-        """Whether the store holds exactly ``records`` already; `ConflictError` if it holds
-        the thread with other content."""
-        if not self._layout.exists(thread_id):
-            return False
-        held = self._reader.read(thread_id)
-        if same_log(held, records):
-            return True
-        raise ConflictError(conflict_message(thread_id, held, records))
-
-
-def _checkpointed(adopted: list[Adopted], state: ThreadState, every: int) -> Checkpointed:
-    """An adopted thread's checkpoint after its last record: its trimmed state, and the
-    offset and id block of every ``every``-th line (`threadlog.store.iddigest`)."""
-    trim(state)  # (nothing more is checked against it here)
-    sparse = _Sparse(every)
-    sparse.add(adopted, 0)
-    last = adopted[-1].record
-    return Checkpointed(last.ord, last.hash, snapshot.dump(state, Context()), sparse.entries)
 
 
 class _Sparse:

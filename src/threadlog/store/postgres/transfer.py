@@ -33,6 +33,7 @@ from threadlog.store.transfer import (
     check_import_state,
     compare_pages,
     conflict_message,
+    first_page,
     same_log,
 )
 
@@ -111,10 +112,7 @@ class Transfers:
         """See `threadlog.store.protocol.Transfer.adopt_pages`: each page checked and sent
         as it comes, in one transaction (`_insert_pages`), one page held at a time."""
         self._check_open()
-        stream = iter(pages)
-        first = next((page for page in stream if page), None)
-        if first is None:
-            raise UsageError("nothing to import: a thread has at least its thread.created record")
+        first, stream = first_page(pages)
         thread_id = first[0].thread
         check = ImportCheck()
         if self.exists(thread_id):
