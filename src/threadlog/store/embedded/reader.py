@@ -38,7 +38,7 @@ from threadlog.errors import (
 )
 from threadlog.store.embedded.leases import read_durable_end
 from threadlog.store.embedded.rollout import Scan, scan, scan_file
-from threadlog.store.embedded.tailread import read_forward, read_window, read_window_end, select
+from threadlog.store.embedded.tailread import read_forward, read_window, select
 from threadlog.store.embedded.verify import verify_log
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ class Reader:
                 )  # fmt: skip
             if got is None:
                 at = after if last is None else last.ord
-                got = read_window_end(
+                got = read_window(
                     path, thread_id, at, None, limit,
                     end=end, known=known, checkpoints=checkpoints, max_record_bytes=most,
                 )  # fmt: skip
@@ -273,7 +273,7 @@ class Reader:
                 max_record_bytes=self._max_record_bytes,
             )
             if window is not None:
-                return window
+                return window[0]
         if after > 0 and before is None and self._snapshots.covers(thread_id, after):
             fast = self._snapshots.anchored_tail(thread_id, path, end)
             if fast is not None:  # read only what follows the snapshot's anchor

@@ -69,38 +69,12 @@ def read_window(
     known: AckMark | None,
     checkpoints: Checkpoints | None,
     max_record_bytes: int,
-) -> list[Record] | None:
-    """The verified records with ``after < ord < before`` (``limit`` as `select`), read
-    without scanning the file from its start; None when that cannot be done with certainty
-    (the caller then reads the whole file). See the module docstring."""
-    got = read_window_end(
-        path,
-        thread_id,
-        after,
-        before,
-        limit,
-        end=end,
-        known=known,
-        checkpoints=checkpoints,
-        max_record_bytes=max_record_bytes,
-    )
-    return None if got is None else got[0]
-
-
-def read_window_end(
-    path: str,
-    thread_id: str,
-    after: int,
-    before: int | None,
-    limit: int | None,
-    *,
-    end: int | None,
-    known: AckMark | None,
-    checkpoints: Checkpoints | None,
-    max_record_bytes: int,
 ) -> tuple[list[Record], int] | None:
-    """`read_window`, with the byte offset where the line after its last record starts (-1
-    for no records): where `read_forward` goes on."""
+    """The verified records with ``after < ord < before`` (``limit`` as `select`), read
+    without scanning the file from its start, and the byte offset where the line after the
+    last of them starts (-1 for none: where `read_forward` goes on); None when that cannot
+    be done with certainty (the caller then reads the whole file). See the module
+    docstring."""
     try:
         with open(path, "rb") as f:
             return _window(
