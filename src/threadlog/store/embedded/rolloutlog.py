@@ -329,7 +329,7 @@ class RolloutLog:
         end). Lock held."""
         points = self._prefix_points()
         if points is None:
-            return [(0, self._prefix_end)]
+            return self._whole_prefix()
         wanted: list[tuple[int, int, bool]] = []  # ordinals, oldest first; no block?
         decided = 0  # ords 1..decided are either wanted or known not to hold the id
         for _, _, block in points:
@@ -353,7 +353,7 @@ class RolloutLog:
             hi = self._checked_offset(points[j]) if j < len(points) else self._prefix_end
             if lo is None or hi is None:  # the sparse index does not match the file
                 self._points = []
-                return [(0, self._prefix_end)]
+                return self._whole_prefix()
             if unblocked and hi - lo <= _INDEX_GAP:
                 # Records no block covers (those between the last block and the anchor,
                 # usually): every new id would search them again, so their ids are indexed
@@ -366,6 +366,18 @@ class RolloutLog:
             else:
                 ranges.append((lo, hi))
         return ranges
+
+    def _whole_prefix(self) -> list[tuple[int, int]]:
+        """The candidates when no sparse entry helps: the whole prefix, or (a prefix of at
+        most `_INDEX_GAP` bytes) none, its ids indexed once instead. Lock held."""
+        whole = (1, self._first_ord - 1)
+        if whole in self._indexed:
+            return []
+        if self._prefix_end > _INDEX_GAP:
+            return [(0, self._prefix_end)]
+        self._index_range(0, self._prefix_end, 1)
+        self._indexed.add(whole)
+        return []
 
     def _checked_offset(self, point: tuple[int, int, Block | None]) -> int | None:
         """A sparse entry's offset if the line there holds its ordinal, else None (checked
@@ -393,8 +405,7 @@ class RolloutLog:
         """Index the ids (and line offsets) of the prefix's whole lines in bytes ``lo..hi``,
         the first of them record ``ord_``: each line parsed, its hash checked and its ord the
         next (`IntegrityError` if not)."""
-        chunk = os.pread(self.fd, hi - lo, lo)
-        self._searched += len(chunk)
+        chunk = os.pread(self.fd, hi - lo, lo)  # (once a range: not counted in ``_searched``)
         start = 0
         while start < len(chunk):
             end = chunk.find(b"\n", start) + 1 or len(chunk)

@@ -117,6 +117,8 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
         self.artifact_threshold = artifact_threshold
         self.lease_duration = lease_duration
         self._origin = f"{socket.gethostname()}:{os.getpid()}:{random_bits(48):012x}"
+        self._checkpoint_from = CHECKPOINT_FROM
+        """An adopted thread of this many records or more is kept with a checkpoint."""
         """This store's id: the holder of its leases, the origin of its notifications."""
         self._closed = False
         Live.__init__(self)
