@@ -54,6 +54,7 @@ __all__ = [
     "LinePieces",
     "Scan",
     "TornTail",
+    "damaged_terminator",
     "inherited_prefix",
     "prefix_ids",
     "prefix_of",
@@ -103,7 +104,7 @@ def _zero_debris(line: bytes) -> bool:
     return (body != b"" and not body.strip(b"\0")) or b"\0" * ZERO_RUN in body
 
 
-def _damaged_terminator(fragment: bytes) -> bool:
+def damaged_terminator(fragment: bytes) -> bool:
     """A final fragment that is a whole record whose newline was overwritten (not torn: a
     write is cut *before* its last byte, never turned into another one)."""
     try:
@@ -337,7 +338,7 @@ def _classify(
         fragment = data[cursor:]
     else:
         fragment = data[pos:]
-    if fragment and _damaged_terminator(fragment):
+    if fragment and damaged_terminator(fragment):
         result.error = IntegrityError(
             thread_id,
             expected,

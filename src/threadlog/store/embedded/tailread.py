@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from threadlog.model.envelope import BadRecord, Record, parse_line
 from threadlog.store.embedded.checkpoint import SPARSE_EVERY
-from threadlog.store.embedded.rollout import inherited_prefix
+from threadlog.store.embedded.rollout import damaged_terminator, inherited_prefix
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -190,16 +190,23 @@ def read_forward(
             size = os.fstat(f.fileno()).st_size
             if end is not None:
                 size = min(size, end)
-            if offset > size:
+            if offset > size or offset < 1:
                 return None
             created = parse_line(f.readline(max_record_bytes + 1))
-            if created.ord != 1 or created.thread != thread_id:
+            if created.ord != 1 or created.thread != thread_id or created.type != "thread.created":
                 return None
             copied = inherited_prefix(created)
+            f.seek(offset - 1)
+            if f.read(1) != b"\n":
+                return None  # the cursor no longer ends a line (the last one read was damaged)
             records: list[Record] = []
             pos = offset
             for at, line in _lines_forward(f, offset, size):
-                if len(records) >= limit or not line.endswith(b"\n"):
+                if len(records) >= limit:
+                    break
+                if not line.endswith(b"\n"):
+                    if damaged_terminator(line):
+                        return None  # damage, not a line still being written: the full read
                     break  # (a fragment: not a record, or not yet)
                 record = parse_line(line)
                 records.append(record)
@@ -208,7 +215,8 @@ def read_forward(
         return None
     if not records:
         return ([], pos) if known is None or known[0] < ord_ else None
-    if records[0].ord != ord_ or records[0].prev != prev:
+    chained_on = copied.prev if copied is not None and ord_ == 2 else prev
+    if records[0].ord != ord_ or records[0].prev != chained_on:
         return None
     if not _chained(records, thread_id, copied):
         return None
@@ -228,18 +236,23 @@ def read_forward(
 
 def _chained(lines: list[Record], thread_id: str, copied: Copied | None) -> bool:
     """Whether ``lines`` are consecutive records of the thread, each chained on the one
-    before, with unique ids."""
+    before, with unique ids; inside a fork's inherited prefix (``copied``), records of the
+    threads it inherited from, ord 2 chained on the hash the lineage names and ord
+    ``copied.until`` the record it names (as `threadlog.store.embedded.rollout.scan`)."""
     ids: set[str] = set()
     prev: Record | None = None
     for record in lines:
-        if record.thread != thread_id and not (
-            copied is not None
-            and 2 <= record.ord <= copied.until
-            and record.thread in copied.threads
-        ):
+        if copied is not None and 2 <= record.ord <= copied.until:
+            if record.thread == thread_id or record.thread not in copied.threads:
+                return False
+            if record.ord == copied.until and record.hash != copied.last:
+                return False
+        elif record.thread != thread_id:
             return False
-        if prev is not None and (record.ord != prev.ord + 1 or record.prev != prev.hash):
-            return False
+        if prev is not None:
+            chained_on = copied.prev if copied is not None and record.ord == 2 else prev.hash
+            if record.ord != prev.ord + 1 or record.prev != chained_on:
+                return False
         if record.id in ids:
             return False
         ids.add(record.id)
