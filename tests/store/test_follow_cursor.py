@@ -12,6 +12,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from tests.store.test_tail import _rechained
 
 from threadlog import EmbeddedStore, IntegrityError
 from threadlog.store.embedded import reader as reader_module
@@ -152,27 +153,3 @@ def test_an_id_seen_in_an_earlier_window_is_refused(
             for record in store.follow(thread, 0, interval=0):
                 got.append(record.ord)
         assert 40 not in got
-
-
-def _rechained(records: list[Record], reuse: tuple[int, int]) -> list[bytes]:
-    """The log re-encoded with record ``reuse[1]`` given the id of ``reuse[0]``."""
-    from threadlog.model import codec
-    from threadlog.model.envelope import encode_record
-
-    lines: list[bytes] = []
-    prev: str | None = None
-    ids = {r.ord: r.id for r in records}
-    ids[reuse[1]] = ids[reuse[0]]
-    for r in records:
-        line, prev = encode_record(
-            id=ids[r.ord],
-            thread=r.thread,
-            ord=r.ord,
-            parent=r.parent,
-            ts=r.ts,
-            type=r.type,
-            data_json=codec.canonical(r.data),
-            prev=prev,
-        )
-        lines.append(line)
-    return lines
