@@ -95,13 +95,10 @@ def _window(
     checkpoints: Checkpoints | None,
     max_line: int,
 ) -> tuple[list[Record], int] | None:
-    size = os.fstat(f.fileno()).st_size
-    if end is not None:
-        size = min(size, end)
-    created = parse_line(f.readline(max_line + 1))
-    if created.ord != 1 or created.thread != thread_id or created.type != "thread.created":
+    opened = _opened(f, thread_id, end, max_line)
+    if opened is None:
         return None
-    copied = inherited_prefix(created)
+    size, copied = opened
     backwards = _lines_backward(f, size, max_line)
     last_off, last_line = next(backwards, (0, b""))
     last = parse_line(last_line)  # (BadRecord also for a final fragment: no newline)
@@ -116,11 +113,7 @@ def _window(
             lo = max(lo, hi - limit + 1)
         else:
             hi = min(hi, lo + limit - 1)
-    marks = [known[:2]] if known is not None else []
-    if checkpoints is not None:
-        row = checkpoints.get(thread_id, state=False)
-        if row is not None:
-            marks.append((row.ord, row.hash))
+    marks = _marks(thread_id, known, checkpoints)
     if any(ord_ == last.ord and digest != last.hash for ord_, digest in marks):
         return None
     if lo > hi:
@@ -187,15 +180,12 @@ def read_forward(
     ord_, offset, prev = cursor
     try:
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if end is not None:
-                size = min(size, end)
+            opened = _opened(f, thread_id, end, max_record_bytes)
+            if opened is None:
+                return None
+            size, copied = opened
             if offset > size or offset < 1:
                 return None
-            created = parse_line(f.readline(max_record_bytes + 1))
-            if created.ord != 1 or created.thread != thread_id or created.type != "thread.created":
-                return None
-            copied = inherited_prefix(created)
             f.seek(offset - 1)
             if f.read(1) != b"\n":
                 return None  # the cursor no longer ends a line (the last one read was damaged)
@@ -220,11 +210,7 @@ def read_forward(
         return None
     if not _chained(records, thread_id, copied):
         return None
-    marks = [known[:2]] if known is not None else []
-    if checkpoints is not None:
-        row = checkpoints.get(thread_id, state=False)
-        if row is not None:
-            marks.append((row.ord, row.hash))
+    marks = _marks(thread_id, known, checkpoints)
     last = records[-1].ord
     for mark, digest in marks:
         if ord_ <= mark <= last and records[mark - ord_].hash != digest:
@@ -232,6 +218,34 @@ def read_forward(
     if known is not None and known[0] > last and len(records) < limit:
         return None  # the file ends before what was acknowledged: the full read reports it
     return records, pos
+
+
+def _opened(
+    f: BinaryIO, thread_id: str, end: int | None, max_line: int
+) -> tuple[int, Copied | None] | None:
+    """``(how far the file may be read, the prefix a fork inherited)``, once its first line
+    is this thread's ``thread.created``; None if it is not. Raises `BadRecord` if that line
+    does not verify."""
+    size = os.fstat(f.fileno()).st_size
+    if end is not None:
+        size = min(size, end)
+    created = parse_line(f.readline(max_line + 1))
+    if created.ord != 1 or created.thread != thread_id or created.type != "thread.created":
+        return None
+    return size, inherited_prefix(created)
+
+
+def _marks(
+    thread_id: str, known: AckMark | None, checkpoints: Checkpoints | None
+) -> list[tuple[int, str | None]]:
+    """The ``(ord, hash)`` a read must meet where it reads that ord: the index's
+    acknowledged mark and the store's checkpoint."""
+    marks: list[tuple[int, str | None]] = [known[:2]] if known is not None else []
+    if checkpoints is not None:
+        row = checkpoints.get(thread_id, state=False)
+        if row is not None:
+            marks.append((row.ord, row.hash))
+    return marks
 
 
 def _chained(lines: list[Record], thread_id: str, copied: Copied | None) -> bool:
