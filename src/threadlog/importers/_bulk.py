@@ -36,13 +36,10 @@ from threadlog.errors import (
     UsageError,
 )
 from threadlog.model import codec, snapshot
-from threadlog.model.context import Context
 from threadlog.model.envelope import Record, encode_record, valid_type_name
 from threadlog.model.eventdata import from_data
 from threadlog.model.reducer import apply
-from threadlog.model.state import trim
-from threadlog.store import iddigest
-from threadlog.store.transfer import Checkpointed, Spool, Spooled
+from threadlog.store.transfer import Checkpointed, SparseIndex, Spool, Spooled
 from threadlog.store.validate import thread_created_data
 
 if TYPE_CHECKING:
@@ -197,16 +194,11 @@ class NewLog:
         offsets of every ``every``-th line (a long session's first open then starts there)."""
         if len(self.records) < records:
             return None
-        trim(self.state)  # (the log is finished: nothing is checked against it any more)
-        sparse: list[tuple[int, int, bytes | None]] = []
-        offset = 0
-        for ord_, line in enumerate(self.lines, 1):
-            if ord_ % every == 0:
-                ids = (r.id for r in self.records[ord_ - every : ord_])
-                sparse.append((ord_, offset, iddigest.block(ids)))
-            offset += len(line)
+        sparse = SparseIndex(every)
+        sparse.add(self.records, self.lines)
         last = self.records[-1]
-        return Checkpointed(last.ord, last.hash, snapshot.dump(self.state, Context()), sparse)
+        # (the log is finished: nothing is checked against its state any more)
+        return Checkpointed(last.ord, last.hash, snapshot.dump_trimmed(self.state), sparse.entries)
 
     def append(
         self,

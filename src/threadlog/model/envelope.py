@@ -36,6 +36,7 @@ __all__ = [
     "parse_next",
     "record_from_obj",
     "record_hash",
+    "record_line",
     "valid_type_name",
     "verify_lines",
 ]
@@ -177,7 +178,13 @@ def encode_record(
 def record_hash(record: Record, data_json: bytes) -> str:
     """The hash ``record`` should carry, recomputed from its fields, with ``data_json`` the
     canonical JSON of its data (what a verifier holding records, not lines, checks)."""
-    _, digest = encode_record(
+    return record_line(record, data_json)[1]
+
+
+def record_line(record: Record, data_json: bytes) -> tuple[bytes, str]:
+    """``(line, hash)`` of ``record`` encoded again from its fields (`encode_record`), with
+    ``data_json`` the canonical JSON of its data."""
+    return encode_record(
         id=record.id,
         thread=record.thread,
         ord=record.ord,
@@ -188,7 +195,6 @@ def record_hash(record: Record, data_json: bytes) -> str:
         prev=record.prev,
         v=record.v,
     )
-    return digest
 
 
 def parse_line(line: bytes) -> Record:

@@ -29,9 +29,19 @@ from threadlog.model.state import (
     ThreadState,
     ToolCallState,
     TurnState,
+    trim,
 )
 
-__all__ = ["SNAPSHOT_VERSION", "Parts", "dump", "load", "load_state", "pack", "take"]
+__all__ = [
+    "SNAPSHOT_VERSION",
+    "Parts",
+    "dump",
+    "dump_trimmed",
+    "load",
+    "load_state",
+    "pack",
+    "take",
+]
 
 SNAPSHOT_VERSION = f"6/{__version__}"
 """Snapshots are only used by the code that wrote them (a reducer change must not read an
@@ -88,6 +98,15 @@ def pack(parts: Parts) -> bytes:
 def dump(state: ThreadState, context: Context) -> bytes:
     """Serialize a state and its context (the module docstring says how)."""
     return pack(take(state, context))
+
+
+def dump_trimmed(state: ThreadState) -> bytes:
+    """A store's checkpoint of a log's own state (what its appends are checked against):
+    the state trimmed in place (`threadlog.model.state.trim`: past turns' and calls'
+    payloads would make it, and each checkpoint, as large as the log), then serialized
+    without a context. The caller checks nothing more against ``state``."""
+    trim(state)
+    return dump(state, Context())
 
 
 def _head(data: bytes) -> tuple[dict[str, Any], int] | None:

@@ -38,6 +38,7 @@ from threadlog._dataclass import dataclass
 from threadlog.errors import IntegrityError, ThreadlogError, UsageError
 from threadlog.model.refs import referenced
 from threadlog.store.protocol import Artifacts, Transfer
+from threadlog.store.transfer import END
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Generator, Iterator, Sequence
@@ -52,8 +53,6 @@ CHUNK = 1 << 20
 """Bytes of a blob read and written at a time."""
 PAGE = 5000
 """Records read, adopted and read back at a time (the copy holds one page of the thread)."""
-_END = 1 << 62
-"""A ``before`` past any ordinal."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +113,7 @@ def copy_thread(source: Store, dest: Store, thread_id: str) -> ThreadCopy:
     thread with other content)."""
     if not isinstance(dest, Transfer):
         raise UsageError(f"the destination ({type(dest).__name__}) cannot import threads")
-    tail = source.read(thread_id, before=_END, limit=1)  # (ThreadNotFound) what is copied
+    tail = source.read(thread_id, before=END, limit=1)  # (ThreadNotFound) what is copied
     total = tail[0].ord if tail else 0
     digests: list[bytes] = []  # each page's hashes, digested: to check the copy against
     blobs: set[str] = set()

@@ -28,11 +28,12 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from threadlog.errors import ConflictError, IntegrityError, UsageError
 from threadlog.model import codec
-from threadlog.model.envelope import encode_record
+from threadlog.model.envelope import record_line
 from threadlog.model.eventdata import from_data
 from threadlog.model.events import ThreadCreated
 from threadlog.model.legality import reduce_log
 from threadlog.model.lineage import copied_prefix
+from threadlog.store import iddigest
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -42,10 +43,12 @@ if TYPE_CHECKING:
     from threadlog.model.state import ThreadState
 
 __all__ = [
+    "END",
     "Adopted",
     "Checkpointed",
     "ImportCheck",
     "Spool",
+    "SparseIndex",
     "Spooled",
     "check_import",
     "check_import_state",
@@ -56,6 +59,11 @@ __all__ = [
     "first_difference",
     "same_log",
 ]
+
+
+END = 2**62
+"""A ``before`` past any ordinal: ``read(t, before=END, limit=1)`` is a thread's last record
+(what a copy, and an adoption comparing with a held thread, take the length from)."""
 
 
 class Checkpointed(NamedTuple):
@@ -137,6 +145,8 @@ class ImportCheck:
         self.thread_id: str | None = None
         self.count = 0
         """Records checked so far."""
+        self.last: Record | None = None
+        """The last of them."""
         self._inherited: Copied | None = None
         self._prev: str | None = None
         self._ids: set[int] = set()
@@ -172,17 +182,7 @@ class ImportCheck:
                 data_json = codec.canonical(record.data)
             except UsageError as exc:
                 raise IntegrityError(thread_id, ord_, f"data that is not JSON: {exc}") from None
-            line, digest = encode_record(
-                id=record.id,
-                thread=record.thread,
-                ord=record.ord,
-                parent=record.parent,
-                ts=record.ts,
-                type=record.type,
-                data_json=data_json,
-                prev=record.prev,
-                v=record.v,
-            )
+            line, digest = record_line(record, data_json)
             if digest != record.hash:
                 raise IntegrityError(thread_id, ord_, "the record's hash does not match it")
             if inherited is not None and ord_ == inherited.until and digest != inherited.last:
@@ -194,6 +194,7 @@ class ImportCheck:
             # ~4 KiB of buffer whatever their length, a whole log's worth kept until the end)
             prev = digest
         self._prev = prev
+        self.last = records[-1]
         # an illegal event: IntegrityError with its ordinal
         self._state = reduce_log(thread_id, records, self._state)
         return adopted
@@ -223,6 +224,31 @@ class ImportCheck:
                 thread_id, 1, f"ord 1 is not a valid thread.created: {exc}"
             ) from None
         self.thread_id = thread_id
+
+
+class SparseIndex:
+    """The sparse index of a thread written whole (adopted, or built by an import), a run
+    of its lines at a time from ord 1: the offset of the line of every ``every``-th record
+    and the id block of the records that end there (`threadlog.store.iddigest`), as
+    `Checkpointed.sparse` holds them."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.entries: list[tuple[int, int, bytes | None]] = []
+        self.size = 0
+        """The bytes of the lines added so far (where the next one starts)."""
+        self._ids: list[str] = []
+
+    def add(self, records: Sequence[Record], lines: Sequence[bytes]) -> None:
+        """Index the next records, with their lines."""
+        every, ids, offset = self.every, self._ids, self.size
+        for record, line in zip(records, lines, strict=True):
+            ids.append(record.id)
+            if record.ord % every == 0:
+                self.entries.append((record.ord, offset, iddigest.block(ids[-every:])))
+                ids.clear()
+            offset += len(line)
+        self.size = offset
 
 
 def _id_key(id_: str) -> int:

@@ -36,8 +36,6 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from threadlog.errors import StorageError
 from threadlog.model import snapshot
-from threadlog.model.context import Context
-from threadlog.model.state import trim
 from threadlog.store.embedded.snapshots import tail_after
 
 if TYPE_CHECKING:
@@ -96,7 +94,9 @@ class Checkpoints:
         thread_id = rollout.thread_id
         last = self._taken.get(thread_id, 0)
         try:
-            view = rollout.checkpoint_view(_dump_state, sparse_after=last, every=SPARSE_EVERY)
+            view = rollout.checkpoint_view(
+                snapshot.dump_trimmed, sparse_after=last, every=SPARSE_EVERY
+            )
             if view is None or view[0] <= last:
                 return False
             ord_, digest, end, payload, sparse = view
@@ -301,10 +301,3 @@ def state_at(row: Checkpoint) -> ThreadState | None:
     if state.last_ord != row.ord or state.last_hash != row.hash:
         return None
     return state
-
-
-def _dump_state(state: ThreadState) -> bytes:
-    # The log's own state (what its appends are checked against), trimmed in place: past
-    # turns' and calls' payloads would make it, and each checkpoint, as large as the log.
-    trim(state)
-    return snapshot.dump(state, Context())

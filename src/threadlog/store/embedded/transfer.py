@@ -58,17 +58,15 @@ from threadlog._clock import new_id, wall_ns
 from threadlog._dataclass import dataclass
 from threadlog.errors import ConflictError, StorageError, UsageError
 from threadlog.model import snapshot
-from threadlog.model.context import Context
 from threadlog.model.projection import Projected, ProjectedLog, as_projected
-from threadlog.model.state import trim
-from threadlog.store import iddigest
 from threadlog.store._fileops import DEFAULT_FILEOPS, temporary_path
 from threadlog.store.embedded.fork import Forked
 from threadlog.store.embedded.streamscan import StreamScan
 from threadlog.store.transfer import (
-    Adopted,
+    END,
     Checkpointed,
     ImportCheck,
+    SparseIndex,
     Spooled,
     compare_pages,
     first_page,
@@ -140,17 +138,14 @@ class Importer:
         tmp = _adopt_temporary(directory, thread_id)
         fops = self._fops
         fd = _write_temporary(fops, thread_id, tmp)
-        projected, sparse, size = ProjectedLog(), _Sparse(self._sparse_every), 0
-        last = adopted[-1].record
+        projected, sparse = ProjectedLog(), SparseIndex(self._sparse_every)
         try:
             while True:
-                if adopted:
-                    last = adopted[-1].record
-                lines = [a.line for a in adopted]
+                records, lines = [a.record for a in adopted], [a.line for a in adopted]
                 for chunk in _chunks(lines):
                     fops.write_all(fd, chunk)
-                projected.add([a.record for a in adopted])
-                size = sparse.add(adopted, size)
+                projected.add(records)
+                sparse.add(records, lines)
                 page = next(stream, None)
                 if page is None:
                     break
@@ -177,12 +172,13 @@ class Importer:
             if isinstance(exc, OSError):
                 raise StorageError(f"cannot import thread {thread_id}: {exc}") from exc
             raise
-        self._written(_Built.of(thread_id, path, projected.result(), size))
-        if self._checkpoint is not None and check.count >= self._checkpoint_records:
-            trim(state)  # (nothing more is checked against it here)
-            payload = snapshot.dump(state, Context())
-            taken = Checkpointed(last.ord, last.hash, payload, sparse.entries)
-            self._checkpoint(thread_id, taken, size)
+        self._written(_Built.of(thread_id, path, projected.result(), sparse.size))
+        last = check.last
+        if self._checkpoint is not None and last is not None:
+            if check.count >= self._checkpoint_records:
+                payload = snapshot.dump_trimmed(state)  # (nothing more is checked against it)
+                taken = Checkpointed(last.ord, last.hash, payload, sparse.entries)
+                self._checkpoint(thread_id, taken, sparse.size)
         return True
 
     def _held_pages(
@@ -190,7 +186,7 @@ class Importer:
     ) -> bool:
         """`compare_pages` against the thread this store holds: False if it holds exactly
         these records (a copy run again), `ConflictError` if not."""
-        tail = self._reader.read(thread_id, before=1 << 62, limit=1)
+        tail = self._reader.read(thread_id, before=END, limit=1)
         length = tail[0].ord if tail else 0
         # the held log streamed once, a chunk at a time (`StreamScan`), not read a window at
         # a time: a thread without a sparse index (a short one, or one copied by an older
@@ -223,28 +219,6 @@ class Importer:
         finally:
             stream.close()
         return False
-
-
-class _Sparse:
-    """The sparse index of a thread being written, a page of records at a time: the offset
-    and id block of every ``every``-th line."""
-
-    def __init__(self, every: int) -> None:
-        self.every = every
-        self.entries: list[tuple[int, int, bytes | None]] = []
-        self._ids: list[str] = []
-
-    def add(self, adopted: Sequence[Adopted], offset: int) -> int:
-        """Index the next records, the first at byte ``offset``; the offset after them."""
-        every, ids = self.every, self._ids
-        for a in adopted:
-            ord_ = a.record.ord
-            ids.append(a.record.id)
-            if ord_ % every == 0:
-                self.entries.append((ord_, offset, iddigest.block(ids[-every:])))
-                ids.clear()
-            offset += len(a.line)
-        return offset
 
 
 def _same_bytes(path: str, other: str) -> bool:
@@ -387,9 +361,9 @@ class NewThreads:
         self.artifact_threshold = artifact_threshold
         """Data larger than this (canonical JSON bytes) goes to the artifact store (`encode`)."""
         self._pending: list[tuple[str, str, str, int, Forked]] = []
+        """``(thread id, rollout path, temporary path, fd, what the index is given)``."""
         self._pending_ids: set[str] = set()
         """The ids of ``_pending``'s threads (`pending`)."""
-        """``(thread id, rollout path, temporary path, fd, what the index is given)``."""
         self._taken: dict[str, tuple[Checkpointed, int]] = {}
         """Thread id → the checkpoint it came with and its rollout's size."""
         self._folders: set[str] = set()

@@ -30,12 +30,10 @@ from threadlog import _hooks
 from threadlog._clock import new_id, random_bits, rfc3339, wall_ns
 from threadlog.errors import StorageError, UsageError
 from threadlog.model import codec, snapshot
-from threadlog.model.context import Context
 from threadlog.model.ids import is_uuid
 from threadlog.model.legality import reduce_log, replay_log
 from threadlog.model.policy import durability_of
 from threadlog.model.refs import resolve as resolve_refs
-from threadlog.model.state import trim
 from threadlog.store.named import check_thread_id, same_creation
 from threadlog.store.offload import encode_data, summary_of
 from threadlog.store.postgres.blobs import Blobs
@@ -526,8 +524,7 @@ class PostgresStore(Live, Logs, Tables, Blobs, Transfers, Retentions):
                 or state.last_hash != writer.last_hash
             ):
                 return
-            trim(state)
-            payload = snapshot.dump(state, Context())
+            payload = snapshot.dump_trimmed(state)
         self._keep_checkpoint(writer.thread_id, state.last_ord, state.last_hash, payload)
 
     def _keep_checkpoint(self, thread_id: str, ord_: int, digest: str, payload: bytes) -> None:

@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING
 
 from threadlog.errors import ConflictError, UsageError
 from threadlog.model import snapshot
-from threadlog.model.context import Context
-from threadlog.model.state import trim
 from threadlog.store.transfer import (
+    END,
     ImportCheck,
     compare_pages,
     first_page,
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
     from threadlog.model.envelope import Record
-    from threadlog.model.state import ThreadState
     from threadlog.store.transfer import Adopted
 
 __all__ = ["Transfers"]
@@ -93,23 +91,16 @@ class Transfers:
         if self.exists(thread_id):
             return self._held_pages(thread_id, check, itertools.chain([first], stream))
         adopted = check.feed(first)  # (checked before anything is sent)
-        last = [adopted[-1].record]
         pulled = [False]  # whether a page after the first was taken
 
         def checked() -> Iterator[list[Adopted]]:
             yield adopted
             pulled[0] = True
             for page in stream:
-                more = check.feed(page)
-                if more:
-                    last[0] = more[-1].record
-                yield more
+                yield check.feed(page)
 
-        finished: list[ThreadState] = []
         try:
-            count = self._insert_pages(
-                thread_id, checked(), lambda: finished.append(check.finish())
-            )
+            count = self._insert_pages(thread_id, checked(), check.finish)
         except UsageError:
             if not self.exists(thread_id):  # not a thread that appeared meanwhile
                 raise
@@ -120,12 +111,10 @@ class Transfers:
             raise ConflictError(
                 f"thread {thread_id} appeared here while it was copied; nothing was written"
             ) from None
-        if count >= self._checkpoint_from:
-            state = finished[0]
-            trim(state)
-            self._keep_checkpoint(
-                thread_id, last[0].ord, last[0].hash, snapshot.dump(state, Context())
-            )
+        last = check.last
+        if count >= self._checkpoint_from and last is not None:
+            payload = snapshot.dump_trimmed(check.finish())  # (the state after ``last``)
+            self._keep_checkpoint(thread_id, last.ord, last.hash, payload)
         return True
 
     def _held_pages(
@@ -133,7 +122,7 @@ class Transfers:
     ) -> bool:
         """`compare_pages` against the held thread: False if the same records, else
         `ConflictError`."""
-        tail = self.read(thread_id, before=1 << 62, limit=1)
+        tail = self.read(thread_id, before=END, limit=1)
 
         def held(after: int, limit: int) -> Sequence[Record]:
             return self.read(thread_id, after, limit=limit)
