@@ -288,19 +288,11 @@ class RolloutLog:
         needle = b'"id":"' + id_.encode("utf-8", "replace") + b'"'
         if not self._root_read:  # read once: the root is indexed whichever id is asked for
             self._root_read = True
-            first = os.pread(self.fd, min(self._prefix_end, _HEAD), 0)
-            if b"\n" not in first:  # a long first line: read up to what the root may take
-                first = os.pread(self.fd, min(self._prefix_end, _FIRST_LINE), 0)
-            cut = first.find(b"\n")
-            if cut >= 0:
-                try:
-                    root = parse_line(first[: cut + 1])
-                except BadRecord:
-                    root = None
-                if root is not None and root.ord == 1 < self._first_ord:
-                    self._index_found(root)
-                    if root.id == id_:
-                        return
+            root, _ = self._line_record(0, min(self._prefix_end, _FIRST_LINE))
+            if root is not None and root.ord == 1 < self._first_ord:
+                self._index_found(root)
+                if root.id == id_:
+                    return
         for lo, hi in self._candidates(iddigest.crc(id_)):
             if self._search(lo, hi, needle, id_):
                 return
@@ -386,20 +378,28 @@ class RolloutLog:
         if ord_ in self._checked:
             return self._checked[ord_]
         limit = min(self._max_record_bytes + 1, self._prefix_end - offset)
-        head = os.pread(self.fd, min(limit, _HEAD), offset)
-        if b"\n" not in head and len(head) < limit:
-            head = os.pread(self.fd, limit, offset)
-        self._searched += len(head)
-        end = head.find(b"\n")
+        record, read = self._line_record(offset, limit)
+        self._searched += read
         checked: int | None = None
-        if end >= 0 and head.startswith(b"{") and (not offset or self._starts_line(offset)):
-            try:
-                record = parse_line(head[: end + 1])
-            except BadRecord:
-                record = None
-            checked = offset if record is not None and record.ord == ord_ else None
+        if record is not None and record.ord == ord_ and (not offset or self._starts_line(offset)):
+            checked = offset
         self._checked[ord_] = checked
         return checked
+
+    def _line_record(self, offset: int, most: int) -> tuple[Record | None, int]:
+        """The record of the line at byte ``offset`` (read 4 KiB first, then up to ``most``
+        bytes for a longer line), None if there is no whole valid line there; and the bytes
+        read."""
+        head = os.pread(self.fd, min(most, _HEAD), offset)
+        if b"\n" not in head and len(head) < most:
+            head = os.pread(self.fd, most, offset)
+        end = head.find(b"\n")
+        if end < 0:
+            return None, len(head)
+        try:
+            return parse_line(head[: end + 1]), len(head)
+        except BadRecord:
+            return None, len(head)
 
     def _index_range(self, lo: int, hi: int, ord_: int) -> None:
         """Index the ids (and line offsets) of the prefix's whole lines in bytes ``lo..hi``,
