@@ -19,6 +19,8 @@ from threadlog.store.embedded import reader as reader_module
 from threadlog.store.embedded import tailread
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from threadlog.model.envelope import Record
 
 
@@ -61,6 +63,13 @@ def _overwrite_last_newline(path: str) -> None:
         f.write(b"x")
 
 
+def _caught_up(store: EmbeddedStore, thread: str) -> Iterator[Record]:
+    """A follow of the 30-record thread from ord 28 that has yielded its last two."""
+    follower = iter(store.follow(thread, 28, interval=0))
+    assert [next(follower).ord, next(follower).ord] == [29, 30]
+    return follower
+
+
 def test_the_last_yielded_records_newline_overwritten_raises(
     home: str, bounded_polls: None
 ) -> None:
@@ -68,8 +77,7 @@ def test_the_last_yielded_records_newline_overwritten_raises(
     # window follow re-read the file's last line each poll and raised; the cursor must too
     thread = _thread(home, 30)
     with EmbeddedStore(home) as store:
-        follower = iter(store.follow(thread, 28, interval=0))
-        assert [next(follower).ord, next(follower).ord] == [29, 30]
+        follower = _caught_up(store, thread)
         _overwrite_last_newline(store.path_of(thread))
         with pytest.raises(IntegrityError, match="newline was overwritten"):
             next(follower)
@@ -79,8 +87,7 @@ def test_a_new_record_whose_newline_was_overwritten_raises(home: str, bounded_po
     # also where the index cannot say the record was acknowledged
     thread = _thread(home, 30)
     with EmbeddedStore(home) as store:
-        follower = iter(store.follow(thread, 28, interval=0))
-        assert [next(follower).ord, next(follower).ord] == [29, 30]
+        follower = _caught_up(store, thread)
         with EmbeddedStore(home) as writer:
             writer.append(thread, "custom.n", {"i": -1})
         _overwrite_last_newline(store.path_of(thread))
@@ -93,8 +100,7 @@ def test_a_fragment_after_the_cursor_is_waited_on(home: str, bounded_polls: None
     # a torn tail is not a record, and not damage: once a writer repairs it, follow goes on
     thread = _thread(home, 30)
     with EmbeddedStore(home) as store:
-        follower = iter(store.follow(thread, 28, interval=0))
-        assert [next(follower).ord, next(follower).ord] == [29, 30]
+        follower = _caught_up(store, thread)
         with open(store.path_of(thread), "ab") as f:
             f.write(b'{"v":1,"id":"0')
         with EmbeddedStore(home) as writer:  # opening for writing cuts the fragment
