@@ -135,6 +135,10 @@ def test_copy_refuses_bad_targets_and_unknown_threads(tmp_path: Path) -> None:
     assert code == 2 and "no thread" in err
     code, _, err = run("copy", "--from", src, "--to", str(tmp_path / "d"), *[threads["big"]] * 2)
     assert code == 2 and "twice" in err
+    typo = tmp_path / "srcc"  # a mistyped source: refused, and no store made there or at --to
+    code, _, err = run("copy", "--from", str(typo), "--to", str(tmp_path / "e"))
+    assert code == 2 and "is not a threadlog store" in err
+    assert not typo.exists() and not (tmp_path / "e").exists()
 
 
 def test_embedded_to_postgres_and_back_keeps_every_byte(

@@ -15,7 +15,7 @@ import click
 
 from threadlog.cli import EXIT_STORE, _root_obj, cli, handle_errors
 from threadlog.cli._out import clean, print_json
-from threadlog.cli._store import resolve_thread
+from threadlog.cli._store import open_disk_store, resolve_thread
 from threadlog.errors import UsageError
 from threadlog.store._home import default_home
 from threadlog.store.copy import ThreadCopy, copy_threads
@@ -78,7 +78,8 @@ def copy_cmd(source: str | None, dest: str, as_json: bool, threads: tuple[str, .
             last[0] = now
             click.echo(f"copy: {done}/{total} threads", err=True)
 
-    with open_store(source) as src, open_store(dest) as dst:
+    # the source must be a store already: a mistyped --from is an error, not an empty store
+    with open_disk_store(source, create=False) as src, open_store(dest) as dst:
         threads = tuple(resolve_thread(src, thread) for thread in threads)
         for thread in threads:
             if not src.exists(thread):
