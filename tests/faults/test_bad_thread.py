@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from tests.security.homes import crashed_home
-from threadlog import open_store
+from threadlog import StorageError, open_store
 from threadlog.cli import cli
 from threadlog.cli import inspect as _inspect  # noqa: F401 - registers commands
 from threadlog.model import codec
@@ -36,7 +37,6 @@ def test_a_journal_naming_a_deleted_rollout(
 
 def test_a_journal_record_of_a_thread_that_is_not_a_thread_id(tmp_path: Path) -> None:
     crashed = crashed_home(tmp_path)
-    (journal,) = crashed.journals()
     line, _ = encode_record(
         id="0190b4a1-5b53-7c9e-8a5e-000000000001",
         thread="../../etc/passwd",
@@ -47,8 +47,7 @@ def test_a_journal_record_of_a_thread_that_is_not_a_thread_id(tmp_path: Path) ->
         data_json=codec.canonical({}),
         prev=None,
     )
-    with open(journal, "ab") as f:
-        f.write(line)
+    crashed.write_to_journal(line)
     with open_store(crashed.home) as store:
         assert store.read(crashed.thread)[1:] == crashed.acked
         (problem,) = store.problems
@@ -63,13 +62,18 @@ def test_a_damaged_journal_folder(tmp_path: Path, damage: str) -> None:
         a = store.create_thread("a")
         store.create_thread("b")
     if damage == "a file":
+        shutil.rmtree(home / "journal", ignore_errors=True)
         (home / "journal").write_bytes(b"not a folder")
     else:
         (home / "journal" / "x.wal").mkdir(parents=True)
     with open_store(home) as store:
         assert len(store.read(a)) == 1 and len(store.threads()) == 2
         assert store.problems
-        assert store.append(a, "custom.x", {}).ord == 2  # a commit of one thread
+        if damage == "a file":  # every commit goes through a journal: none can be made
+            with pytest.raises(StorageError, match="cannot create the journal folder"):
+                store.append(a, "custom.x", {})
+        else:
+            assert store.append(a, "custom.x", {}).ord == 2
     assert (home / "journal").exists()
 
 

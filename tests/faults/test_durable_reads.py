@@ -1,9 +1,10 @@
 """Readers see only what is durable (issue 9, point 6; RELIABILITY A2).
 
-A writer writes a record to its rollout, then fdatasyncs. Between the two, the record is in the
-page cache: another process reading the file would see it, and if the fsync then fails the
-writer cuts it (fail-stop, A4). So a reader must never return, index or fork-copy it. The
-writer publishes its durable end after every commit and readers stop there.
+A writer writes a record to its store's journal, then fdatasyncs, and only then copies it into
+the rollout. Between the two, the record is in the page cache: if the fsync fails the writer
+cuts it off the journal (fail-stop, A4), and it never reaches the rollout. So a reader must
+never return, index or fork-copy it. The writer publishes its durable end after every commit
+and readers stop there.
 
 Two `EmbeddedStore` instances on one home stand for two processes (leases are per open file,
 so the second one sees the first as another writer).
@@ -22,7 +23,7 @@ from threadlog.store._fileops import FileOps
 
 
 class StalledSync(FileOps):
-    """``fdatasync`` of a rollout waits until released, then fails with EIO (when armed)."""
+    """``fdatasync`` (of the journal) waits until released, then fails with EIO (when armed)."""
 
     def __init__(self) -> None:
         self.armed = False
@@ -56,7 +57,9 @@ def test_no_reader_sees_a_record_whose_fsync_has_not_completed(tmp_path: Path) -
     appender.start()
     try:
         assert fops.entered.wait(10)  # written, not yet synced
-        assert b"never" in Path(writer.path_of(thread)).read_bytes()
+        (journal,) = (tmp_path / "journal").glob("*.wal")
+        assert b"never" in journal.read_bytes()
+        assert b"never" not in Path(writer.path_of(thread)).read_bytes()
         with EmbeddedStore(tmp_path) as reader:
             records = reader.read(thread)
             assert [r.ord for r in records] == [1, 2, 3, 4]
@@ -72,7 +75,8 @@ def test_no_reader_sees_a_record_whose_fsync_has_not_completed(tmp_path: Path) -
         fops.release.set()
         appender.join(10)
     assert failed and isinstance(failed[0], StorageError)
-    assert b"never" not in Path(writer.path_of(thread)).read_bytes()  # cut: fail-stop
+    assert b"never" not in Path(writer.path_of(thread)).read_bytes()
+    assert b"never" not in journal.read_bytes()  # cut: fail-stop
     with pytest.raises(StorageError):  # fail-stop: nothing more is acknowledged
         writer.append(thread, "custom.note", {})
     writer.close()

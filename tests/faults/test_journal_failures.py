@@ -184,18 +184,17 @@ def test_a_failed_eviction_fails_appends_instead_of_spinning(tmp_path: Path) -> 
         assert outcome and isinstance(outcome[0], StorageError)
 
 
-@pytest.mark.parametrize("with_journal", [False, True])
-def test_mid_log_damage_is_refused_even_with_a_dead_journal(
-    tmp_path: Path, with_journal: bool
-) -> None:
+def _damaged_at_ord_11(tmp_path: Path, retire_after: int) -> tuple[str, str, str, bytes]:
+    """A thread of 21 records whose store was killed, its rollout then damaged at ord 11.
+    The store retired its journal (a checkpoint: the rollouts synced) after the first
+    ``retire_after`` appends, so the dead journal holds the records after those."""
     home = str(tmp_path / "home")
     store = EmbeddedStore(home, commit_interval=COMMIT_INTERVAL)
-    t, u = store.create_thread("p"), store.create_thread("p")
-    if with_journal:  # an early group commit: t's ord 2 goes through the journal
-        store.append(t, "custom.x", {"i": 0}, durable=False)
-        store.append(u, "custom.x", {"i": 0}, durable=False)
-        store.flush()
+    t = store.create_thread("p")
     for i in range(1, 21):
+        if i == retire_after + 1:
+            with store._journal._mutex:  # (as at 64 MiB of journal)
+                store._journal._checkpoint(reopen=True)
         store.append(t, "custom.x", {"i": i}, durable=True)
     path = store.path_of(t)
     kill(store)  # the journal stays behind, dead
@@ -204,11 +203,27 @@ def test_mid_log_damage_is_refused_even_with_a_dead_journal(
     data[sum(len(line) + 1 for line in data.split(b"\n")[:10]) + 40] ^= 0x01  # media damage
     with open(path, "wb") as f:
         f.write(data)
+    return home, t, path, bytes(data)
+
+
+def test_mid_log_damage_is_refused_even_with_a_dead_journal(tmp_path: Path) -> None:
+    """The dead journal holds ords 17 to 21: it cannot be chained on a log damaged at 11."""
+    home, t, path, data = _damaged_at_ord_11(tmp_path, retire_after=15)
     with EmbeddedStore(home, commit_interval=COMMIT_INTERVAL) as reopened:
         with pytest.raises(IntegrityError) as info:
             reopened.acquire(t)
         assert info.value.ord == 11
     assert os.path.getsize(path) == len(data)  # nothing truncated
+
+
+def test_mid_log_damage_a_dead_journal_covers_is_restored_from_it(tmp_path: Path) -> None:
+    """The dead journal holds ords 6 to 21, acknowledged through it: the open restores the
+    rollout from ord 6 on from there (a page a power cut garbled is the same case)."""
+    home, t, _, _ = _damaged_at_ord_11(tmp_path, retire_after=4)
+    with EmbeddedStore(home, commit_interval=COMMIT_INTERVAL) as reopened:
+        reopened.acquire(t)
+        assert [r.data["i"] for r in reopened.read(t, after=1)] == list(range(1, 21))
+        assert reopened.verify(t).ok
 
 
 def test_a_journal_is_kept_while_another_store_holds_one_of_its_threads(

@@ -26,6 +26,17 @@ class Crashed:
         directory = self.home / "journal"
         return sorted(directory.glob("*.wal")) if directory.is_dir() else []
 
+    def write_to_journal(self, line: bytes) -> None:
+        """Write ``line`` into the journal where its next record would go: after its last
+        record, over the zeros it wrote ahead (appended after those, recovery would never
+        read it: a journal's records end at its first line that is not one)."""
+        (journal,) = self.journals()
+        data = journal.read_bytes()
+        end = data.find(b"\0")
+        with open(journal, "r+b") as f:
+            f.seek(len(data) if end < 0 else end)
+            f.write(line)
+
     def rollout(self, thread: str) -> Path:
         (path,) = self.home.glob(f"threads/*/*/{thread}.jsonl")
         return path

@@ -348,6 +348,11 @@ def test_a_rollout_changed_behind_the_writer_is_never_appended_to(
     store.close()
     with EmbeddedStore(home) as again:
         report = again.verify(thread)
-        # the damage is the other process's, where it made it: nothing was written after it
-        assert not report.ok and report.first_bad_ord == (5 if change == "garbage" else 4)
-        assert report.last_ord == (4 if change == "garbage" else 3)
+        if change == "garbage":
+            # the damage is the other process's, where it made it: nothing was written after it
+            assert not report.ok and report.first_bad_ord == 5 and report.last_ord == 4
+        else:
+            # the cut record was acknowledged through the journal, which the stopped store
+            # left behind: the open restores it from there, and nothing was written after it
+            assert report.ok and report.last_ord == 4
+            assert [r.data for r in again.read(thread, after=1)] == [{"n": n} for n in range(3)]

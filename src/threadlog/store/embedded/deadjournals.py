@@ -104,8 +104,10 @@ def find_dead_journals(
     an older version before the home had a secret: it is accepted too, on every open until it
     is replayed (a failed first replay is retried, not refused). Any other ``*.wal`` is moved to
     ``<home>/quarantine`` and reported, never replayed nor deleted. One that is empty or
-    holds part of its header only was cut by a crash as it was created, before its first
-    commit, so it holds nothing acknowledged: it is deleted.
+    holds part of its header only (and maybe zeros after it: the space its first commit wrote
+    ahead, `Journal._reserve`) was cut by a crash as it was created, before its first commit's
+    ``fdatasync``, so it holds nothing acknowledged: it is deleted. A journal's records end at
+    its first line that is not a record: a torn write, or the zeros written ahead of them.
 
     Raises:
         StorageError: the folder or a journal in it cannot be read (its records may be
@@ -162,7 +164,7 @@ def find_dead_journals(
             header = journal_header(secret, name)
             if data.startswith(header):
                 _parse_journal(journal, data, len(header))
-            elif header.startswith(data):
+            elif header.startswith(data.rstrip(b"\0")):  # (zeros: space written ahead)
                 log.info(
                     "deleting the journal %s, cut as it was created (%d bytes)", path, len(data)
                 )

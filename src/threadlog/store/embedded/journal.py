@@ -49,6 +49,7 @@ re-reads the files and replays the journal. fsync is never retried.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -74,6 +75,13 @@ __all__ = ["DurableCallback", "Journal"]
 
 log = logging.getLogger("threadlog.store")
 
+RESERVE_BYTES = 1024 * 1024
+"""At most how many bytes of zeros the journal writes ahead of its records at a time
+(`Journal._reserve`): a 1 MiB write and its flush cost ~0.8 ms here, once per ~1,200 records
+of 870 bytes (4 MiB cost 12 ms: past the host's write cache)."""
+MIN_RESERVE_BYTES = 64 * 1024
+"""At least how many (a store that appends a few records writes few zeros)."""
+
 DurableCallback = Callable[["RolloutLog", list[Record], int], None]
 """``on_durable(rollout, records, end)``: records are durable and in the file up to ``end``."""
 
@@ -88,6 +96,7 @@ class Journal:
         on_durable: DurableCallback,
         *,
         rotate_bytes: int = 64 * 1024 * 1024,
+        reserve_bytes: int = RESERVE_BYTES,
         secret: bytes = b"",
         on_failure: Callable[[StorageError], None] | None = None,
     ) -> None:
@@ -116,6 +125,12 @@ class Journal:
         self._fd: int | None = None
         self.path: str | None = None
         self._size = 0
+        """Bytes of records in the current journal (it is retired past ``rotate_bytes``)."""
+        self._end = 0
+        """Where the next batch is written in the journal (its header, then its records)."""
+        self._zeroed = 0
+        """How far the journal holds zeros written ahead of its records (`_reserve`)."""
+        self._reserve_limit = self._reserve_bytes = reserve_bytes
         self._dirty: dict[str, RolloutLog] = {}
         self.sync_seconds = 0.0
         """A moving average of the recent fdatasyncs' durations (1/8 weight to the latest)."""
@@ -304,19 +319,15 @@ class Journal:
             metrics.set("threadlog_queue_depth", len(self._pending))
 
     def _commit(self, batch: list[tuple[RolloutLog, bytes, Record]]) -> None:
-        """Make a batch durable, then copy the lines into the rollouts. No lock held.
+        """Make a batch durable in the journal (one write, one ``fdatasync``, over space
+        written before: `_reserve`), then copy the lines into the rollouts. No lock held.
 
-        A batch of one thread's records is written straight to its rollout with one
-        ``fdatasync`` (which also covers that rollout's earlier unsynced writes): the journal
-        would cost a second write for nothing. A batch that spans threads goes through the
-        journal: one write and one ``fdatasync`` for all of them.
+        A batch of one thread's records goes through the journal too: an ``fdatasync`` of
+        the journal, which only overwrites zeros, flushes the data alone, while one of a
+        rollout, which grows, also commits its new size to the file system's journal (on
+        ext4 here: ~85 µs against ~125 µs), more than the second, unsynced write costs.
         """
         fops = self._fops
-        if len(batch) == 1:  # the usual lone durable append: no grouping to do
-            rollout, chunk, record = batch[0]
-            _check_unchanged(rollout)
-            self._commit_one(rollout, chunk, [record])
-            return
         # Group by rollout, keeping each thread's order.
         groups: dict[str, tuple[RolloutLog, list[bytes], list[Record]]] = {}
         for rollout, line, record in batch:
@@ -328,19 +339,28 @@ class Journal:
                 group[2].append(record)
         for rollout, _, _ in groups.values():
             _check_unchanged(rollout)  # before the journal makes any of the batch durable
-        if len(groups) == 1:
-            ((rollout, lines, records),) = groups.values()
-            self._commit_one(rollout, b"".join(lines), records)
-            return
         if self._fd is None:
             self._open_new()
         assert self._fd is not None
-        data = b"".join([line for _, line, _ in batch])
-        fops.write_all(self._fd, data)
-        self._fdatasync(self._fd)
+        data = b"".join([line for _, line, _ in batch]) if len(batch) > 1 else batch[0][1]
+        if self._end + len(data) > self._zeroed:
+            self._reserve(len(data))
+        try:
+            fops.write_all(self._fd, data)
+            self._fdatasync(self._fd)
+        except BaseException:
+            # Nothing of the batch was acknowledged. Cut it off the journal, which the next
+            # open replays: after a failed fdatasync the kernel may call those pages clean
+            # without their being on disk ("fsyncgate"), and a replay must not take them for
+            # records. (The zeros written ahead go with them.)
+            with contextlib.suppress(OSError):
+                fops.ftruncate(self._fd, self._end)
+                self._zeroed = self._end
+            raise
         self._size += len(data)
+        self._end += len(data)
         for rollout, lines, records in groups.values():
-            chunk = b"".join(lines)
+            chunk = b"".join(lines) if len(lines) > 1 else lines[0]
             fops.write_all(rollout.fd, chunk)
             rollout.written(records, len(chunk))
             self._dirty[rollout.thread_id] = rollout
@@ -348,23 +368,34 @@ class Journal:
         if self._size >= self._rotate_bytes:
             self._checkpoint(reopen=True)
 
-    def _commit_one(self, rollout: RolloutLog, chunk: bytes, records: list[Record]) -> None:
-        """Commit one thread's lines straight to its rollout: one write, one fdatasync."""
-        fops = self._fops
+    def _reserve(self, need: int) -> None:
+        """Write zeros past the journal's end, enough for ``need`` more bytes and a margin
+        (as many bytes as the journal holds, from 64 KiB up to `reserve_bytes`), and come back
+        to the end. The commit's ``fdatasync`` makes them durable with its data (the one
+        commit of a margin that commits a new size); the commits after it only overwrite
+        them. Recovery reads a journal up to its first line that is not a record
+        (`threadlog.store.embedded.deadjournals`): zeros end it as a torn tail does.
+
+        A disk too full for the zeros is no failure (nothing of the batch was written): the
+        batch grows the file instead, and this journal writes no more zeros ahead."""
+        assert self._fd is not None
+        if self._reserve_bytes <= 0:
+            return
+        start = self._zeroed
+        margin = min(self._reserve_bytes, max(MIN_RESERVE_BYTES, self._size))
+        size = self._end + need - start + margin
         try:
-            fops.write_all(rollout.fd, chunk)
-            self._fdatasync(rollout.fd)
-        except BaseException:
-            # Nothing of the batch was acknowledged. Cut it off the file: after a failed
-            # fdatasync the kernel may call those pages clean without their being on disk
-            # ("fsyncgate"), and a reader must not see them as records.
-            with contextlib.suppress(OSError):
-                fops.ftruncate(rollout.fd, rollout.size)
-            raise
-        rollout.written(records, len(chunk))
-        if self._dirty:
-            self._dirty.pop(rollout.thread_id, None)
-        self._on_durable(rollout, records, rollout.size)
+            os.lseek(self._fd, start, os.SEEK_SET)
+            self._fops.write_all(self._fd, bytes(size))
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise  # (fail-stop: the commit fails, the journal stops)
+            log.warning("journal %s: no room to write ahead (%s); growing it", self.path, exc)
+            self._reserve_bytes = 0  # (until the next journal)
+            size = 0
+        finally:
+            os.lseek(self._fd, self._end, os.SEEK_SET)
+        self._zeroed = start + size
 
     def _fdatasync(self, fd: int) -> None:
         """``fdatasync``, timed: `sync_seconds`, and the metric when metrics are on."""
@@ -379,23 +410,34 @@ class Journal:
     def _open_new(self) -> None:
         """Create a journal file: temp name, lock, rename into place, fsync the directory."""
         fops = self._fops
-        fops.makedirs(self.directory)
+        try:
+            fops.makedirs(self.directory)
+            if not os.path.isdir(self.directory):
+                raise NotADirectoryError(errno.ENOTDIR, "not a folder")
+        except OSError as exc:
+            raise StorageError(
+                f"cannot create the journal folder {self.directory} ({exc}), through which "
+                "every commit goes: move away what is there and reopen the store"
+            ) from exc
         name = f"{os.getpid()}-{secrets.token_hex(8)}"
         tmp = temporary_path(self.directory, name)  # (swept if orphaned)
         final = os.path.join(self.directory, f"{name}.wal")
-        fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             # The header is made durable by the first commit's fdatasync, with the first
             # records: a journal cut before that (no header, or part of it) acknowledged
             # nothing, and recovery deletes it.
-            fops.write_all(fd, journal_header(self._secret, os.path.basename(final)))
+            header = journal_header(self._secret, os.path.basename(final))
+            fops.write_all(fd, header)
             fops.rename(tmp, final)
             fops.fsync_dir(self.directory)
         except BaseException:
             fops.close(fd)
             raise
         self._fd, self.path, self._size = fd, final, 0
+        self._end = self._zeroed = len(header)
+        self._reserve_bytes = self._reserve_limit
 
     def _checkpoint(self, *, reopen: bool) -> None:
         """fsync every rollout written since the last checkpoint, then retire the journal."""
@@ -465,7 +507,9 @@ def _check_unchanged(rollout: RolloutLog) -> None:
     process cut it or wrote to it behind the lease (a record acknowledged after garbage
     would be unreadable). The commit fails, and the journal stops (fail-stop); reopening
     the store reports the damage with its ordinal."""
-    size = os.fstat(rollout.fd).st_size
+    # (the file's end from ``lseek``, not ``fstat``: on ext4 here an ``fstat`` before the
+    # commit's ``fdatasync`` made that take ~35 µs longer, an ``lseek`` nothing)
+    size = os.lseek(rollout.fd, 0, os.SEEK_END)
     if size != rollout.size:
         raise StorageError(
             f"thread {rollout.thread_id}: its rollout is {size} bytes where this store wrote "
