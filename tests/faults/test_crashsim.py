@@ -99,6 +99,12 @@ NOT_DETECTED: dict[str, str] = {
         "the same for a dead journal deleted by recovery: recover_rollout fsynced every rollout "
         "it covers first, so a resurrected journal is replayed as a no-op"
     ),
+    "store/embedded/journal.py Journal._open_new: fops.fdatasync(fd)": (
+        "the sync of a new journal's header before its first commit: without it a power cut "
+        "that kept a later page of that commit and lost the header's page leaves a journal "
+        "that no longer reads as this home's, refused and reported though it acknowledged "
+        "nothing (that commit's fdatasync never returned); no acknowledged record depends on it"
+    ),
     # Covered by a later sync in the sweep's workload only.
     "store/_perms.py load_secret: fops.fsync_dir(home)": (
         "the directory sync after the home's secret is renamed into place: in a new home the "

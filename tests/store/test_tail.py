@@ -21,7 +21,7 @@ from threadlog import EmbeddedStore, IntegrityError, UsageError
 from threadlog.model import envelope
 from threadlog.store.embedded import checkpoint, streamscan
 from threadlog.store.embedded import reader as reader_module
-from threadlog.store.embedded import recovery as recovery_module
+from threadlog.store.embedded import writers as writers_module
 from threadlog.store.embedded.rollout import scan_file
 
 if TYPE_CHECKING:
@@ -74,13 +74,13 @@ def _restore(store: EmbeddedStore, row: list[Any]) -> None:
 def _full_scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Count the whole-file scans that opening a thread for writing makes."""
     seen: list[str] = []
-    recover = recovery_module.Recovery.recover_thread
+    whole = writers_module.scan_file
 
-    def spy(self: Any, thread_id: str, path: str) -> Any:
+    def spy(path: str, thread_id: str) -> Any:
         seen.append(thread_id)
-        return recover(self, thread_id, path)
+        return whole(path, thread_id)
 
-    monkeypatch.setattr(recovery_module.Recovery, "recover_thread", spy)
+    monkeypatch.setattr(writers_module, "scan_file", spy)
     return seen
 
 

@@ -24,7 +24,8 @@ from threadlog.errors import InsecureHome, IntegrityError, StorageError
 from threadlog.model.envelope import BadRecord, Record, parse_line
 from threadlog.store._fileops import move_to_quarantine
 from threadlog.store._perms import check_fd, journal_header
-from threadlog.store.embedded.rollout import Scan, scan, scan_file
+from threadlog.store.embedded.rollout import Scan, scan, scan_file, zero_debris
+from threadlog.store.embedded.snapshots import tail_after
 
 if TYPE_CHECKING:
     from threadlog.store._fileops import FileOps
@@ -42,6 +43,9 @@ class DeadJournal:
     fd: int
     entries: dict[str, list[tuple[Record, bytes]]] = field(default_factory=dict)
     """thread id → its ``(record, line)`` pairs in journal order."""
+    damaged: str | None = None
+    """Why its records end before the file's do, when that is damage and not a torn tail
+    (`_parse_journal`): such a journal is reported and never deleted."""
 
     def release(self) -> None:
         if self.fd >= 0:
@@ -243,6 +247,13 @@ def _quarantine(
 
 
 def _parse_journal(journal: DeadJournal, data: bytes, pos: int) -> None:
+    """Its records, up to the first line that is not one. That line ends them as a torn tail
+    (nothing after it was acknowledged: a commit's write lands after the last one's, and
+    returns only after its fdatasync) when it is what a crash leaves: an unterminated
+    fragment, or zeros (the space written ahead, or a page a power cut lost: a run of
+    `ZERO_RUN` NULs, which no flipped bit makes). A complete line that is neither, with a
+    record after it, is damage to what may have been acknowledged: the journal is marked
+    ``damaged`` (reported, kept), and only the records before it are replayed."""
     while pos < len(data):
         nl = data.find(b"\n", pos)
         if nl < 0:
@@ -250,24 +261,51 @@ def _parse_journal(journal: DeadJournal, data: bytes, pos: int) -> None:
         line = data[pos : nl + 1]
         try:
             record = parse_line(line)
-        except BadRecord:
-            # A journal is only ever appended and fsynced; a bad line can only be the torn
-            # tail of the last write, so nothing after it was acknowledged either.
+        except BadRecord as exc:
+            if not zero_debris(line) and _a_record_follows(data, nl + 1):
+                journal.damaged = f"line at byte {pos}: {exc}"
             break
         journal.entries.setdefault(record.thread, []).append((record, line))
         pos = nl + 1
 
 
+def _a_record_follows(data: bytes, pos: int) -> bool:
+    """Whether a complete line after ``pos`` is a record."""
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            return False
+        try:
+            parse_line(data[pos : nl + 1])
+        except BadRecord:
+            pos = nl + 1
+            continue
+        return True
+    return False
+
+
+Seek = Callable[[str, int], "tuple[int, int, str | None] | None"]
+"""``seek(thread_id, ord)``: ``(ord, offset, prev)`` of a known line start at or before record
+``ord`` (`threadlog.store.embedded.checkpoint.Checkpoints.seek`), a hint the caller checks."""
+
+
 def recover_rollout(
-    path: str, thread_id: str, fops: FileOps, entries: list[tuple[Record, bytes]]
+    path: str,
+    thread_id: str,
+    fops: FileOps,
+    entries: list[tuple[Record, bytes]],
+    seek: Seek | None = None,
+    max_record_bytes: int = 0,
 ) -> Scan:
     """Bring a rollout up to date with journal entries; returns the scan of the result.
 
-    The caller holds the thread's lease. Without entries this is just a scan.
+    The caller holds the thread's lease. Without entries this is just a scan. With ``seek``,
+    the rollout is read from a known line at or before the record the journal's first one
+    follows (`_anchored`), not whole: the scan returned then starts there (its first record's
+    ord is not 1).
     """
-    scanned = scan_file(path, thread_id)
     if not entries:
-        return scanned
+        return scan_file(path, thread_id)
     by_ord: dict[int, tuple[Record, bytes]] = {}
     for record, line in entries:
         other = by_ord.get(record.ord)
@@ -275,7 +313,13 @@ def recover_rollout(
             raise IntegrityError(thread_id, record.ord, "two journals disagree on this record")
         by_ord[record.ord] = (record, line)
     ords = sorted(by_ord)
+    scanned = None
+    if seek is not None and ords[0] > 1:
+        scanned = _anchored(path, thread_id, seek, ords[0] - 1, max_record_bytes)
+    if scanned is None:
+        scanned = scan_file(path, thread_id)
     have = scanned.records
+    base = have[0].ord if have else 1  # (the ord of ``have[0]``)
     last = have[-1].ord if have else 0
     if ords[0] > last + 1:
         if scanned.error is not None:
@@ -289,7 +333,7 @@ def recover_rollout(
             offset=scanned.end,
         )
     for ord_ in ords:
-        if ord_ <= last and have[ord_ - 1].hash != by_ord[ord_][0].hash:
+        if base <= ord_ <= last and have[ord_ - base].hash != by_ord[ord_][0].hash:
             raise IntegrityError(
                 thread_id, ord_, "the rollout and the journal disagree on this record"
             )
@@ -347,4 +391,44 @@ def recover_rollout(
         records=have + extra.records,
         offsets=scanned.offsets + extra.offsets,
         end=extra.end,
+    )
+
+
+def _anchored(
+    path: str, thread_id: str, seek: Seek, before: int, max_record_bytes: int
+) -> Scan | None:
+    """The rollout from a known line at or before record ``before`` on: that record (found
+    through ``seek``, checked by `threadlog.store.embedded.snapshots.tail_after` as a
+    checkpoint's anchor is) and the scan of what follows it, damage included; None when
+    there is no such line, or any doubt (the caller scans the whole file).
+
+    Everything before the records a dead journal holds is durable in the rollout (a journal
+    is retired only once the rollouts it wrote are synced, RELIABILITY B2), so nothing there
+    needs the journal; as at any open from a checkpoint, it was verified when it was written
+    and is not read again (`threadlog verify` reads it all)."""
+    hint = seek(thread_id, before)
+    if hint is None or max_record_bytes <= 0:
+        return None
+    ord_, offset, _ = hint
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            line = f.readline(max_record_bytes + 1)
+        record = parse_line(line)
+    except (OSError, BadRecord):
+        return None
+    if record.ord != ord_:
+        return None
+    got = tail_after(
+        thread_id, path, ord_, record.hash, offset + len(line), max_record_bytes, keep_damage=True
+    )
+    if got is None:
+        return None
+    anchor, tail = got
+    return Scan(
+        records=[anchor, *tail.records],
+        offsets=[offset, *tail.offsets],
+        end=tail.end,
+        torn=tail.torn,
+        error=tail.error,
     )

@@ -146,6 +146,12 @@ class Journal:
 
     def _poison(self, what: str, failure: BaseException) -> NoReturn:
         """Fail-stop (A4): no write is acknowledged after this one failed. Lock held."""
+        error = self._stop(what, failure)
+        raise error from failure
+
+    def _stop(self, what: str, failure: BaseException) -> StorageError:
+        """`_poison` without raising: the journal stops, every waiter not yet covered wakes
+        and raises the error (`check`), which is returned. Lock held."""
         first = self._poisoned is None
         self._poisoned = error = StorageError(
             f"{what} and the store stopped acknowledging writes ({failure}); "
@@ -161,7 +167,7 @@ class Journal:
                 log.exception("a store failure listener failed")
             finally:
                 self._mutex.acquire()
-        raise error from failure
+        return error
 
     @property
     def error(self) -> StorageError | None:
@@ -301,9 +307,12 @@ class Journal:
         upto = self._submitted
         self._flushing = True
         failure: BaseException | None = None
+        after: BaseException | None = None  # a failure once the batch was durable
         self._mutex.release()
         try:
             self._commit(batch)
+        except _Committed as exc:
+            after = exc.__cause__ or exc
         except BaseException as exc:
             failure = exc
         finally:
@@ -313,6 +322,10 @@ class Journal:
             self._poison("append failed", failure)
         self.durable_seq = upto
         self._wake_covered()
+        if after is not None:
+            # The batch is durable (in the journal, which the next open replays): its appends
+            # are acknowledged, and nothing after them is.
+            self._stop("copying acknowledged records into their rollouts failed", after)
         metrics = _hooks.METRICS
         if metrics is not None:
             metrics.observe("threadlog_commit_records", len(batch))
@@ -359,14 +372,17 @@ class Journal:
             raise
         self._size += len(data)
         self._end += len(data)
-        for rollout, lines, records in groups.values():
-            chunk = b"".join(lines) if len(lines) > 1 else lines[0]
-            fops.write_all(rollout.fd, chunk)
-            rollout.written(records, len(chunk))
-            self._dirty[rollout.thread_id] = rollout
-            self._on_durable(rollout, records, rollout.size)
-        if self._size >= self._rotate_bytes:
-            self._checkpoint(reopen=True)
+        try:
+            for rollout, lines, records in groups.values():
+                chunk = b"".join(lines) if len(lines) > 1 else lines[0]
+                self._dirty[rollout.thread_id] = rollout
+                fops.write_all(rollout.fd, chunk)
+                rollout.written(records, len(chunk))
+                self._on_durable(rollout, records, rollout.size)
+            if self._size >= self._rotate_bytes:
+                self._checkpoint(reopen=True)
+        except Exception as exc:
+            raise _Committed from exc
 
     def _reserve(self, need: int) -> None:
         """Write zeros past the journal's end, enough for ``need`` more bytes and a margin
@@ -430,6 +446,11 @@ class Journal:
             # nothing, and recovery deletes it.
             header = journal_header(self._secret, os.path.basename(final))
             fops.write_all(fd, header)
+            # Durable before any record is written after it: a power cut that kept a later
+            # page of the first commit and lost the header's would leave a journal that no
+            # longer reads as this home's (refused, and reported, though it acknowledged
+            # nothing).
+            fops.fdatasync(fd)
             fops.rename(tmp, final)
             fops.fsync_dir(self.directory)
         except BaseException:
@@ -464,6 +485,7 @@ class Journal:
             self._wait_idle()
             self.check()
             self._flush_locked()
+            self.check()  # (a flush that stopped the journal: the release fails, lease kept)
             try:
                 self._fops.fsync(rollout.fd)
             except OSError as exc:
@@ -495,11 +517,18 @@ class Journal:
             try:
                 if self._poisoned is None:
                     self._flush_locked()
+                if self._poisoned is None:  # (the flush may have stopped it)
                     self._checkpoint(reopen=False)
             finally:
                 if self._fd is not None:
                     self._fops.close(self._fd)
                     self._fd = None
+
+
+class _Committed(Exception):
+    """Raised from `Journal._commit` for a failure after its batch was durable (copying it
+    into the rollouts, or the checkpoint after): the batch is acknowledged, and the journal
+    stops (its ``__cause__`` is the failure)."""
 
 
 def _check_unchanged(rollout: RolloutLog) -> None:

@@ -10,9 +10,10 @@ process is simply taken over by the next opener; no expiry clock is involved.
 
 Beside it, ``<home>/locks/<thread>.lock`` is the holder's **notice**: who holds the thread
 (pid, host, since: a refused opener says who has it) and the rollout's **durable end**, the
-byte offset up to which every record is on disk, published after each commit. Readers in other
-processes stop there (issue 9: a record whose fsync has not completed, and that a failed fsync
-may yet cut, is never returned or copied). The holder publishes through a shared memory map of
+byte offset up to which every record is durable (on disk in the store's journal, and written
+into the rollout, which is synced at the journal's checkpoints), published after each commit.
+Readers in other processes stop there (issue 9: a record whose fsync has not completed, and
+that a failed fsync may yet cut, is never returned or copied). The holder publishes through a shared memory map of
 the notice's first line (a store of a few bytes into the page cache the readers' ``pread``
 reads, instead of a ``pwrite`` per commit: the one system call on the append path besides the
 record's own ``write`` and ``fdatasync``), and by ``pwrite`` where the map cannot be made. The

@@ -4,8 +4,9 @@ A read scans the rollout file itself (`threadlog.store.embedded.rollout`), not t
 holds it to three rules:
 
 * **Durable before visible.** A live writer (this store, or another process, through its
-  lease's notice) publishes how far the file is durable (`Reader.durable_end`); readers stop
-  there, since bytes past it may not be on disk yet and a failed fsync would cut them. With no
+  lease's notice) publishes how far the file is durable (`Reader.durable_end`: its records
+  on disk in the writer's journal); readers stop there, since bytes past it may not be
+  durable yet and a failed fsync would cut them. With no
   live writer, a killed one may have left records it never synced: the file is synced after it
   is read (`Reader.sync_file`), so nothing returned can be lost by a power cut.
 * **Nothing acknowledged goes missing unnoticed.** The index keeps, per thread, the furthest

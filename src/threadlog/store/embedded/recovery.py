@@ -10,10 +10,22 @@ writing (`Recovery.recover_thread`, called by `threadlog.store.embedded.writers`
 cannot be replayed (a journal naming a rollout that is gone, records that do not chain on) is
 kept, logged and listed in `Recovery.problems`; `verify` reports the thread as damaged.
 
-*Unborn threads.* A rollout without one acknowledged record is a thread whose creation crashed
-before its first record was durable: no thread at all. The index's catch-up finds them and
-`Recovery.remove_unborn` removes the empty file, or moves one holding bytes to
-``quarantine/``; never while its creator may still be writing it.
+*Unborn threads.* A rollout without one acknowledged record, with no journal left that may
+hold its first record (every commit goes through the journal, and the rollout is synced
+later), is a thread whose creation crashed before its first record was durable: no thread at
+all. The index's catch-up finds them and `Recovery.remove_unborn` removes the empty file, or
+moves one holding bytes to ``quarantine/``; never while its creator may still be writing it,
+nor while any journal but the store's own is there.
+
+*Damaged journals.* A journal's records end at its first line that is not one. Zeros or an
+unterminated fragment there are a torn tail; a complete line that is neither, with a record
+after it, is damage (`DeadJournal.damaged`): the records before it are replayed, the journal
+is reported and never deleted.
+
+*Where a replay reads.* Everything before a thread's first record in a dead journal is
+durable in its rollout (a journal is retired only once the rollouts it wrote are synced), so a
+replay reads the rollout from the nearest line the checkpoints know at or before that record
+(`Recovery.seek`), not whole.
 
 *Deleted threads.* Records of a thread deleted for good (a tombstone in ``deleted/``, its
 rollout gone) that a dead journal still holds are not replayed, and do not keep the journal.
@@ -32,7 +44,12 @@ from typing import TYPE_CHECKING, Any
 from threadlog.errors import IntegrityError, LeaseHeld, StorageError
 from threadlog.model.ids import is_uuid
 from threadlog.store._fileops import move_to_quarantine
-from threadlog.store.embedded.deadjournals import DeadJournal, find_dead_journals, recover_rollout
+from threadlog.store.embedded.deadjournals import (
+    DeadJournal,
+    Seek,
+    find_dead_journals,
+    recover_rollout,
+)
 from threadlog.store.embedded.leases import Lease
 from threadlog.store.embedded.rollout import Scan, scan_file
 
@@ -75,6 +92,10 @@ class Recovery:
         ``kind``, ``message`` and, when known, ``thread`` and ``path``. Also logged as
         errors; `threadlog verify` lists them."""
         self._repairs: dict[str, list[dict[str, Any]]] = {}
+        self.seek: Seek | None = None
+        """Where a replay may start reading a rollout (`recover_rollout`'s ``seek``: the
+        store's checkpoints, set once they exist); None reads it whole."""
+        self.max_record_bytes = 0
 
     def report(
         self, kind: str, message: str, path: str | None = None, thread: str | None = None
@@ -114,19 +135,26 @@ class Recovery:
             report=self.report,
         )
 
-    def recover_thread(self, thread_id: str, path: str) -> Scan:
-        """Scan a thread's rollout, first replaying its records from dead journals (the
-        caller holds its lease)."""
+    def recover_thread(self, thread_id: str, path: str) -> Scan | None:
+        """Replay the thread's records from dead journals into its rollout (the caller holds
+        its lease). Returns the scan of the whole rollout when the replay read it whole, else
+        None (no records to replay, or the replay read it from a known line on): the caller
+        opens the thread as if no journal had been there."""
         dead = self.dead_journals()
         try:
             entries = [e for journal in dead for e in journal.entries.get(thread_id, ())]
+            if not entries:
+                return None
             before = os.path.getsize(path)
-            scanned = recover_rollout(path, thread_id, self._fops, entries)
-            if entries and os.path.getsize(path) != before:
+            scanned = recover_rollout(
+                path, thread_id, self._fops, entries, self.seek, self.max_record_bytes
+            )
+            if os.path.getsize(path) != before:
                 self.note_repair(
                     thread_id, {"kind": "journal_replayed", "last_ord": scanned.records[-1].ord}
                 )
-            return scanned
+            whole = not scanned.records or scanned.records[0].ord == 1
+            return scanned if whole else None
         finally:
             for journal in dead:
                 journal.release()
@@ -151,10 +179,20 @@ class Recovery:
             )
             return []
         repaired: list[str] = []
+        replayed: dict[str, Scan] = {}  # what each replay left (its rollout from some ord on)
         held: set[str] = set()
         skipped: set[str] = set()  # threads whose records were not replayed
         try:
             threads: dict[str, list[tuple[Record, bytes]]] = {}
+            for journal in dead:
+                if journal.damaged is not None:
+                    message = (
+                        f"the journal {journal.path} is damaged ({journal.damaged}); the "
+                        "records before the damage are replayed, and the journal is kept: "
+                        "records after it may have been acknowledged"
+                    )
+                    log.error("recovery: %s", message)
+                    self.report("journal_damaged", message, journal.path)
             for journal in dead:
                 for thread_id, entries in journal.entries.items():
                     threads.setdefault(thread_id, []).extend(entries)
@@ -183,7 +221,10 @@ class Recovery:
                     continue
                 try:
                     before = os.path.getsize(path)
-                    scanned = recover_rollout(path, thread_id, self._fops, entries)
+                    scanned = recover_rollout(
+                        path, thread_id, self._fops, entries, self.seek, self.max_record_bytes
+                    )
+                    replayed[thread_id] = scanned
                     if os.path.getsize(path) != before:
                         repaired.append(thread_id)
                         self.note_repair(
@@ -201,10 +242,11 @@ class Recovery:
                 # the records its open found in the page cache yet. Never one holding
                 # records that could not be replayed (A5).
                 if (
-                    held.isdisjoint(journal.entries)
+                    journal.damaged is None
+                    and held.isdisjoint(journal.entries)
                     and skipped.isdisjoint(journal.entries)
                     and all(
-                        self._deleted(t) or self._has_records(t, e)
+                        self._deleted(t) or self._has_records(t, e, replayed.get(t))
                         for t, e in journal.entries.items()
                     )
                 ):
@@ -245,23 +287,37 @@ class Recovery:
             )
         return None
 
-    def _has_records(self, thread_id: str, entries: list[tuple[Record, bytes]]) -> bool:
-        """Whether the thread's rollout holds the last of its records in a journal."""
+    def _has_records(
+        self, thread_id: str, entries: list[tuple[Record, bytes]], replayed: Scan | None
+    ) -> bool:
+        """Whether the thread's rollout holds the last of its records in a journal (as the
+        replay this open made of it left it, ``replayed``, or read now)."""
         last = entries[-1][0]
-        try:
-            scanned = scan_file(self._layout.path_of(thread_id), thread_id)
-        except FileNotFoundError:
+        scanned = replayed
+        if scanned is None:
+            try:
+                scanned = scan_file(self._layout.path_of(thread_id), thread_id)
+            except FileNotFoundError:
+                return False
+        if not scanned.records:
             return False
-        return len(scanned.records) >= last.ord and scanned.records[last.ord - 1].hash == last.hash
+        at = last.ord - scanned.records[0].ord
+        return 0 <= at < len(scanned.records) and scanned.records[at].hash == last.hash
 
     def remove_unborn(self, thread_id: str, path: str) -> None:
-        """A rollout without one acknowledged record is a thread whose creation crashed before
-        its first record was durable: no thread at all. An empty file is removed; one holding
+        """A rollout without one acknowledged record, and no journal left that may hold one
+        (`has_dead_journals`), is a thread whose creation crashed before its first record was
+        durable: no thread at all. An empty file is removed; one holding
         bytes (a torn first write) is moved to ``quarantine/``, never deleted (issue 9: nothing
         ever deletes a rollout's bytes). Not while its creator may still be at work: under
         its lease, and only once the file is a few seconds old."""
         try:
             if time.time() - os.stat(path).st_mtime < UNBORN_AGE:
+                return
+            if self.has_dead_journals():
+                # its first record may be in one (every commit goes through a journal, and
+                # the rollout is synced later): not while one may still be replayed, or
+                # could not be read
                 return
             lease = Lease(self._layout.locks, thread_id, path)
         except (LeaseHeld, FileNotFoundError):

@@ -60,6 +60,7 @@ __all__ = [
     "prefix_of",
     "scan",
     "scan_file",
+    "zero_debris",
 ]
 
 log = logging.getLogger("threadlog.store")
@@ -98,7 +99,7 @@ page reads back as zeros from the first byte it lost to its end, while a flipped
 most one NUL (canonical JSON escapes them), so no single-bit error reaches this."""
 
 
-def _zero_debris(line: bytes) -> bool:
+def zero_debris(line: bytes) -> bool:
     """A complete line that a power cut can leave: NULs only, or a long run of them."""
     body = line[:-1]
     return (body != b"" and not body.strip(b"\0")) or b"\0" * ZERO_RUN in body
@@ -323,7 +324,7 @@ def _classify(
             if nl < 0:
                 break
             piece = data[cursor : nl + 1]
-            if not _zero_debris(piece):
+            if not zero_debris(piece):
                 reason = problem
                 if cursor > pos:
                     try:

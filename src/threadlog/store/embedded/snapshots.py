@@ -133,12 +133,16 @@ def tail_after(
     end: int,
     max_record_bytes: int,
     durable: int | None = None,
+    *,
+    keep_damage: bool = False,
 ) -> tuple[Record, Scan] | None:
     """The record ``ord_`` ending at byte ``end``, verified against the rollout (that ord,
     that hash ``digest``, a record of this thread or of one it inherited from, the file's
     ord 1 this thread's), and the scan of what follows it up to ``durable``; None at any
     doubt (the caller then reads the whole file). Used for snapshots' anchors and the store's
-    own checkpoints (`threadlog.store.embedded.checkpoint`)."""
+    own checkpoints (`threadlog.store.embedded.checkpoint`). With ``keep_damage``, damage
+    after the anchor is returned in the scan (its ``error``) instead of None: what a dead
+    journal's replay restores (`threadlog.store.embedded.deadjournals.recover_rollout`)."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -169,6 +173,6 @@ def tail_after(
     scanned = scan(
         tail, thread_id, base_offset=end, start_ord=ord_ + 1, prev_hash=digest, copied=copied
     )
-    if scanned.error is not None:
+    if scanned.error is not None and not keep_damage:
         return None  # let the full scan find and report it
     return anchor, scanned

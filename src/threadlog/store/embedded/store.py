@@ -126,6 +126,9 @@ class EmbeddedStore(Queries, Blobs):
             layout, self.index, self._logs, self._snapshots, fops, max_record_bytes, self.problems
         )
         self._reader.checkpoints = self._checkpoints
+        # a dead journal's replay reads a rollout from the line its records follow on
+        self._recovery.seek = self._checkpoints.seek
+        self._recovery.max_record_bytes = max_record_bytes
         self._writers = OpenLogs(
             self._logs,
             layout=layout,

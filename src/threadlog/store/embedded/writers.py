@@ -328,21 +328,25 @@ class OpenLogs:
         return rollout
 
     def _open_leased(self, thread_id: str, path: str, lease: Lease) -> RolloutLog:
+        whole = None  # the rollout read whole by a replay of dead journals, if it was
+        if self._recovery.has_dead_journals():
+            # their records of this thread into its rollout first (read from the line they
+            # follow on where the checkpoints know one), which then opens as if none had been
+            whole = self._recovery.recover_thread(thread_id, path)
         fast = None
-        if not self._recovery.has_dead_journals():
-            if self._checkpoints is not None:  # the later of its checkpoint and snapshot
-                fast = self._checkpoints.open_from(thread_id, path, self._snapshots)
-            else:
-                got = self._snapshots.anchored_tail(thread_id, path)
-                if got is not None:
-                    at = got[0]
-                    fast = (at, got[1], lambda: self._snapshots.state_at(thread_id, at))
+        if self._checkpoints is not None:  # the later of its checkpoint and snapshot
+            fast = self._checkpoints.open_from(thread_id, path, self._snapshots)
+        else:
+            got = self._snapshots.anchored_tail(thread_id, path)
+            if got is not None:
+                at = got[0]
+                fast = (at, got[1], lambda: self._snapshots.state_at(thread_id, at))
         anchor: Record | None = None
         base: Callable[[], ThreadState | None] | None = None
         if fast is not None:
             anchor, scanned, base = fast
         else:
-            scanned = self._recovery.recover_thread(thread_id, path)
+            scanned = whole if whole is not None else scan_file(path, thread_id)
         if scanned.error is not None:
             raise scanned.error
         completed = scanned.torn.completes if scanned.torn is not None else None
