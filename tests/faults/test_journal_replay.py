@@ -4,16 +4,19 @@ taking damage for a torn tail."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.faults.test_journal_failures import kill
 from threadlog import EmbeddedStore, StorageError
-from threadlog.errors import ThreadNotFound
+from threadlog.errors import LeaseHeld, ThreadlogError, ThreadNotFound
 from threadlog.store._fileops import FileOps
 from threadlog.store.embedded import deadjournals, recovery, writers
 
@@ -159,3 +162,112 @@ def test_an_empty_rollout_is_not_taken_for_an_unborn_thread_while_a_journal_may_
     monkeypatch.setattr(recovery, "find_dead_journals", real)
     with EmbeddedStore(str(home)) as reopened:
         assert [r.data for r in reopened.read(thread)[1:]] == [{"i": 0}]
+
+
+class _RolloutFull(FileOps):
+    """ENOSPC for writes into rollouts, once armed (the journal's still succeed)."""
+
+    armed = False
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        if self.armed and os.readlink(f"/proc/self/fd/{fd}").endswith(".jsonl"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(fd, data)
+
+
+def test_an_aappend_another_caller_committed_stays_acknowledged(tmp_path: Path) -> None:
+    """The aappend's record is committed by a flush from elsewhere, whose copy into the
+    rollout fails: the journal stops, but the aappend, covered by that durable commit,
+    returns its record."""
+    home = str(tmp_path / "home")
+    fops = _RolloutFull()
+    store = EmbeddedStore(home, commit_interval=COMMIT_INTERVAL, fops=fops)
+    thread = store.create_thread("p")
+
+    async def main() -> Any:
+        task = asyncio.create_task(store.aappend(thread, "custom.x", {"i": 1}, durable=True))
+        await asyncio.sleep(0)  # the task queued its record and waits for its turn
+        fops.armed = True
+        with contextlib.suppress(StorageError):
+            store.flush()  # commits the task's record; copying it into the rollout fails
+        return await task
+
+    record = asyncio.run(main())
+    assert record.ord == 2
+    with pytest.raises(StorageError):
+        store.append(thread, "custom.x", {"i": 2})
+    store.close()
+    with EmbeddedStore(home) as reopened:
+        assert reopened.read(thread)[1] == record
+
+
+def test_a_lease_kept_by_a_failed_release_is_kept_by_the_next_release(tmp_path: Path) -> None:
+    """After a commit whose rollout copy failed, releasing the thread fails and keeps its
+    lease; a second release must keep it too (another store would write the thread without
+    the acknowledged record only this store's journal holds)."""
+    home = str(tmp_path / "home")
+    fops = _RolloutFull()
+    store = EmbeddedStore(home, commit_interval=COMMIT_INTERVAL, fops=fops)
+    thread = store.create_thread("p")
+    fops.armed = True
+    store.append(thread, "custom.x", {"i": 1}, durable=True)  # acknowledged, not in the rollout
+    for _ in range(2):
+        with pytest.raises(StorageError):
+            store.release(thread)
+    with pytest.raises(LeaseHeld):
+        EmbeddedStore(home).acquire(thread)
+    store.close()
+    with EmbeddedStore(home) as reopened:
+        assert [r.data for r in reopened.read(thread)[1:]] == [{"i": 1}]
+
+
+def _damaged_journal(tmp_path: Path, at_line: int, damage: Callable[[bytearray, int], None]) -> Any:
+    home = tmp_path / "home"
+    store = EmbeddedStore(str(home), commit_interval=COMMIT_INTERVAL)
+    thread = store.create_thread("p")
+    for i in range(10):
+        store.append(thread, "custom.x", {"i": i}, durable=True)
+    path = store.path_of(thread)
+    kill(store)
+    journal = _journal(home)
+    data = bytearray(journal.read_bytes())
+    start = sum(len(line) + 1 for line in data.split(b"\n")[:at_line])
+    damage(data, start)
+    journal.write_bytes(bytes(data))
+    return home, thread, path, journal
+
+
+def test_a_page_lost_from_its_first_byte_is_a_torn_tail_not_damage(tmp_path: Path) -> None:
+    """A lost page reads zeros from its first lost byte: a line that starts with a few NULs
+    (fewer than a run of 16), with records after it, is what a power cut leaves of an
+    unacknowledged batch, not damage."""
+
+    def lose(data: bytearray, start: int) -> None:
+        data[start : start + 5] = b"\0" * 5
+
+    home, thread, _, journal = _damaged_journal(tmp_path, 6, lose)
+    with EmbeddedStore(str(home)) as reopened:
+        assert not [p for p in reopened.problems if p["kind"] == "journal_damaged"]
+        assert len(reopened.read(thread)) == 11
+    assert not journal.exists()
+
+
+def test_records_after_a_damaged_journal_line_are_not_lost(tmp_path: Path) -> None:
+    """A flipped bit in ord 5 of the dead journal, and the rollout lost everything from ord
+    5 on (a power cut): the journal's later records are not dropped as a torn tail would
+    be; the thread, whose ord 5 is now nowhere, is refused and reported, never written
+    over."""
+
+    def flip(data: bytearray, start: int) -> None:
+        data[start + 30] ^= 0x01
+
+    home, thread, path, journal = _damaged_journal(tmp_path, 6, flip)
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    os.truncate(path, sum(len(line) + 1 for line in lines[:5]))  # ords 1-5 left: 6- lost
+    with EmbeddedStore(str(home)) as reopened:
+        kinds = {p["kind"] for p in reopened.problems}
+        assert "journal_damaged" in kinds and "journal_thread" in kinds
+        with pytest.raises(ThreadlogError):
+            reopened.append(thread, "custom.x", {"i": "over"})
+    assert journal.exists()

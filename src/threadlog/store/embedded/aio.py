@@ -35,6 +35,8 @@ import functools
 import weakref
 from typing import TYPE_CHECKING
 
+from threadlog.errors import StorageError
+
 if TYPE_CHECKING:
     from threadlog.store.embedded.journal import Journal
 
@@ -77,10 +79,17 @@ class AsyncCommits:
             turn = self._turns.get(loop)
             if turn is None:
                 turn = self._turns[loop] = _Turn()
+            # (A commit that failed after its batch was durable, copying it into the
+            # rollouts, stops the journal but acknowledges that batch: a waiter it covered
+            # returns, whatever error the job hands on.)
             if turn.due:  # another task runs this turn's job: wait for it
                 fut: asyncio.Future[None] = loop.create_future()
                 turn.waiters.append(fut)
-                await fut
+                try:
+                    await fut
+                except StorageError:
+                    if journal.durable_seq < seq:
+                        raise
                 continue
             turn.due = True
             if _others_ready(loop):
@@ -91,11 +100,17 @@ class AsyncCommits:
                     raise
             error = self._run_job(loop, turn)
             if error is not None:
+                if isinstance(error, StorageError) and journal.durable_seq >= seq:
+                    return
                 raise error
             if turn.due:  # another thread's commit is running: a pool job waits for it
                 fut = loop.create_future()
                 turn.waiters.append(fut)
-                await fut
+                try:
+                    await fut
+                except StorageError:
+                    if journal.durable_seq < seq:
+                        raise
 
     def close(self) -> None:
         """Wait for the commit jobs under way and stop the pool (if one was started)."""

@@ -250,10 +250,12 @@ def _parse_journal(journal: DeadJournal, data: bytes, pos: int) -> None:
     """Its records, up to the first line that is not one. That line ends them as a torn tail
     (nothing after it was acknowledged: a commit's write lands after the last one's, and
     returns only after its fdatasync) when it is what a crash leaves: an unterminated
-    fragment, or zeros (the space written ahead, or a page a power cut lost: a run of
-    `ZERO_RUN` NULs, which no flipped bit makes). A complete line that is neither, with a
-    record after it, is damage to what may have been acknowledged: the journal is marked
-    ``damaged`` (reported, kept), and only the records before it are replayed."""
+    fragment, or zeros (the space written ahead, or a page a power cut lost, which reads
+    zeros from its first lost byte: a line starting with NUL, or holding a run of
+    `ZERO_RUN`; no flipped bit makes either). A complete line that is neither, with a record
+    after it, is damage to what may have been acknowledged: the journal is marked
+    ``damaged`` (reported, kept), and the records after it are taken too (the replay of a
+    thread whose record it was then finds a gap and refuses the thread)."""
     while pos < len(data):
         nl = data.find(b"\n", pos)
         if nl < 0:
@@ -262,9 +264,12 @@ def _parse_journal(journal: DeadJournal, data: bytes, pos: int) -> None:
         try:
             record = parse_line(line)
         except BadRecord as exc:
-            if not zero_debris(line) and _a_record_follows(data, nl + 1):
+            if line.startswith(b"\0") or zero_debris(line) or not _a_record_follows(data, nl + 1):
+                break
+            if journal.damaged is None:
                 journal.damaged = f"line at byte {pos}: {exc}"
-            break
+            pos = nl + 1
+            continue
         journal.entries.setdefault(record.thread, []).append((record, line))
         pos = nl + 1
 
@@ -355,8 +360,14 @@ def recover_rollout(
     if not missing and not damaged:
         # Everything is there, but possibly only in the page cache (the dead store never
         # reached its checkpoint): make it durable before the journal may be deleted (B2).
-        fd = fops.open(path, os.O_RDONLY)
+        # The journal's lines are written over their own copies first (the same bytes): a
+        # failed fsync of this boot may have marked those pages clean without their being
+        # on disk ("fsyncgate"), and an fsync alone would not write them.
+        fd = fops.open(path, os.O_WRONLY)
         try:
+            for at, chunk in _runs(by_ord, ords, scanned, base, last):
+                os.lseek(fd, at, os.SEEK_SET)
+                fops.write_all(fd, chunk)
             fops.fsync(fd)
         finally:
             fops.close(fd)
@@ -392,6 +403,30 @@ def recover_rollout(
         offsets=scanned.offsets + extra.offsets,
         end=extra.end,
     )
+
+
+def _runs(
+    by_ord: dict[int, tuple[Record, bytes]], ords: list[int], scanned: Scan, base: int, last: int
+) -> list[tuple[int, bytes]]:
+    """``(offset, bytes)`` of each run of consecutive journal records the rollout holds (at
+    ords ``base``..``last``, ``scanned.offsets`` their lines' offsets): the same bytes as
+    the rollout's there."""
+    runs: list[tuple[int, bytes]] = []
+    lines: list[bytes] = []
+    start = prev = -1
+    for ord_ in ords:
+        if not base <= ord_ <= last:
+            continue
+        if lines and ord_ != prev + 1:
+            runs.append((start, b"".join(lines)))
+            lines = []
+        if not lines:
+            start = scanned.offsets[ord_ - base]
+        lines.append(by_ord[ord_][1])
+        prev = ord_
+    if lines:
+        runs.append((start, b"".join(lines)))
+    return runs
 
 
 def _anchored(

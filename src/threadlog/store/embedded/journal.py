@@ -43,7 +43,10 @@ does not cover stays an `IntegrityError`.
 
 *Fail-stop.* Any write or fsync error poisons the journal: the batch's waiters and every later
 append get `StorageError`, and nothing more is acknowledged until the store is reopened, which
-re-reads the files and replays the journal. fsync is never retried.
+re-reads the files and replays the journal. fsync is never retried. A failure once the batch
+is durable in the journal (copying it into the rollouts, or the checkpoint after) stops the
+journal the same way, but the batch's waiters return: their records are acknowledged, and
+the next open replays them.
 """
 
 from __future__ import annotations
@@ -326,6 +329,8 @@ class Journal:
             # The batch is durable (in the journal, which the next open replays): its appends
             # are acknowledged, and nothing after them is.
             self._stop("copying acknowledged records into their rollouts failed", after)
+            if not isinstance(after, Exception):
+                raise after  # (KeyboardInterrupt, SystemExit: the leader's caller gets it)
         metrics = _hooks.METRICS
         if metrics is not None:
             metrics.observe("threadlog_commit_records", len(batch))
@@ -381,7 +386,7 @@ class Journal:
                 self._on_durable(rollout, records, rollout.size)
             if self._size >= self._rotate_bytes:
                 self._checkpoint(reopen=True)
-        except Exception as exc:
+        except BaseException as exc:  # (an interrupt too: the leader raises it after)
             raise _Committed from exc
 
     def _reserve(self, need: int) -> None:
@@ -471,13 +476,15 @@ class Journal:
         self._dirty.clear()
         old_fd, old_path = self._fd, self.path
         self._fd, self.path, self._size = None, None, 0
-        if reopen:
-            self._open_new()
-        if old_path is not None:
-            fops.unlink(old_path)
-            fops.fsync_dir(self.directory)
-        if old_fd is not None:
-            fops.close(old_fd)
+        try:
+            if reopen:
+                self._open_new()
+            if old_path is not None:
+                fops.unlink(old_path)
+                fops.fsync_dir(self.directory)
+        finally:
+            if old_fd is not None:  # (its lock with it: a journal left behind is dead)
+                fops.close(old_fd)
 
     def sync_rollout(self, rollout: RolloutLog) -> None:
         """Before a rollout is closed on its own: make its file durable (leader role held)."""

@@ -4,10 +4,11 @@ A thread is opened for writing on its first append (or `acquire`), and stays ope
 released, evicted or the store closes. Opening one (`OpenLogs.get`) is where its file is made
 safe to build on, under its single-writer lease (`threadlog.store.embedded.leases`):
 
-1. its records are read back: from the later of the store's checkpoint and the runtime's
-   snapshot when one is usable and no dead journal exists (`threadlog.store.embedded.
-   checkpoint`), otherwise whole, after replaying its records from any dead journal
-   (`Recovery.recover_thread`);
+1. its records from any dead journal are replayed into it first (`Recovery.recover_thread`,
+   which reads the rollout from the line they follow on where the checkpoints know one);
+   then its records are read back: from the later of the store's checkpoint and the
+   runtime's snapshot when one is usable (`threadlog.store.embedded.checkpoint`), otherwise
+   whole;
 2. damage refuses the thread (`IntegrityError`), and so does a log that lost records the
    index saw acknowledged, or one a newer threadlog wrote (`check_writable_format`);
 3. a torn tail is repaired: a final record that lacks only its newline gets it, anything
@@ -271,6 +272,12 @@ class OpenLogs:
                 self._checkpoint(rollout)
                 self._fops.close(rollout.fd)
             if lease is not None:
+                if self._journal.error is not None:
+                    # a lease kept by a release that failed (above): still kept, for as long
+                    # as this store's stopped journal may hold records only it can replay
+                    with self.lock:
+                        self.leases[thread_id] = lease
+                    self._journal.check()
                 lease.release()
         finally:
             with self.lock:
