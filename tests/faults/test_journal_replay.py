@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.faults.test_journal_failures import kill
+from tests.faults.test_journal_failures import COMMIT_INTERVAL, kill
 from threadlog import EmbeddedStore, StorageError
 from threadlog.errors import LeaseHeld, ThreadlogError, ThreadNotFound
 from threadlog.store._fileops import FileOps
@@ -22,8 +22,6 @@ from threadlog.store.embedded import deadjournals, recovery, writers
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-COMMIT_INTERVAL = 3600.0
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +32,17 @@ def _quiet() -> None:
 def _journal(home: Path) -> Path:
     (path,) = (home / "journal").glob("*.wal")
     return path
+
+
+class _RolloutFull(FileOps):
+    """ENOSPC for writes into rollouts, once armed (the journal's still succeed)."""
+
+    armed = False
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        if self.armed and os.readlink(f"/proc/self/fd/{fd}").endswith(".jsonl"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return super().write(fd, data)
 
 
 def _whole_scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -84,16 +93,8 @@ def test_an_acknowledged_record_whose_rollout_copy_failed_stays_acknowledged(
     append returns (its record is durable, in the journal), the store stops, and the next
     open replays it once."""
 
-    class RolloutFull(FileOps):
-        armed = False
-
-        def write(self, fd: int, data: bytes | memoryview) -> int:
-            if self.armed and os.readlink(f"/proc/self/fd/{fd}").endswith(".jsonl"):
-                raise OSError(errno.ENOSPC, "No space left on device")
-            return super().write(fd, data)
-
     home = str(tmp_path / "home")
-    fops = RolloutFull()
+    fops = _RolloutFull()
     store = EmbeddedStore(home, commit_interval=COMMIT_INTERVAL, fops=fops)
     thread = store.create_thread("p")
     store.append(thread, "custom.x", {"i": 0}, durable=True)
@@ -162,17 +163,6 @@ def test_an_empty_rollout_is_not_taken_for_an_unborn_thread_while_a_journal_may_
     monkeypatch.setattr(recovery, "find_dead_journals", real)
     with EmbeddedStore(str(home)) as reopened:
         assert [r.data for r in reopened.read(thread)[1:]] == [{"i": 0}]
-
-
-class _RolloutFull(FileOps):
-    """ENOSPC for writes into rollouts, once armed (the journal's still succeed)."""
-
-    armed = False
-
-    def write(self, fd: int, data: bytes | memoryview) -> int:
-        if self.armed and os.readlink(f"/proc/self/fd/{fd}").endswith(".jsonl"):
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return super().write(fd, data)
 
 
 def test_an_aappend_another_caller_committed_stays_acknowledged(tmp_path: Path) -> None:
