@@ -444,7 +444,7 @@ def _anchored(
     hint = seek(thread_id, before)
     if hint is None or max_record_bytes <= 0:
         return None
-    ord_, offset, _ = hint
+    ord_, offset, prev = hint
     try:
         with open(path, "rb") as f:
             f.seek(offset)
@@ -452,8 +452,8 @@ def _anchored(
         record = parse_line(line)
     except (OSError, BadRecord):
         return None
-    if record.ord != ord_:
-        return None
+    if record.ord != ord_ or (prev is not None and record.prev != prev):
+        return None  # (``prev``: the checkpoint's hash, when the hint is the line after it)
     got = tail_after(
         thread_id, path, ord_, record.hash, offset + len(line), max_record_bytes, keep_damage=True
     )
