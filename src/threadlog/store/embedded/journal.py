@@ -446,15 +446,14 @@ class Journal:
         fd = fops.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            # The header is made durable by the first commit's fdatasync, with the first
-            # records: a journal cut before that (no header, or part of it) acknowledged
-            # nothing, and recovery deletes it.
+            # The header is made durable before the file takes its name and any record is
+            # written after it: a journal cut before that (no header, or part of it, maybe
+            # zeros after) acknowledged nothing, and recovery deletes it; and a power cut that
+            # kept a later page of the first commit but lost the header's would leave a
+            # journal that no longer reads as this home's (refused and reported, though it
+            # acknowledged nothing).
             header = journal_header(self._secret, os.path.basename(final))
             fops.write_all(fd, header)
-            # Durable before any record is written after it: a power cut that kept a later
-            # page of the first commit and lost the header's would leave a journal that no
-            # longer reads as this home's (refused, and reported, though it acknowledged
-            # nothing).
             fops.fdatasync(fd)
             fops.rename(tmp, final)
             fops.fsync_dir(self.directory)
