@@ -111,7 +111,8 @@ def find_dead_journals(
     holds part of its header only (and maybe zeros after it: the space its first commit wrote
     ahead, `Journal._reserve`) was cut by a crash as it was created, before its first commit's
     ``fdatasync``, so it holds nothing acknowledged: it is deleted. A journal's records end at
-    its first line that is not a record: a torn write, or the zeros written ahead of them.
+    its first line that is not a record, a torn tail, unless that line is damage
+    (`_parse_journal`).
 
     Raises:
         StorageError: the folder or a journal in it cannot be read (its records may be
