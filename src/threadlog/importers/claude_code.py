@@ -7,7 +7,10 @@ editing an earlier prompt or retrying a response starts a branch, and resuming p
 newest leaf. ``isSidechain`` lines are a sub-agent's conversation (the ``Task`` tool), in the
 same file (older versions) or in ``<session>/subagents/agent-<id>.jsonl``. Other lines are
 bookkeeping: ``summary`` (a title for a leaf), ``file-history-snapshot`` (the files' backups
-for undo), and newer types this importer does not know (reported, kept as notes).
+for undo), and newer types this importer does not know (reported, kept as notes). Some of
+those have a ``uuid`` and ``parentUuid`` of their own (``progress``: a hook's or a tool's
+output while it runs, in 2.x) and sit in the chain: the next conversation line may name one as
+its parent, so they are kept as notes at their place in the tree.
 
 A ``user`` line's ``message.content`` is a string or blocks: ``text``, ``image``, and
 ``tool_result`` (``tool_use_id``, ``content``, ``is_error``); ``toolUseResult`` holds the tool's
@@ -151,6 +154,9 @@ class _Parser:
             return
         kind = as_str(obj.get("type"))
         uuid = obj.get("uuid")
+        if kind not in CHAIN and isinstance(uuid, str):
+            self._chained_note(obj, kind, uuid, line)
+            return
         if kind not in CHAIN or not isinstance(uuid, str):
             if kind in CHAIN:
                 self.ctx.report.problem(line.no, "malformed", f"a {kind} line without a uuid")
@@ -171,6 +177,20 @@ class _Parser:
             return
         self._line(emit, obj, uuid, line)
         self.leaf = emit.anchor(uuid)
+
+    def _chained_note(self, obj: dict[str, Any], kind: str | None, uuid: str, line: Line) -> None:
+        """A bookkeeping line with a ``uuid`` of its own (``progress``, ``attachment``…): a
+        note in the tree, under its ``uuid``, since the conversation lines after it may name it
+        as their ``parentUuid``."""
+        if kind not in KNOWN_NOTES:
+            self.ctx.report.problem(line.no, "unknown_type", f"record type {kind!r} kept as a note")
+        emit = self.ctx.emit
+        if obj.get("isSidechain") and not self.subagent_file:
+            emit = self._route(obj, uuid)
+        parent = obj.get("parentUuid")
+        up = emit.parent_of(parent if isinstance(parent, str) else None)
+        ts = obj.get("timestamp") if isinstance(obj.get("timestamp"), str) else None
+        emit.note(uuid, up, str(kind), obj, ts)
 
     def _route(self, obj: dict[str, Any], uuid: str) -> Emitter:
         """The child emitter a side-chain line belongs to (by its chain's first line)."""

@@ -1,0 +1,36 @@
+"""Shapes of session files as their harnesses write them today, which the hand-written fixtures
+missed (the fixtures under ``fixtures/real-world`` are our own text in each harness's shape)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from threadlog import open_store
+from threadlog.importers import import_paths, source_format
+
+from ._helpers import FIXTURES, conversation
+
+REAL = FIXTURES / "real-world"
+
+
+def _import(fmt: str, *paths: Any) -> tuple[Any, Any]:
+    store = open_store("memory://")
+    report = import_paths(store, source_format(fmt), [str(p) for p in paths])
+    return store, report
+
+
+def test_claude_code_progress_lines_in_the_chain_keep_the_conversation() -> None:
+    # Claude Code 2.x writes hook and shell ``progress`` lines with a uuid of their own, and
+    # the next conversation line names that uuid as its parentUuid
+    path = REAL / "claude-code" / "-home-me-proj" / "0b7c4f2e-3a51-4c8d-9e6f-1a2b3c4d5e60.jsonl"
+    store, report = _import("claude-code", path)
+    with store:
+        (f,) = report.files
+        assert f.status == "imported"
+        assert not [p for p in f.problems if p.kind == "broken_parent"]
+        assert conversation(store.read(str(f.thread))) == [
+            ("user", "fix the tests"),
+            ("assistant", None, ["Bash"]),
+            ("tool", "toolu_01X", "error: 1 failed, 3 passed"),
+            ("assistant", "One test fails.", []),
+        ]
