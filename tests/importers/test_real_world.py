@@ -34,3 +34,22 @@ def test_claude_code_progress_lines_in_the_chain_keep_the_conversation() -> None
             ("tool", "toolu_01X", "error: 1 failed, 3 passed"),
             ("assistant", "One test fails.", []),
         ]
+
+
+def test_claude_code_a_line_written_before_its_parent_waits_for_it() -> None:
+    # a turn's duration (a system line) written before the hook's progress line it continues;
+    # the next prompt continues the system line. A parent that never comes is still reported.
+    path = REAL / "claude-code" / "-home-me-proj" / "4d1e8a90-6b2c-4f3d-8e5a-7c9b0d1e2f30.jsonl"
+    store, report = _import("claude-code", path)
+    with store:
+        (f,) = report.files
+        assert [(p.line, p.kind) for p in f.problems if p.kind != "unknown_type"] == [
+            (7, "broken_parent")
+        ]
+        assert conversation(store.read(str(f.thread))) == [
+            ("user", "hello"),
+            ("assistant", "Hi.", []),
+            ("user", "and again"),
+            ("assistant", "Hi again.", []),
+            ("user", "last"),
+        ]

@@ -10,7 +10,11 @@ bookkeeping: ``summary`` (a title for a leaf), ``file-history-snapshot`` (the fi
 for undo), and newer types this importer does not know (reported, kept as notes). Some of
 those have a ``uuid`` and ``parentUuid`` of their own (``progress``: a hook's or a tool's
 output while it runs, in 2.x) and sit in the chain: the next conversation line may name one as
-its parent, so they are kept as notes at their place in the tree.
+its parent, so they are kept as notes at their place in the tree. A line may be written just
+before its parent (a turn's ``system`` duration line before the hook's ``progress`` line it
+continues): it waits for its parent until a user or assistant line goes on without it (16
+lines at most), and one whose parent never comes continues the root (``broken_parent``). A
+file whose import ends between such a line and its parent keeps that line on the root.
 
 A ``user`` line's ``message.content`` is a string or blocks: ``text``, ``image``, and
 ``tool_result`` (``tool_use_id``, ``content``, ``is_error``); ``toolUseResult`` holds the tool's
@@ -33,6 +37,7 @@ line of the main chain, as Claude Code resumes it.
 from __future__ import annotations
 
 import os
+from collections import deque
 from dataclasses import field
 from typing import Any
 
@@ -45,6 +50,8 @@ __all__ = ["ClaudeCode"]
 
 CHAIN = frozenset({"user", "assistant", "system"})
 KNOWN_NOTES = frozenset({"summary", "file-history-snapshot"})
+WAIT = 16
+"""A line waits for a parent written after it for this many lines at most (`_Parser.feed`)."""
 
 
 def block_text(content: Any) -> str:
@@ -144,8 +151,81 @@ class _Parser:
     leaf: str | None = None
     routes: dict[str, str] = field(default_factory=dict)
     """Side-chain line uuid → the suffix of its child thread."""
+    seen: set[str] = field(default_factory=set)
+    """The uuids of the lines read so far."""
+    waiting: dict[str, list[Line]] = field(default_factory=dict)
+    """parentUuid → the lines read before that parent (they wait for it)."""
+    oldest: int = 0
+    """The number of the first line that waits."""
 
     def feed(self, line: Line) -> None:
+        if self.waiting and self.oldest + WAIT <= line.no:
+            self._settle(line.no - WAIT)  # their parent is not coming
+        obj = line.obj
+        if not (isinstance(obj, dict) and isinstance(obj.get("uuid"), str)):
+            self._read(line)
+            return
+        uuid = obj["uuid"]
+        kind = obj.get("type")
+        if kind in CHAIN and not (obj.get("isSidechain") and not self.subagent_file):
+            self.leaf = self.ctx.emit.anchor(uuid)  # (the last line of the main chain)
+        parent = obj.get("parentUuid")
+        if isinstance(parent, str) and not self._known(parent):
+            # Claude Code writes some lines just before their parent (a turn's duration before
+            # the hook's line it continues, a hook's attachments): such a line waits for it
+            if not self.waiting:
+                self.oldest = line.no
+            self.waiting.setdefault(parent, []).append(line)
+            return
+        if kind in ("user", "assistant") and self.waiting:
+            self._settle()  # the conversation went on without their parents
+        self._read(line)
+        self._release(uuid)
+
+    def _known(self, uuid: str) -> bool:
+        """Whether the line ``uuid`` was read (in this import, or in one before it)."""
+        if uuid in self.seen:
+            return True
+        emit = self.ctx.emit
+        return emit.holds(emit.anchor(uuid))
+
+    def _release(self, uuid: str) -> None:
+        """Read the lines that waited for line ``uuid`` (and those that waited for them)."""
+        if not self.waiting:
+            return
+        ready = deque([uuid])
+        while ready:
+            for line in self.waiting.pop(ready.popleft(), ()):
+                self._read(line, late=True)
+                ready.append(line.obj["uuid"])
+        if self.waiting:
+            self.oldest = min(line.no for group in self.waiting.values() for line in group)
+
+    def _settle(self, upto: int | None = None) -> None:
+        """Read the waiting lines (up to line ``upto``), in file order: their parent never
+        came, so they continue the root (reported as a broken chain)."""
+        while self.waiting:
+            lines = [line for group in self.waiting.values() for line in group]
+            waiting = {line.obj["uuid"] for line in lines}
+            first = min(
+                (line for line in lines if line.obj["parentUuid"] not in waiting),
+                key=lambda line: line.no,
+                default=min(lines, key=lambda line: line.no),  # (a cycle)
+            )
+            if upto is not None and first.no > upto:
+                break
+            parent = first.obj["parentUuid"]
+            self.waiting[parent].remove(first)
+            if not self.waiting[parent]:
+                del self.waiting[parent]
+            self._read(first, late=True)
+            self._release(first.obj["uuid"])
+
+    def _read(self, line: Line, *, late: bool = False) -> None:
+        """Import one line (``late``: a line that waited for its parent)."""
+        if late:  # (its problems are reported at its own line)
+            for emitter in (self.ctx.emit, *self.ctx.children.values()):
+                emitter.line = line.no
         obj = line.obj
         emit = self.ctx.emit
         if not isinstance(obj, dict):
@@ -172,11 +252,11 @@ class _Parser:
                 obj.get("timestamp"),
             )
             return
+        self.seen.add(uuid)
         if obj.get("isSidechain") and not self.subagent_file:
             self._line(self._route(obj, uuid), obj, uuid, line)
             return
         self._line(emit, obj, uuid, line)
-        self.leaf = emit.anchor(uuid)
 
     def _chained_note(self, obj: dict[str, Any], kind: str | None, uuid: str, line: Line) -> None:
         """A bookkeeping line with a ``uuid`` of its own (``progress``, ``attachment``…): a
@@ -184,6 +264,7 @@ class _Parser:
         as their ``parentUuid``."""
         if kind not in KNOWN_NOTES:
             self.ctx.report.problem(line.no, "unknown_type", f"record type {kind!r} kept as a note")
+        self.seen.add(uuid)
         emit = self.ctx.emit
         if obj.get("isSidechain") and not self.subagent_file:
             emit = self._route(obj, uuid)
@@ -307,6 +388,7 @@ class _Parser:
         )
 
     def finish(self) -> str | None:
+        self._settle()
         return self.leaf
 
     def saved(self) -> dict[str, Any]:
