@@ -53,3 +53,23 @@ def test_claude_code_a_line_written_before_its_parent_waits_for_it() -> None:
             ("assistant", "Hi again.", []),
             ("user", "last"),
         ]
+
+
+def test_claude_code_an_agent_file_beside_the_sessions_is_a_sub_agent_of_its_session() -> None:
+    # older versions (and the Agent SDK) write ``agent-<id>.jsonl`` next to the session files,
+    # every line a side-chain line naming the session that ran the agent
+    directory = REAL / "claude-code" / "-home-me-sdk"
+    store, report = _import("claude-code", directory)
+    with store:
+        main, agent = report.files
+        assert agent.path.endswith("agent-5f3a9c1e.jsonl") and agent.children == []
+        first = store.read(str(agent.thread), limit=1)[0].data
+        assert first["config"]["import"]["key"] == (
+            "claude-code:6a2b3c4d-5e6f-4a1b-8c2d-3e4f5a6b7c8d#agent-5f3a9c1e"
+        )
+        assert first["lineage"]["thread"] == main.thread
+        assert first["lineage"]["kind"] == "subagent"
+        assert conversation(store.read(str(agent.thread))) == [
+            ("user", "List the modules"),
+            ("assistant", "Modules: a, b", []),
+        ]

@@ -5,7 +5,8 @@ one JSON object a line. Conversation lines (``type`` ``user``, ``assistant``, ``
 carry a ``uuid`` and the ``parentUuid`` of the line they continue, so a file holds a tree:
 editing an earlier prompt or retrying a response starts a branch, and resuming picks the
 newest leaf. ``isSidechain`` lines are a sub-agent's conversation (the ``Task`` tool), in the
-same file (older versions) or in ``<session>/subagents/agent-<id>.jsonl``. Other lines are
+same file (older versions), in ``agent-<id>.jsonl`` beside the session files (2.0, the Agent
+SDK), or in ``<session>/subagents/agent-<id>.jsonl``. Other lines are
 bookkeeping: ``summary`` (a title for a leaf), ``file-history-snapshot`` (the files' backups
 for undo), and newer types this importer does not know (reported, kept as notes). Some of
 those have a ``uuid`` and ``parentUuid`` of their own (``progress``: a hook's or a tool's
@@ -90,8 +91,22 @@ class ClaudeCode:
         cwd = next((o["cwd"] for o in objs if isinstance(o.get("cwd"), str)), None)
         title = next((_prompt(o) for o in objs if _prompt(o)), None)
         parent_dir = os.path.basename(os.path.dirname(path))
-        if parent_dir == "subagents" and stem.startswith("agent-"):
+        # a sub-agent's file: ``<session>/subagents/agent-<id>.jsonl``, or (older versions, the
+        # Agent SDK) ``agent-<id>.jsonl`` beside the sessions, its side-chain lines naming the
+        # session that ran it
+        session = None
+        if parent_dir == "subagents":
             session = os.path.basename(os.path.dirname(os.path.dirname(path)))
+        elif stem.startswith("agent-"):
+            session = next(
+                (
+                    o["sessionId"]
+                    for o in objs
+                    if o.get("isSidechain") is True and isinstance(o.get("sessionId"), str)
+                ),
+                None,
+            )
+        if session is not None and stem.startswith("agent-"):
             parent_key = f"claude-code:{session}"
             return Identity(
                 key=f"{parent_key}#{stem}",
@@ -122,7 +137,7 @@ class ClaudeCode:
         )
 
     def parser(self, ctx: FileContext, saved: dict[str, Any] | None) -> _Parser:
-        sub = os.path.basename(os.path.dirname(ctx.source)) == "subagents"
+        sub = (ctx.identity.lineage or {}).get("kind") == "subagent"
         return _Parser(ctx, subagent_file=sub, last_message=(saved or {}).get("last_message"))
 
 
