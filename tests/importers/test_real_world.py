@@ -73,3 +73,27 @@ def test_claude_code_an_agent_file_beside_the_sessions_is_a_sub_agent_of_its_ses
             ("user", "List the modules"),
             ("assistant", "Modules: a, b", []),
         ]
+
+
+def test_codex_raw_reasoning_events_do_not_split_a_response() -> None:
+    # with a model whose reasoning is readable, Codex writes an agent_reasoning_raw_content
+    # event beside the reasoning item, before the rest of the response (its call)
+    [path] = (REAL / "codex").rglob("rollout-*019ad000-*.jsonl")
+    store, report = _import("codex", path)
+    with store:
+        (f,) = report.files
+        records = store.read(str(f.thread))
+        responses = [r.data for r in records if r.type == "model.responded"]
+        assert len(responses) == 2
+        first = responses[0]["message"]
+        assert [c["id"] for c in first["tool_calls"]] == ["call_1"]
+        assert first["thinking"][0]["content"] == [
+            {"type": "reasoning_text", "text": "I should run ls."}
+        ]
+        assert responses[0]["usage"]["input_tokens"] == 50
+        assert conversation(records) == [
+            ("user", "list files"),
+            ("assistant", None, ["shell"]),
+            ("tool", "call_1", "a b"),
+            ("assistant", "a and b", []),
+        ]

@@ -15,8 +15,8 @@ source): one ``RolloutLine`` a line, ``{"timestamp", "type", "payload"}`` (newer
   ``custom_tool_call`` / ``custom_tool_call_output``, ``local_shell_call``…;
 * ``event_msg``: what the UI was told: ``task_started`` / ``task_complete`` (turn
   boundaries), ``token_count`` (``info.last_token_usage``: the last model call's usage),
-  ``user_message`` / ``agent_message`` / ``agent_reasoning`` (the same text as the response
-  items), ``turn_aborted``…;
+  ``user_message`` / ``agent_message`` / ``agent_reasoning`` /
+  ``agent_reasoning_raw_content`` (the same text as the response items), ``turn_aborted``…;
 * ``compacted``: a compaction's summary ``message``.
 
 Files written before the wrapper existed hold the session meta as a bare first line
@@ -56,7 +56,9 @@ CONTEXT_PREFIXES = (
 )
 ASSISTANT_ITEMS = frozenset({"reasoning", "function_call", "custom_tool_call", "local_shell_call"})
 OUTPUT_ITEMS = frozenset({"function_call_output", "custom_tool_call_output"})
-DUPLICATE_EVENTS = frozenset({"user_message", "agent_message", "agent_reasoning"})
+DUPLICATE_EVENTS = frozenset(
+    {"user_message", "agent_message", "agent_reasoning", "agent_reasoning_raw_content"}
+)
 KNOWN_ITEMS = frozenset(
     {
         "web_search_call",
