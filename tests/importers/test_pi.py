@@ -55,7 +55,7 @@ def test_the_active_branch_as_pi_builds_it(imported: Any) -> None:
         ("assistant", None, ["write"]),
         ("tool", "toolu_p2", "error: permission denied"),
         ("assistant", "The write failed: permission denied.", []),
-        ("user", "Ran `ls -l main.py`\n-r--r--r-- main.py"),
+        ("user", "Ran `ls -l main.py`\n```\n-r--r--r-- main.py\n```"),
         ("assistant", "The file is read-only.", []),
     ]
     before = conversation(records, anchor(KEY, "e0000011"))

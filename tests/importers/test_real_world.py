@@ -97,3 +97,21 @@ def test_codex_raw_reasoning_events_do_not_split_a_response() -> None:
             ("tool", "call_1", "a b"),
             ("assistant", "a and b", []),
         ]
+
+
+def test_pi_shell_commands_are_what_the_model_was_sent() -> None:
+    # ``!cmd`` joins the context in pi's words (fenced output, exit code); ``!!cmd`` is marked
+    # excludeFromContext and never reaches the model
+    [path] = (REAL / "pi").rglob("*.jsonl")
+    store, report = _import("pi", path)
+    with store:
+        (f,) = report.files
+        records = store.read(str(f.thread))
+        assert conversation(records) == [
+            ("user", "why does the build fail?"),
+            ("assistant", "Run it and show me.", []),
+            ("user", "Ran `make`\n```\nerror: missing header\n```\n\nCommand exited with code 2"),
+            ("assistant", "A header is missing.", []),
+        ]
+        notes = [r.data["kind"] for r in records if r.type == "custom.import.record"]
+        assert notes == ["bashExecution"]

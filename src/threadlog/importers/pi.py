@@ -23,8 +23,9 @@ message, sent to the model as user text), ``label`` (``targetId``, ``label``) an
 ``output``, ``cacheRead``, ``cacheWrite``, ``cost``) and ``stopReason``; a tool result names
 its ``toolCallId`` and says ``isError``.
 
-Mapping: user text starts a turn; a shell command the user ran (``bashExecution``) and an
-extension's message join the conversation as user input; an assistant message is one model
+Mapping: user text starts a turn; a shell command the user ran (``bashExecution``, in the
+words pi sends the model) and an extension's message join the conversation as user input (a
+command run with ``!!``, ``excludeFromContext``, is kept as a note: the model never saw it); an assistant message is one model
 response; a tool result finishes its call; model and thinking changes are
 ``config.changed``; a compaction replaces everything before its first kept entry; labels are
 ``label.set``; ``custom`` and ``session_info`` entries are kept as notes.
@@ -57,6 +58,21 @@ def _text(content: Any) -> str:
             elif block.get("type") == "image":
                 parts.append("[image]")
     return "\n".join(parts)
+
+
+def _bash_text(message: dict[str, Any]) -> str:
+    """A shell command the user ran, as pi sends it to the model (its ``bashExecutionToText``)."""
+    text = f"Ran `{message.get('command', '')}`\n"
+    output = message.get("output")
+    text += f"```\n{output}\n```" if output else "(no output)"
+    code = message.get("exitCode")
+    if message.get("cancelled"):
+        text += "\n\n(command cancelled)"
+    elif isinstance(code, int) and code != 0:
+        text += f"\n\nCommand exited with code {code}"
+    if message.get("truncated") and message.get("fullOutputPath"):
+        text += f"\n\n[Output truncated. Full output: {message['fullOutputPath']}]"
+    return text
 
 
 def _usage(usage: Any) -> dict[str, Any] | None:
@@ -291,8 +307,10 @@ class _Parser:
             if not emit.tool_results(key, up, [result], ts):
                 emit.note(key, up, "toolResult", message, ts)
         elif role == "bashExecution":
-            text = f"Ran `{message.get('command', '')}`\n{message.get('output', '')}".rstrip()
-            self._said(emit, key, up, text, ts)
+            if message.get("excludeFromContext"):  # (``!!``: pi never sends it to the model)
+                emit.note(key, up, "bashExecution", message, ts)
+            else:
+                self._said(emit, key, up, _bash_text(message), ts)
         elif role == "custom":
             self._said(emit, key, up, _text(message.get("content")), ts)
         else:
