@@ -24,14 +24,17 @@ def test_import_reports_every_file_then_does_nothing_again(home: str, tmp_path: 
     shutil.copytree(FIXTURES / "claude-code", sources)
     report = _import(home, "claude-code", sources)
     totals = report["totals"]
-    assert (totals["files"], totals["imported"], totals["problems"]) == (3, 3, 5)
+    assert (totals["files"], totals["imported"], totals["problems"]) == (3, 3, 4)
     main = next(f for f in report["files"] if f["children"])
-    assert {p["kind"] for p in main["problems"]} == {
-        "malformed",
-        "unknown_type",
-        "broken_parent",
-        "torn_tail",
+    assert {p["kind"] for p in main["problems"]} == {"malformed", "broken_parent", "torn_tail"}
+    # Claude Code's bookkeeping lines: counted by type, not problems
+    assert main["bookkeeping"] == {
+        "file-history-snapshot": 1,
+        "queue-operation": 1,
+        "summary": 1,
+        "system:informational": 1,
     }
+    assert totals["bookkeeping"] == 4
     again = _import(home, "claude-code", sources)
     assert again["totals"]["unchanged"] == 3 and again["totals"]["records"] == 0
 
@@ -48,6 +51,7 @@ def test_import_prints_a_line_per_new_file(home: str) -> None:
     assert result.exit_code == 0, result.output
     assert result.output.count(" imported ") == 4
     assert "4 files: 4 new, 0 grown, 0 unchanged, 0 failed" in result.output
+    assert "2 bookkeeping lines (not conversation)" in result.output
     assert "line 17: unknown_type: entry type 'mystery_entry' kept as a note" in result.output
 
 

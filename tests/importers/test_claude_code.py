@@ -165,9 +165,15 @@ def test_odd_lines_are_reported_and_kept(imported: Any) -> None:
     kinds = {(p.line, p.kind) for p in main.problems}
     assert kinds == {
         (10, "malformed"),
-        (11, "unknown_type"),
         (18, "broken_parent"),
         (23, "torn_tail"),
+    }
+    # Claude Code's own bookkeeping lines are no problem: counted by type, and kept
+    assert main.bookkeeping == {
+        "summary": 1,
+        "file-history-snapshot": 1,
+        "queue-operation": 1,
+        "system:informational": 1,
     }
     records = store.read(main.thread)
     notes = [r.data for r in records if r.type == "custom.import.record"]
@@ -182,6 +188,30 @@ def test_odd_lines_are_reported_and_kept(imported: Any) -> None:
     orphan = next(r for r in records if r.id == anchor(KEY, "orphan"))
     assert orphan.type == "turn.started"
     assert main.lines == 22  # the torn 23rd line is left for the next import
+
+
+def test_a_line_of_a_type_claude_code_does_not_write_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "s1.jsonl"
+    lines = [
+        {"type": "user", "uuid": "u1", "parentUuid": None, "message": {"content": "hi"}},
+        {"type": "zzz-new-thing", "sessionId": "s1", "value": 1},
+        {"type": "zzz-chained-thing", "uuid": "z1", "parentUuid": "u1"},
+        {"type": "last-prompt", "lastPrompt": "hi", "sessionId": "s1"},
+        {"type": "assistant", "uuid": "a1", "parentUuid": "z1", "message": {"content": "Hi."}},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    store = open_store("memory://")
+    with store:
+        (f,) = import_paths(store, source_format("claude-code"), [str(path)]).files
+        assert [(p.line, p.kind, p.message) for p in f.problems] == [
+            (2, "unknown_type", "record type 'zzz-new-thing' kept as a note"),
+            (3, "unknown_type", "record type 'zzz-chained-thing' kept as a note"),
+        ]
+        assert f.bookkeeping == {"last-prompt": 1}
+        records = store.read(str(f.thread))
+        notes = [r.data["kind"] for r in records if r.type == "custom.import.record"]
+        assert notes == ["zzz-new-thing", "zzz-chained-thing", "last-prompt"]
+        assert conversation(records) == [("user", "hi"), ("assistant", "Hi.", [])]
 
 
 def test_a_bom_is_skipped_and_reported(imported: Any) -> None:

@@ -82,6 +82,14 @@ def test_turns_usage_and_settings(imported: Any) -> None:
 def test_odd_lines_are_reported_and_kept(imported: Any) -> None:
     store, main = _file(imported, SESSION)
     assert {(p.line, p.kind) for p in main.problems} == {(15, "malformed"), (16, "unknown_type")}
+    # the events, the session meta and the context message are no problem: counted by type
+    assert main.bookkeeping == {
+        "session_meta": 1,
+        "response_item:context": 1,
+        "event_msg:task_started": 2,
+        "event_msg:user_message": 1,
+        "event_msg:agent_message": 1,
+    }
     notes = [r.data["kind"] for r in store.read(main.thread) if r.type == "custom.import.record"]
     assert "context" in notes and "malformed" in notes and "world_state" in notes
 

@@ -82,6 +82,7 @@ def test_settings_labels_usage(imported: Any) -> None:
         {"thinking": "medium"},
     ]
     assert [(p.line, p.kind) for p in f.problems] == [(17, "unknown_type")]
+    assert f.bookkeeping == {"custom": 1}  # an extension's state: a note, no problem
     assert store.read(f.thread, limit=1)[0].data["config"]["import"]["version"] == "3"
 
 

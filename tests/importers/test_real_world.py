@@ -27,7 +27,8 @@ def test_claude_code_progress_lines_in_the_chain_keep_the_conversation() -> None
     with store:
         (f,) = report.files
         assert f.status == "imported"
-        assert not [p for p in f.problems if p.kind == "broken_parent"]
+        assert f.problems == []
+        assert f.bookkeeping == {"queue-operation": 1, "progress": 3}
         assert conversation(store.read(str(f.thread))) == [
             ("user", "fix the tests"),
             ("assistant", None, ["Bash"]),
@@ -43,15 +44,46 @@ def test_claude_code_a_line_written_before_its_parent_waits_for_it() -> None:
     store, report = _import("claude-code", path)
     with store:
         (f,) = report.files
-        assert [(p.line, p.kind) for p in f.problems if p.kind != "unknown_type"] == [
-            (7, "broken_parent")
-        ]
+        assert [(p.line, p.kind) for p in f.problems] == [(7, "broken_parent")]
         assert conversation(store.read(str(f.thread))) == [
             ("user", "hello"),
             ("assistant", "Hi.", []),
             ("user", "and again"),
             ("assistant", "Hi again.", []),
             ("user", "last"),
+        ]
+
+
+def test_claude_code_bookkeeping_lines_are_counted_not_reported() -> None:
+    # a session as Claude Code 2.1 writes it: beside the conversation, its settings, undo
+    # snapshots, hook attachments and summaries, queued prompts, titles and the last prompt;
+    # none is a problem, each is counted by type and kept as a note
+    path = REAL / "claude-code" / "-home-me-proj" / "8e2f6a1b-7c3d-4e5f-9a0b-1c2d3e4f5a6b.jsonl"
+    store, report = _import("claude-code", path)
+    with store:
+        (f,) = report.files
+        assert f.problems == []
+        assert f.bookkeeping == {
+            "permission-mode": 1,
+            "file-history-snapshot": 1,
+            "attachment": 1,
+            "system:stop_hook_summary": 1,
+            "queue-operation": 2,
+            "system:turn_duration": 1,
+            "last-prompt": 1,
+            "custom-title": 1,
+            "ai-title": 1,
+            "summary": 1,
+        }
+        assert report.to_dict()["totals"]["bookkeeping"] == 11
+        records = store.read(str(f.thread))
+        notes = [r for r in records if r.type == "custom.import.record"]
+        assert len(notes) == 11
+        assert conversation(records) == [
+            ("user", "rename util.py to helpers.py"),
+            ("assistant", "Renamed.", []),
+            ("user", "thanks"),
+            ("assistant", "You're welcome.", []),
         ]
 
 
@@ -82,6 +114,12 @@ def test_codex_raw_reasoning_events_do_not_split_a_response() -> None:
     store, report = _import("codex", path)
     with store:
         (f,) = report.files
+        assert f.problems == []
+        assert f.bookkeeping == {
+            "session_meta": 1,
+            "event_msg:user_message": 1,
+            "event_msg:agent_reasoning_raw_content": 1,
+        }
         records = store.read(str(f.thread))
         responses = [r.data for r in records if r.type == "model.responded"]
         assert len(responses) == 2
@@ -106,6 +144,8 @@ def test_pi_shell_commands_are_what_the_model_was_sent() -> None:
     store, report = _import("pi", path)
     with store:
         (f,) = report.files
+        assert f.problems == []
+        assert f.bookkeeping == {"message:bashExecution": 1}
         records = store.read(str(f.thread))
         assert conversation(records) == [
             ("user", "why does the build fail?"),

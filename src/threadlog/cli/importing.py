@@ -3,6 +3,8 @@
 A shell over `threadlog.importers`: it opens the store, imports every session file under the
 paths with a progress bar on stderr (by bytes), and prints one line per file that was new,
 grew, failed or had problems (or, with ``--json``, the whole per-file report), then a total.
+Bookkeeping lines (a harness's lines beside the conversation, kept as notes: see
+`threadlog.importers._report.FileReport.bookkeeping`) are counted, not listed as problems.
 The exit code is 0 even when files had problems (they are reported, and the rest of each file
 was imported); 3 when a file could not be imported at all.
 """
@@ -92,9 +94,11 @@ def _print(report: ImportReport, as_json: bool) -> None:
     for f in report.files:
         if f.status == "unchanged" and not f.problems:
             continue
+        kept = sum(f.bookkeeping.values())
         out.print(
             clean(
-                f"{f.status:>9} {f.thread or '-'}  {f.path}  ({f.lines} lines, {f.records} records)"
+                f"{f.status:>9} {f.thread or '-'}  {f.path}  ({f.lines} lines, {f.records} records"
+                + (f", {kept} bookkeeping)" if kept else ")")
             ),
             markup=False,
         )
@@ -104,7 +108,8 @@ def _print(report: ImportReport, as_json: bool) -> None:
     out.print(
         f"{totals['files']} files: {totals.get('imported', 0)} new, {totals.get('grown', 0)} grown, "
         f"{totals.get('unchanged', 0)} unchanged, {totals.get('failed', 0)} failed; "
-        f"{totals['records']} records, {totals['problems']} problems",
+        f"{totals['records']} records, {totals['problems']} problems; "
+        f"{totals['bookkeeping']} bookkeeping lines (not conversation)",
         markup=False,
     )
 

@@ -2,7 +2,10 @@
 
 A problem never stops an import: a malformed line, an unknown record type, a broken parent
 chain, a byte-order mark or a torn last line is reported here with its line number, and the
-rest of the file is imported. ``threadlog import --json`` prints `ImportReport.to_dict`.
+rest of the file is imported. Lines of the types a harness writes beside the conversation
+(Claude Code's ``progress`` and ``queue-operation`` lines, Codex's events, Pi's ``custom``
+entries…) are no problem: they are counted by type in `FileReport.bookkeeping`. ``threadlog
+import --json`` prints `ImportReport.to_dict`.
 """
 
 from __future__ import annotations
@@ -51,9 +54,19 @@ class FileReport:
     bytes: int = 0
     """Bytes read in this run."""
     problems: list[Problem] = field(default_factory=list)
+    bookkeeping: dict[str, int] = field(default_factory=dict)
+    """Lines read in this run of types the format knows that hold no conversation to import,
+    by type (``progress``, ``queue-operation``, ``system:turn_duration``,
+    ``event_msg:token_count``…): kept as ``custom.import.record`` notes, or not stored when
+    they repeat items that are (Codex's ``user_message`` events). Every file has them; they
+    are not problems. A type the format does not know is an ``unknown_type`` problem."""
 
     def problem(self, line: int, kind: str, message: str) -> None:
         self.problems.append(Problem(line, kind, message))
+
+    def count(self, kind: str) -> None:
+        """One more bookkeeping line of type ``kind``."""
+        self.bookkeeping[kind] = self.bookkeeping.get(kind, 0) + 1
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,6 +79,7 @@ class FileReport:
             "records": self.records,
             "bytes": self.bytes,
             "problems": [p.to_dict() for p in self.problems],
+            "bookkeeping": dict(sorted(self.bookkeeping.items())),
         }
 
 
@@ -83,6 +97,11 @@ class ImportReport:
     def problems(self) -> int:
         return sum(len(f.problems) for f in self.files)
 
+    @property
+    def bookkeeping(self) -> int:
+        """Bookkeeping lines read, in every file (`FileReport.bookkeeping`)."""
+        return sum(sum(f.bookkeeping.values()) for f in self.files)
+
     def to_dict(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
         for f in self.files:
@@ -95,5 +114,6 @@ class ImportReport:
                 "records": self.records,
                 "bytes": sum(f.bytes for f in self.files),
                 "problems": self.problems,
+                "bookkeeping": self.bookkeeping,
             },
         }

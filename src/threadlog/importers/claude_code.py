@@ -7,11 +7,15 @@ editing an earlier prompt or retrying a response starts a branch, and resuming p
 newest leaf. ``isSidechain`` lines are a sub-agent's conversation (the ``Task`` tool), in the
 same file (older versions), in ``agent-<id>.jsonl`` beside the session files (2.0, the Agent
 SDK), or in ``<session>/subagents/agent-<id>.jsonl``. Other lines are
-bookkeeping: ``summary`` (a title for a leaf), ``file-history-snapshot`` (the files' backups
-for undo), and newer types this importer does not know (reported, kept as notes). Some of
-those have a ``uuid`` and ``parentUuid`` of their own (``progress``: a hook's or a tool's
-output while it runs, in 2.x) and sit in the chain: the next conversation line may name one as
-its parent, so they are kept as notes at their place in the tree. A line may be written just
+bookkeeping (`BOOKKEEPING`): ``summary`` (a title for a leaf), ``file-history-snapshot`` (the
+files' backups for undo), ``queue-operation`` (a prompt typed while a turn ran, queued),
+``last-prompt``, ``custom-title`` / ``ai-title``, ``progress`` (a hook's or a tool's output
+while it runs, in 2.x), ``attachment``, the session's mode and settings lines…; they are kept
+as notes and counted in the report (`FileReport.bookkeeping`), and a type this importer does
+not know is kept as a note too, and reported (``unknown_type``). Some have a ``uuid`` and
+``parentUuid`` of their own (``progress``, ``attachment``) and sit in the chain: the next
+conversation line may name one as its parent, so they are kept as notes at their place in the
+tree. A line may be written just
 before its parent (a turn's ``system`` duration line before the hook's ``progress`` line it
 continues): it waits for its parent until a user or assistant line goes on without it (16
 lines at most), and one whose parent never comes continues the root (``broken_parent``). A
@@ -50,7 +54,39 @@ from threadlog.importers._values import as_dict, as_int, as_str
 __all__ = ["ClaudeCode"]
 
 CHAIN = frozenset({"user", "assistant", "system"})
-KNOWN_NOTES = frozenset({"summary", "file-history-snapshot"})
+BOOKKEEPING = frozenset(
+    {
+        # what Claude Code writes beside the conversation (its session files, 1.x-2.x): kept
+        # as notes and counted, not reported
+        "summary",
+        "file-history-snapshot",
+        "file-history-delta",
+        "queue-operation",
+        "progress",
+        "attachment",
+        "last-prompt",
+        "custom-title",
+        "ai-title",
+        "tag",
+        "agent-name",
+        "agent-color",
+        "agent-setting",
+        "mode",
+        "permission-mode",
+        "worktree-state",
+        "pr-link",
+        "task-summary",
+        "attribution-snapshot",
+        "content-replacement",
+        "marble-origami-commit",
+        "marble-origami-snapshot",
+        "fork-context-ref",
+        "frame-link",
+        "bridge-session",
+        "relocated",
+        "atis-latch",
+    }
+)
 WAIT = 16
 """A line waits for a parent written after it for this many lines at most (`_Parser.feed`)."""
 
@@ -255,10 +291,8 @@ class _Parser:
         if kind not in CHAIN or not isinstance(uuid, str):
             if kind in CHAIN:
                 self.ctx.report.problem(line.no, "malformed", f"a {kind} line without a uuid")
-            elif kind not in KNOWN_NOTES:
-                self.ctx.report.problem(
-                    line.no, "unknown_type", f"record type {kind!r} kept as a note"
-                )
+            else:
+                self._bookkeeping(kind, line)
             emit.note(
                 f"L{line.no}",
                 emit.parent_of(None, previous=True),
@@ -277,8 +311,7 @@ class _Parser:
         """A bookkeeping line with a ``uuid`` of its own (``progress``, ``attachment``…): a
         note in the tree, under its ``uuid``, since the conversation lines after it may name it
         as their ``parentUuid``."""
-        if kind not in KNOWN_NOTES:
-            self.ctx.report.problem(line.no, "unknown_type", f"record type {kind!r} kept as a note")
+        self._bookkeeping(kind, line)
         self.seen.add(uuid)
         emit = self.ctx.emit
         if obj.get("isSidechain") and not self.subagent_file:
@@ -287,6 +320,14 @@ class _Parser:
         up = emit.parent_of(parent if isinstance(parent, str) else None)
         ts = obj.get("timestamp") if isinstance(obj.get("timestamp"), str) else None
         emit.note(uuid, up, str(kind), obj, ts)
+
+    def _bookkeeping(self, kind: str | None, line: Line) -> None:
+        """A line that is not conversation, kept as a note: counted if its type is known,
+        reported if not."""
+        if kind in BOOKKEEPING:
+            self.ctx.report.count(kind)
+        else:
+            self.ctx.report.problem(line.no, "unknown_type", f"record type {kind!r} kept as a note")
 
     def _route(self, obj: dict[str, Any], uuid: str) -> Emitter:
         """The child emitter a side-chain line belongs to (by its chain's first line)."""
@@ -320,7 +361,9 @@ class _Parser:
                 )
             else:
                 up = emit.parent_of(parent_uuid if isinstance(parent_uuid, str) else None)
-                emit.note(uuid, up, f"system:{obj.get('subtype')}", obj, ts)
+                kind = f"system:{obj.get('subtype')}"
+                self.ctx.report.count(kind)
+                emit.note(uuid, up, kind, obj, ts)
             return
         up = emit.parent_of(parent_uuid if isinstance(parent_uuid, str) else None)
         message = obj.get("message")

@@ -29,8 +29,11 @@ the running one as steering when the file marks turns with ``task_started``), us
 that carry environment context or instructions (``<environment_context>``…) are kept as
 notes, not as prompts; ``task_complete`` / ``turn_aborted`` end the turn; ``turn_context``
 is a ``config.changed``; ``compacted`` a ``compaction`` of everything before it. The
-``event_msg`` items that repeat response items are not stored twice; every other line that
-is not conversation is kept as a note.
+``event_msg`` items that repeat response items are not stored twice; every other line that is
+not conversation is kept as a note. Those lines (events, the session meta, context and
+developer messages, the known response items that are not conversation) are counted by type in
+the report (`FileReport.bookkeeping`), not reported as problems: only a rollout item or a
+response item of a type this importer does not know is (``unknown_type``).
 """
 
 from __future__ import annotations
@@ -221,6 +224,7 @@ class _Parser:
         if "payload" not in obj:  # a legacy line: a bare response item, or the meta line
             if line.no == 1 or "record_type" in obj or kind is None:
                 self._flush()
+                self.ctx.report.count("legacy")
                 emit.note(key, emit.parent_of(None, previous=True), "legacy", obj, ts)
                 return
             kind, payload = "response_item", obj
@@ -248,6 +252,7 @@ class _Parser:
             emit.compaction(key, up, summary=str(payload.get("message", "")), last_entry=up, ts=ts)
         elif kind == "session_meta":
             self._flush()
+            self.ctx.report.count("session_meta")
             emit.note(key, emit.parent_of(None, previous=True), "session_meta", payload, ts)
         else:
             self.ctx.report.problem(
@@ -286,15 +291,18 @@ class _Parser:
             text = _texts(item.get("content"))
             up = emit.parent_of(None, previous=True)
             if text.lstrip().startswith(CONTEXT_PREFIXES):
+                self.ctx.report.count("response_item:context")
                 emit.note(key, up, "context", item, ts)
             elif self.explicit_turns and emit.active_turn is not None:
                 emit.steer(key, up, text, ts)
             else:
                 emit.user(key, up, text, ts)
         else:
-            if kind not in KNOWN_ITEMS and not (
-                kind == "message" and role in ("developer", "system")
-            ):
+            if kind in KNOWN_ITEMS:
+                self.ctx.report.count(f"response_item:{kind}")
+            elif kind == "message" and role in ("developer", "system"):
+                self.ctx.report.count(f"response_item:message:{role}")
+            else:
                 self.ctx.report.problem(
                     line.no, "unknown_type", f"response item {kind!r} kept as a note"
                 )
@@ -305,6 +313,7 @@ class _Parser:
         emit = self.ctx.emit
         kind = as_str(event.get("type"))
         if kind in DUPLICATE_EVENTS:
+            self.ctx.report.count(f"event_msg:{kind}")
             return  # the same text as the response items, which are imported
         if kind == "token_count":
             info = as_dict(event.get("info"))
@@ -314,15 +323,17 @@ class _Parser:
                 return
         self._flush()
         up = emit.parent_of(None, previous=True)
-        if kind in ("task_started", "turn_started"):
-            self.explicit_turns = True
-            emit.note(key, up, f"event:{kind}", event, ts)
-        elif kind in ("task_complete", "turn_complete"):
+        if kind in ("task_complete", "turn_complete"):
             emit.end_turn(key, up, "completed", ts=ts)
         elif kind == "turn_aborted":
             reason = event.get("reason")
             emit.end_turn(key, up, "aborted", str(reason) if reason else None, ts=ts)
         else:
+            # what the UI was told: the conversation is in the response items, so every other
+            # event (of the many Codex has, and adds) is a note, counted, never a problem
+            if kind in ("task_started", "turn_started"):
+                self.explicit_turns = True
+            self.ctx.report.count(f"event_msg:{kind}")
             emit.note(key, up, f"event:{kind}", event, ts)
 
     def _open(self, key: str, ts: str | None, line: Line) -> _Pending:

@@ -28,7 +28,9 @@ words pi sends the model) and an extension's message join the conversation as us
 command run with ``!!``, ``excludeFromContext``, is kept as a note: the model never saw it); an assistant message is one model
 response; a tool result finishes its call; model and thinking changes are
 ``config.changed``; a compaction replaces everything before its first kept entry; labels are
-``label.set``; ``custom`` and ``session_info`` entries are kept as notes.
+``label.set``; ``custom`` and ``session_info`` entries are kept as notes (counted in the
+report's `FileReport.bookkeeping`; an entry type or a message role this importer does not know
+is kept as a note too, and reported: ``unknown_type``).
 """
 
 from __future__ import annotations
@@ -237,6 +239,7 @@ class _Parser:
                 label = obj.get("label")
                 emit.label(key, up, target, label if isinstance(label, str) else None)
         elif kind in ("custom", "session_info"):
+            self.ctx.report.count(kind)
             emit.note(key, up, str(kind), obj, ts)
         else:
             self.ctx.report.problem(line.no, "unknown_type", f"entry type {kind!r} kept as a note")
@@ -308,6 +311,7 @@ class _Parser:
                 emit.note(key, up, "toolResult", message, ts)
         elif role == "bashExecution":
             if message.get("excludeFromContext"):  # (``!!``: pi never sends it to the model)
+                self.ctx.report.count("message:bashExecution")
                 emit.note(key, up, "bashExecution", message, ts)
             else:
                 self._said(emit, key, up, _bash_text(message), ts)
