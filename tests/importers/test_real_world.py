@@ -3,10 +3,13 @@ missed (the fixtures under ``fixtures/real-world`` are our own text in each harn
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from threadlog import open_store
 from threadlog.importers import import_paths, source_format
+from threadlog.model.context import SUMMARY_PREFIX
 
 from ._helpers import FIXTURES, conversation
 
@@ -155,3 +158,92 @@ def test_pi_shell_commands_are_what_the_model_was_sent() -> None:
         ]
         notes = [r.data["kind"] for r in records if r.type == "custom.import.record"]
         assert notes == ["bashExecution"]
+
+
+def test_codex_a_compaction_keeps_the_history_codex_kept() -> None:
+    # with the OpenAI provider, Codex has the provider compact the history: the compacted
+    # line's message is empty and its replacement_history is what the model is given from
+    # then on (the user's messages, an encrypted summary, and /undo's ghost snapshot)
+    [path] = (REAL / "codex").rglob("rollout-*019bc000-*.jsonl")
+    store, report = _import("codex", path)
+    with store:
+        (f,) = report.files
+        assert f.problems == []
+        records = store.read(str(f.thread))
+        [compaction] = [r.data for r in records if r.type == "compaction"]
+        assert compaction["summary"] == (
+            "user: port the parser to rust\n\n"
+            "user: now add tests\n\n"
+            "[the provider's summary of the earlier conversation, encrypted: readable only by "
+            "the provider, kept in the compaction's note]"
+        )
+        assert conversation(records) == [
+            ("system", SUMMARY_PREFIX + compaction["summary"]),
+            ("user", "what is left to do?"),
+            ("assistant", "Wire the parser into the CLI.", []),
+        ]
+        # the kept history as Codex wrote it, its encrypted item with it
+        [kept] = [
+            r.data["raw"]
+            for r in records
+            if r.type == "custom.import.record" and r.data["kind"] == "compacted"
+        ]
+        assert kept["replacement_history"][3] == {
+            "type": "compaction",
+            "encrypted_content": "gAAAAABpZ0ZXampleOpaqueSummaryBlob==",
+        }
+
+
+def test_codex_a_compaction_with_its_summary_and_kept_history_says_each_once(
+    tmp_path: Path,
+) -> None:
+    # Codex compacting the history itself writes the summary in message and, in newer
+    # versions, the history it rebuilt (the user's messages, then the summary as a user
+    # message) in replacement_history
+    summary = "Another language model started to solve this problem...\nPorted the parser."
+    lines = [
+        {"type": "session_meta", "payload": {"id": "s-local", "cli_version": "0.80.0"}},
+        {"type": "response_item", "payload": _message("user", "port the parser")},
+        {"type": "response_item", "payload": _message("assistant", "Ported.")},
+        {
+            "type": "compacted",
+            "payload": {
+                "message": summary,
+                "replacement_history": [
+                    _message("developer", "<permissions instructions>never ask</...>"),
+                    _message("user", "port the parser"),
+                    _message("user", summary),
+                ],
+            },
+        },
+        {"type": "response_item", "payload": _message("user", "thanks")},
+    ]
+    path = tmp_path / "rollout-2026-02-01T00-00-00-s-local.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    store, report = _import("codex", path)
+    with store:
+        (f,) = report.files
+        assert f.problems == []
+        records = store.read(str(f.thread))
+        [compaction] = [r.data for r in records if r.type == "compaction"]
+        assert compaction["summary"] == f"user: port the parser\n\nuser: {summary}"
+
+
+def test_codex_a_compaction_that_kept_nothing_readable_is_not_empty(tmp_path: Path) -> None:
+    lines = [
+        {"type": "session_meta", "payload": {"id": "s-empty"}},
+        {"type": "response_item", "payload": _message("user", "hello")},
+        {"type": "compacted", "payload": {"message": "", "replacement_history": []}},
+    ]
+    path = tmp_path / "rollout-2026-02-02T00-00-00-s-empty.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    store, report = _import("codex", path)
+    with store:
+        (f,) = report.files
+        [compaction] = [r.data for r in store.read(str(f.thread)) if r.type == "compaction"]
+        assert compaction["summary"] == "Conversation compacted (Codex kept no message)"
+
+
+def _message(role: str, text: str) -> dict[str, Any]:
+    kind = "output_text" if role == "assistant" else "input_text"
+    return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}

@@ -17,7 +17,11 @@ source): one ``RolloutLine`` a line, ``{"timestamp", "type", "payload"}`` (newer
   boundaries), ``token_count`` (``info.last_token_usage``: the last model call's usage),
   ``user_message`` / ``agent_message`` / ``agent_reasoning`` /
   ``agent_reasoning_raw_content`` (the same text as the response items), ``turn_aborted``…;
-* ``compacted``: a compaction's summary ``message``.
+* ``compacted``: a compaction: its summary ``message`` (written by the model, when Codex
+  compacts the history itself), and in newer files ``replacement_history``, the history Codex
+  kept in place of the conversation (the user's last messages, and the summary as a user
+  message, or the provider's encrypted ``compaction`` item when the provider compacted it,
+  ``message`` then empty).
 
 Files written before the wrapper existed hold the session meta as a bare first line
 (``{"id", "timestamp", "instructions"}``) and bare response items after it; they are read too.
@@ -28,12 +32,13 @@ follows them are one model response with that usage; a user message starts a tur
 the running one as steering when the file marks turns with ``task_started``), user messages
 that carry environment context or instructions (``<environment_context>``…) are kept as
 notes, not as prompts; ``task_complete`` / ``turn_aborted`` end the turn; ``turn_context``
-is a ``config.changed``; ``compacted`` a ``compaction`` of everything before it. The
-``event_msg`` items that repeat response items are not stored twice; every other line that is
-not conversation is kept as a note. Those lines (events, the session meta, context and
-developer messages, the known response items that are not conversation) are counted by type in
-the report (`FileReport.bookkeeping`), not reported as problems: only a rollout item or a
-response item of a type this importer does not know is (``unknown_type``).
+is a ``config.changed``; ``compacted`` a ``compaction`` of everything before it, whose
+summary is what the model was given in its place (`_compacted`). The ``event_msg`` items that
+repeat response items are not stored twice; every other line that is not conversation is kept
+as a note. Those lines (events, the session meta, context and developer messages, the known
+response items that are not conversation) are counted by type in the report
+(`FileReport.bookkeeping`), not reported as problems: only a rollout item or a response item
+of a type this importer does not know is (``unknown_type``).
 """
 
 from __future__ import annotations
@@ -72,6 +77,11 @@ KNOWN_ITEMS = frozenset(
     }
 )
 SETTINGS = ("model", "cwd", "effort", "approval_policy", "sandbox_policy", "summary")
+COMPACTION_ITEMS = frozenset({"compaction", "compaction_summary"})
+ENCRYPTED = (
+    "[the provider's summary of the earlier conversation, encrypted: readable only by the "
+    "provider, kept in the compaction's note]"
+)
 
 
 def _texts(content: Any) -> str:
@@ -97,6 +107,41 @@ def _arguments(raw: Any) -> dict[str, Any]:
             return {"_raw": raw}
         return value if isinstance(value, dict) else {"_value": value}
     return {"_value": raw}
+
+
+def _compacted(payload: dict[str, Any]) -> str:
+    """A ``compacted`` line's summary: what Codex gave the model in place of the history
+    before it. Without a ``replacement_history``, Codex rebuilds that from the user's messages
+    and ``message``, the summary (as this importer keeps the messages, the summary is
+    ``message``). With one, the model was given that history: its messages (without the
+    environment context and developer instructions, which are notes on import, as elsewhere)
+    and, for the provider's encrypted ``compaction`` item, a placeholder; ``message`` (empty
+    when the provider compacted) is added if the history does not hold it."""
+    message = str(payload.get("message") or "")
+    history = payload.get("replacement_history")
+    if not isinstance(history, list):
+        return message
+    parts: list[str] = []
+    texts: set[str] = set()
+    for item in history:
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind == "message":
+            role = as_str(item.get("role")) or "user"
+            text = _texts(item.get("content")).strip()
+            if not text or role in ("developer", "system") or text.startswith(CONTEXT_PREFIXES):
+                continue
+            texts.add(text)
+            parts.append(f"{role}: {text}")
+        elif kind in COMPACTION_ITEMS:
+            parts.append(ENCRYPTED)
+        elif kind in OUTPUT_ITEMS or kind in ASSISTANT_ITEMS or kind == "web_search_call":
+            parts.append(f"[{kind}]")
+        # (a ghost_snapshot is /undo's bookkeeping, never sent to the model)
+    if message.strip() and message.strip() not in texts:
+        parts.insert(0, message.strip())
+    return "\n\n".join(parts) or "Conversation compacted (Codex kept no message)"
 
 
 def _output(raw: Any) -> tuple[str, bool]:
@@ -249,7 +294,10 @@ class _Parser:
         elif kind == "compacted":
             self._flush()
             up = emit.parent_of(None, previous=True)
-            emit.compaction(key, up, summary=str(payload.get("message", "")), last_entry=up, ts=ts)
+            emit.compaction(key, up, summary=_compacted(payload), last_entry=up, ts=ts)
+            if payload.get("replacement_history"):
+                # the kept history as Codex wrote it (its encrypted item, its /undo snapshots)
+                emit.note(f"{key}~history", emit.anchor(key), "compacted", payload, ts)
         elif kind == "session_meta":
             self._flush()
             self.ctx.report.count("session_meta")
