@@ -20,13 +20,19 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import orjson
+
+if TYPE_CHECKING:
+    from types import EllipsisType
 
 __all__ = [
     "FORMAT_VERSION",
     "HASH_TAIL",
+    "TRUST_BYTES",
+    "TRUST_CANONICAL",
+    "TRUST_NOTHING",
     "BadRecord",
     "Record",
     "encode_record",
@@ -40,6 +46,11 @@ __all__ = [
     "valid_type_name",
     "verify_lines",
 ]
+
+TRUST_NOTHING: Final = 0
+TRUST_CANONICAL: Final = 1
+TRUST_BYTES: Final = 2
+"""What `parse_next` may leave out of its checks of a line (its docstring)."""
 
 FORMAT_VERSION: Final = 1
 """The envelope format version written in ``v`` of every record."""
@@ -262,19 +273,27 @@ def parse_next(
     ord: int,
     prev: str,
     last_id: str | None,
-    known_canonical: bool = False,
+    trust: int = TRUST_NOTHING,
 ) -> Record | None:
     """The line ``data[pos:end]`` (``view`` is ``memoryview(data)``; ``end`` is just past the
     newline the caller found) as a `Record`, if it is valid and is ``thread``'s own record
     number ``ord`` chained on ``prev``; else None, and the caller runs `parse_line` and its own
     checks for the reason (so the messages are theirs).
 
-    ``known_canonical`` skips re-encoding the record to check that its bytes are canonical
-    (about a third of the cost of a line) and hashes the line's body as it is instead. Only a
-    caller that will check the chain this line is part of against a hash it verified before,
-    canonical bytes included, may pass it (`threadlog.store.embedded.rollout.scan_file` with
-    a checkpoint): a chain that ends in that hash holds the same bytes, by SHA-256's collision
-    resistance, and a chain that does not is read again with every check.
+    ``trust`` leaves out what the caller proves of the line's bytes by other means; if that
+    proof fails, the caller reads the lines again with every check:
+
+    * `TRUST_NOTHING` (the default): every check.
+    * `TRUST_CANONICAL`: does not re-encode the record to check that its bytes are canonical
+      (about a third of the cost of a line) but hashes the line's body as it is. For a caller
+      that checks the chain this line is part of against a hash it verified before,
+      canonical bytes included (`threadlog.store.embedded.rollout.scan_file` with a
+      checkpoint): a chain that ends in that hash holds the same bytes, by SHA-256's
+      collision resistance.
+    * `TRUST_BYTES`: does not hash the line either. For a caller that compares the bytes the
+      line lies in with the digest of bytes this store verified there before (a chunk of the
+      sparse index: `scan_file`'s ``chunks``). The envelope's fields, the thread, the ordinal
+      and the chain are still checked.
 
     A scan spends most of its time here, once per line: this is `parse_line` (every check it
     makes, the hash and the canonical bytes included) fused with the scan's checks of the
@@ -315,11 +334,12 @@ def parse_next(
     known = _SEEN_TYPES.get(type_)
     if known is None:
         return None  # a type name not checked yet: `parse_line` checks and learns it
-    if known_canonical:
-        check = _sha256(view[pos:body_end])
-        check.update(b"}")
-        if check.hexdigest() != hash_:
-            return None
+    if trust:
+        if trust == TRUST_CANONICAL:
+            check = _sha256(view[pos:body_end])
+            check.update(b"}")
+            if check.hexdigest() != hash_:
+                return None
         return _new_record(Record, (v, id_, thread, ord_, parent, ts, known, data_, prev, hash_))
     canon = _dumps(obj, option=orjson.OPT_SORT_KEYS)
     # The canonical bytes equal to the line's body and its closing brace, their hash is the
@@ -371,13 +391,19 @@ def record_from_obj(obj: Any) -> Record:
 
 
 def verify_lines(
-    data: bytes, start: int, end: int, *, prev: str | None, thread: str | None = None
+    data: bytes,
+    start: int,
+    end: int,
+    *,
+    prev: str | None | EllipsisType,
+    thread: str | None = None,
 ) -> str | None:
     """Verify the rollout lines in ``data[start:end]`` on their bytes, without decoding them.
 
     Checks what damage on disk can break: each line is complete and framed, its hash matches
-    its bytes, its ``prev`` is the previous line's hash (the first line's is ``prev``) and,
-    given ``thread``, that thread wrote it. In canonical order ``prev`` and ``thread`` come
+    its bytes, its ``prev`` is the previous line's hash (the first line's is ``prev``, unless
+    ``prev`` is ``...``: the first line's is not checked) and, given ``thread``, that thread
+    wrote it. In canonical order ``prev`` and ``thread`` come
     after ``data``, so they are found from the end of the line. Returns the last line's hash
     (``prev`` if there are none). A fork runs this over the records it copies, at a fraction
     of `parse_line`'s cost; `parse_line` checks everything else on every read.
@@ -388,9 +414,11 @@ def verify_lines(
     sha256 = hashlib.sha256
     view = memoryview(data)
     find, rfind, startswith = data.find, data.rfind, data.startswith
-    expect = b"null" if prev is None else b'"' + prev.encode() + b'"'
     writer = None if thread is None else b',"thread":"' + thread.encode() + b'"'
-    pos, index, last = start, 0, prev
+    pos, index = start, 0
+    last = None if prev is ... else prev
+    expect = b"" if prev is ... else b"null" if prev is None else b'"' + prev.encode() + b'"'
+    chained = prev is not ...  # (else from the second line on)
     while pos < end:
         nl = find(b"\n", pos, end)
         if nl < 0:
@@ -408,6 +436,9 @@ def verify_lines(
         ):
             raise _bad("hash does not match the record's bytes", index, pos)
         p = rfind(b',"prev":', pos, body_end) + 8
+        if not chained:
+            expect = data[p : p + (4 if startswith(b"null", p) else 66)]
+            chained = True
         if p < 8 or not startswith(expect, p):
             raise _bad("prev does not match the previous record's hash (chain broken)", index, pos)
         if writer is not None and not startswith(writer, p + len(expect)):

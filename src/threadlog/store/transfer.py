@@ -78,10 +78,11 @@ class Checkpointed(NamedTuple):
     state: bytes
     """Its reduced state after that record, trimmed (`threadlog.model.state.trim`), as
     `threadlog.model.snapshot.dump` writes it."""
-    sparse: list[tuple[int, int, bytes | None]]
-    """``(ord, byte offset, id block)`` of the line of every ``sparse_every``-th record (the
-    store's sparse index; the block of the ids of the records that end there:
-    `threadlog.store.iddigest`)."""
+    sparse: list[tuple[int, int, bytes | None, bytes | None]]
+    """``(ord, byte offset, id block, chunk digest)`` of the line of every
+    ``sparse_every``-th record (the store's sparse index; the block of the ids of the records
+    that end there: `threadlog.store.iddigest`; the SHA-256 of the lines from the entry
+    before's up to this one's: `threadlog.store.embedded.checkpoint`)."""
 
 
 class Spooled(NamedTuple):
@@ -228,27 +229,32 @@ class ImportCheck:
 
 class SparseIndex:
     """The sparse index of a thread written whole (adopted, or built by an import), a run
-    of its lines at a time from ord 1: the offset of the line of every ``every``-th record
-    and the id block of the records that end there (`threadlog.store.iddigest`), as
-    `Checkpointed.sparse` holds them."""
+    of its lines at a time from ord 1: the offset of the line of every ``every``-th record,
+    the id block of the records that end there (`threadlog.store.iddigest`) and the digest
+    of the lines before it since the entry before, as `Checkpointed.sparse` holds them. The
+    lines must be checked ones (built by the store's checks, or adopted after them)."""
 
     def __init__(self, every: int) -> None:
         self.every = every
-        self.entries: list[tuple[int, int, bytes | None]] = []
+        self.entries: list[tuple[int, int, bytes | None, bytes | None]] = []
         self.size = 0
         """The bytes of the lines added so far (where the next one starts)."""
         self._ids: list[str] = []
+        self._chunk = hashlib.sha256()
 
     def add(self, records: Sequence[Record], lines: Sequence[bytes]) -> None:
         """Index the next records, with their lines."""
-        every, ids, offset = self.every, self._ids, self.size
+        every, ids, offset, chunk = self.every, self._ids, self.size, self._chunk
         for record, line in zip(records, lines, strict=True):
             ids.append(record.id)
             if record.ord % every == 0:
-                self.entries.append((record.ord, offset, iddigest.block(ids[-every:])))
+                block = iddigest.block(ids[-every:])
+                self.entries.append((record.ord, offset, block, chunk.digest()))
                 ids.clear()
+                chunk = hashlib.sha256()
+            chunk.update(line)
             offset += len(line)
-        self.size = offset
+        self.size, self._chunk = offset, chunk
 
 
 def _id_key(id_: str) -> int:

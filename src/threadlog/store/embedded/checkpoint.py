@@ -27,15 +27,27 @@ or a parent may be among the records before a log's anchor). A
 read after an ordinal seeks to the nearest entry before it (`Checkpoints.seek`) and scans
 from there; the entry is only a hint: the reader checks that the line there parses and holds
 that ordinal, and reads from the start of the file otherwise.
+
+An entry also keeps its *chunk digest*: the SHA-256 of the file's bytes from the entry before
+it (from the file's start, for the first) up to its own line, taken once those lines were
+verified on their bytes (each line's hash, and the chain within the chunk) when the
+checkpoint was taken (`chunk_digests`), or as a thread written whole was built. A read of
+the whole log (`Checkpoints.chunks`, `threadlog.store.embedded.rollout.scan_file`) hashes a
+chunk's bytes in one go instead of every line in it, and parses its lines without hashing
+them: ~2.5 µs a line less, a ~5th of a verified read. Bytes that differ from the digest (or
+an entry that points elsewhere) only cost the read a second scan with every check.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 from typing import TYPE_CHECKING, NamedTuple
 
 from threadlog.errors import StorageError
 from threadlog.model import snapshot
+from threadlog.model.envelope import BadRecord, verify_lines
 from threadlog.store.embedded.snapshots import tail_after
 
 if TYPE_CHECKING:
@@ -49,7 +61,7 @@ if TYPE_CHECKING:
     from threadlog.store.embedded.snapshots import SnapshotKeeper
     from threadlog.store.transfer import Checkpointed
 
-__all__ = ["CHECKPOINT_EVERY", "SPARSE_EVERY", "Checkpoint", "Checkpoints"]
+__all__ = ["CHECKPOINT_EVERY", "SPARSE_EVERY", "Checkpoint", "Checkpoints", "chunk_digests"]
 
 log = logging.getLogger("threadlog.store")
 
@@ -99,7 +111,16 @@ class Checkpoints:
             )
             if view is None or view[0] <= last:
                 return False
-            ord_, digest, end, payload, sparse = view
+            ord_, digest, end, payload, points = view
+            if points and points[0][3] is None:  # where its chunk starts: the entry before's
+                o, off, ids, _ = points[0]
+                rows = self._index.run(
+                    "SELECT offset FROM sparse_offsets WHERE thread_id = ? AND ord = ?",
+                    (thread_id, o - SPARSE_EVERY),
+                )
+                if rows and rows[0][0].__class__ is int:
+                    points[0] = (o, off, ids, rows[0][0])
+            sparse = chunk_digests(rollout.path, thread_id, points)
             self._write(thread_id, ord_, digest, end, payload, sparse)
         except StorageError as exc:
             log.warning("thread %s: no checkpoint taken (%s)", thread_id, exc)
@@ -121,14 +142,14 @@ class Checkpoints:
         digest: str,
         end: int,
         state: bytes,
-        sparse: list[tuple[int, int, bytes | None]],
+        sparse: list[tuple[int, int, bytes | None, bytes | None]],
     ) -> None:
         """Write a checkpoint row and its sparse entries; `StorageError` if the index fails."""
         if sparse:
             self._index.run(
-                "INSERT OR REPLACE INTO sparse_offsets (thread_id, ord, offset, ids) "
-                "VALUES (?, ?, ?, ?)",
-                [(thread_id, o, off, ids) for o, off, ids in sparse],
+                "INSERT OR REPLACE INTO sparse_offsets (thread_id, ord, offset, ids, digest) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [(thread_id, o, off, ids, chunk) for o, off, ids, chunk in sparse],
                 many=True,
             )
         self._index.run(
@@ -251,6 +272,30 @@ class Checkpoints:
         anchor, scanned = got
         return anchor, scanned, lambda: snapshots.state_at(thread_id, anchor)
 
+    def chunks(self, thread_id: str) -> list[tuple[int, int, bytes]]:
+        """``(start, end, digest)`` of the byte ranges of the thread's rollout whose lines
+        were verified when they were written (the sparse entries' chunk digests, module
+        docstring), in order: hints `scan_file` checks; none if the index fails."""
+        try:
+            rows = self._index.run(
+                "SELECT ord, offset, digest FROM sparse_offsets WHERE thread_id = ? ORDER BY ord",
+                (thread_id,),
+            )
+        except StorageError:
+            return []
+        chunks: list[tuple[int, int, bytes]] = []
+        before: tuple[int, int] | None = (0, 0)  # (ord, offset) of the entry before: none yet
+        for o, off, digest in rows:
+            if (
+                before is not None
+                and o - before[0] == SPARSE_EVERY
+                and digest.__class__ is bytes
+                and before[1] < off
+            ):
+                chunks.append((before[1], off, digest))
+            before = (o, off) if off.__class__ is int else None
+        return chunks
+
     def points(self, thread_id: str, before: int) -> list[tuple[int, int, object]]:
         """The sparse entries ``(ord, offset, id block or None)`` of the records before
         ``before`` (hints: `RolloutLog._find_in_prefix` checks them); `StorageError` if the
@@ -301,3 +346,36 @@ def state_at(row: Checkpoint) -> ThreadState | None:
     if state.last_ord != row.ord or state.last_hash != row.hash:
         return None
     return state
+
+
+def chunk_digests(
+    path: str, thread_id: str, points: list[tuple[int, int, bytes | None, int | None]]
+) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """The sparse entries ``(ord, offset, id block, start)`` of a checkpoint being taken, with
+    each one's chunk digest in place of ``start``: the SHA-256 of the file's bytes from
+    ``start`` (the entry before's offset; None when the log does not know it) up to
+    ``offset``, once they are verified (each line's hash and the chain within them,
+    `verify_lines`), else None. Never raises (a digest not taken costs a read its hashing)."""
+    if all(start is None for *_, start in points):
+        return [(o, off, ids, None) for o, off, ids, _ in points]
+    out: list[tuple[int, int, bytes | None, bytes | None]] = []
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        log.warning("thread %s: no chunk digests taken (%s)", thread_id, exc)
+        return [(o, off, ids, None) for o, off, ids, _ in points]
+    try:
+        for o, off, ids, start in points:
+            digest = None
+            if start is not None and start < off:
+                try:
+                    data = os.pread(fd, off - start, start)
+                    if len(data) == off - start:
+                        verify_lines(data, 0, len(data), prev=...)
+                        digest = hashlib.sha256(data).digest()
+                except (OSError, BadRecord) as exc:
+                    log.warning("thread %s: no chunk digest for ord %d (%s)", thread_id, o, exc)
+            out.append((o, off, ids, digest))
+    finally:
+        os.close(fd)
+    return out

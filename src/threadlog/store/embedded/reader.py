@@ -293,11 +293,13 @@ class Reader:
         """The whole log up to ``end``, checked as a reader must: damage, records lost below
         the acknowledged mark ``known`` (taken before ``end``), a thread that has none. The
         records up to the thread's checkpoint are not re-encoded (`scan_file`'s ``verified``):
-        their chain must reach the checkpoint's hash."""
+        their chain must reach the checkpoint's hash; the lines of the sparse index's verified
+        chunks are not hashed one by one (`scan_file`'s ``chunks``)."""
         checkpoints = self.checkpoints
         verified = None if checkpoints is None else checkpoints.verified(thread_id)
+        chunks = () if checkpoints is None else checkpoints.chunks(thread_id)
         try:
-            scanned = scan_file(path, thread_id, end=end, verified=verified)
+            scanned = scan_file(path, thread_id, end=end, verified=verified, chunks=chunks)
         except FileNotFoundError:
             raise ThreadNotFound(thread_id) from None
         if scanned.error is not None:

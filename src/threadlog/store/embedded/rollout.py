@@ -28,9 +28,10 @@ Appending (and the group commit that makes appends durable) lives in
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import field
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from threadlog._dataclass import dataclass
 from threadlog._gc import paused
@@ -38,6 +39,9 @@ from threadlog.errors import (
     IntegrityError,
 )
 from threadlog.model.envelope import (
+    TRUST_BYTES,
+    TRUST_CANONICAL,
+    TRUST_NOTHING,
     BadRecord,
     Record,
     line_ids,
@@ -48,7 +52,7 @@ from threadlog.model.envelope import (
 from threadlog.model.lineage import Copied, copied_prefix
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
 __all__ = [
     "LinePieces",
@@ -133,6 +137,7 @@ def scan(
     whole: bool = True,
     seen: set[str] | None = None,
     canonical_until: int = 0,
+    trusted: Sequence[tuple[int, int]] = (),
 ) -> Scan:
     """Validate rollout bytes; see the module docstring for torn tail vs corruption.
 
@@ -145,8 +150,11 @@ def scan(
     lines of the file.
 
     Records up to ord ``canonical_until`` are taken to be canonical JSON once their hash
-    matches (`parse_next`'s ``known_canonical``): only for a caller that checks the chain
-    against a hash verified before (`scan_file`'s ``verified``).
+    matches (`parse_next`'s `TRUST_CANONICAL`): only for a caller that checks the chain
+    against a hash verified before (`scan_file`'s ``verified``). The lines wholly inside one
+    of the ``trusted`` byte ranges ``(start, end)`` (file offsets, in order) are not hashed at
+    all (`TRUST_BYTES`): only for a caller that compares those bytes with the digests of
+    bytes verified there before (`scan_file`'s ``chunks``).
     """
     with paused():  # one dict and one Record per line, no cycles (`threadlog._gc`)
         return _scan(
@@ -160,6 +168,7 @@ def scan(
             whole,
             set() if seen is None else seen,
             canonical_until,
+            trusted,
         )
 
 
@@ -174,8 +183,14 @@ def _scan(
     whole: bool,
     seen: set[str],
     canonical_until: int,
+    trusted: Sequence[tuple[int, int]],
 ) -> Scan:
     result = Scan(end=base_offset)
+    # The trusted ranges still ahead, as offsets in ``data``, and the one the scan is in or
+    # before: ``lo <= pos and nl < hi`` for a line wholly inside it.
+    ahead = [(lo - base_offset, hi - base_offset) for lo, hi in trusted if hi > base_offset]
+    ahead.reverse()
+    lo, hi = ahead.pop() if ahead else (-1, -1)
     records, offsets = result.records, result.offsets
     expected = start_ord
     prev = prev_hash
@@ -202,6 +217,8 @@ def _scan(
         # The common line (the thread's own, past its first and any inherited prefix) is
         # parsed and checked in one go by `parse_next`; any other, or one it refuses, takes
         # the general way below, which finds what is wrong and says so.
+        while pos >= hi and ahead:
+            lo, hi = ahead.pop()
         record = (
             parse_next(
                 data,
@@ -212,7 +229,11 @@ def _scan(
                 expected,
                 prev,
                 last_id,
-                expected <= canonical_until,
+                TRUST_BYTES
+                if lo <= pos and nl < hi
+                else TRUST_CANONICAL
+                if expected <= canonical_until
+                else TRUST_NOTHING,
             )
             if prev is not None and expected > 1 and (copied is None or expected > copied.until)
             else None
@@ -370,6 +391,7 @@ def scan_file(
     *,
     end: int | None = None,
     verified: tuple[int, str] | None = None,
+    chunks: Sequence[tuple[int, int, bytes]] = (),
 ) -> Scan:
     """`scan` a rollout file from disk, up to byte ``end`` if given (the durable end a live
     writer publishes: what lies past it may not be on disk yet).
@@ -384,20 +406,95 @@ def scan_file(
     it, canonical bytes included (a checkpoint, `threadlog.store.embedded.checkpoint`). The
     records up to it then have their hashes and the chain checked but are not re-encoded to
     prove their bytes canonical: if the chain reaches ``hash`` at ``ord``, the bytes are the
-    ones verified before. If it does not (the file was replaced, cut or damaged), the file is
-    scanned again with every check, and that scan's records and findings are the answer.
+    ones verified before.
+
+    ``chunks`` are ``(start, end, digest)``, in order, of byte ranges whose lines this store
+    verified before (the sparse index's chunk digests, `threadlog.store.embedded.checkpoint`):
+    the lines wholly inside one are parsed without hashing them (`TRUST_BYTES`), and the
+    range's bytes are hashed whole as they are read and must have that SHA-256 digest.
+
+    If the chain does not reach ``verified``'s hash, or a chunk's bytes do not match its
+    digest (the file was replaced, cut or damaged), the file is scanned again with every
+    check, and that scan's records and findings are the answer.
     """
-    if verified is not None and verified[0] >= 1:
-        ord_, digest = verified
-        fast = _scan_file(path, thread_id, end, ord_)
-        if len(fast.records) >= ord_ and fast.records[ord_ - 1].hash == digest:
+    if end is not None:
+        chunks = [chunk for chunk in chunks if chunk[1] <= end]
+    canonical_until = verified[0] if verified is not None and verified[0] >= 1 else 0
+    if canonical_until or chunks:
+        fast, matched = _scan_file(path, thread_id, end, canonical_until, chunks)
+        if matched and (
+            verified is None
+            or not canonical_until
+            or (
+                len(fast.records) >= canonical_until
+                and fast.records[canonical_until - 1].hash == verified[1]
+            )
+        ):
             return fast
         del fast  # (not held beside the second scan's records)
-    return _scan_file(path, thread_id, end, 0)
+    return _scan_file(path, thread_id, end, 0, ())[0]
 
 
-def _scan_file(path: str, thread_id: str, end: int | None, canonical_until: int) -> Scan:
+class _ChunkCheck:
+    """Hashes a file's ``chunks`` (`scan_file`) as its pieces are read, in order, and
+    compares each with its digest."""
+
+    __slots__ = ("_chunks", "_next", "_hash", "failed")
+
+    def __init__(self, chunks: Sequence[tuple[int, int, bytes]]) -> None:
+        self._chunks = chunks
+        self._next = 0
+        """The first chunk not compared yet."""
+        self._hash: Any = None
+        """The hash of the part of that chunk read so far, once its start is read."""
+        self.failed = False
+
+    def feed(self, offset: int, data: bytes) -> None:
+        """Hash the chunks' bytes in ``data``, the file's bytes from ``offset`` on (the
+        pieces follow each other)."""
+        chunks, stop, view = self._chunks, offset + len(data), memoryview(data)
+        while self._next < len(chunks) and not self.failed:
+            start, end, digest = chunks[self._next]
+            if start >= stop:
+                return
+            if self._hash is None:
+                if start < offset:  # its start was not read: it cannot be checked
+                    self.failed = True
+                    return
+                self._hash = hashlib.sha256()
+            self._hash.update(view[max(start, offset) - offset : min(end, stop) - offset])
+            if end > stop:
+                return
+            if self._hash.digest() != digest:
+                self.failed = True
+            self._hash = None
+            self._next += 1
+
+    def ranges(self, offset: int, size: int) -> list[tuple[int, int]]:
+        """The chunks not compared yet that begin before the end of the piece of ``size``
+        bytes at ``offset``, as ``(start, end)`` (asked before that piece is fed)."""
+        chunks, i, stop = self._chunks, self._next, offset + size
+        out = []
+        while i < len(chunks) and chunks[i][0] < stop:
+            out.append(chunks[i][:2])
+            i += 1
+        return out
+
+    def matched(self) -> bool:
+        """Whether every chunk was read whole and matched its digest."""
+        return not self.failed and self._next == len(self._chunks)
+
+
+def _scan_file(
+    path: str,
+    thread_id: str,
+    end: int | None,
+    canonical_until: int,
+    chunks: Sequence[tuple[int, int, bytes]],
+) -> tuple[Scan, bool]:
+    """`scan_file`'s scan; with whether every chunk matched its digest (True with none)."""
     result = Scan()
+    check = _ChunkCheck(chunks) if chunks else None
     seen: set[str] = set()
     copied: Copied | None = None
     expected, prev = 1, None
@@ -406,6 +503,10 @@ def _scan_file(path: str, thread_id: str, end: int | None, canonical_until: int)
     with paused(), open(path, "rb") as f:
         pieces = LinePieces(f, FILE_CHUNK, end)
         for offset, data, final in pieces:
+            trusted: list[tuple[int, int]] = []
+            if check is not None:  # (its lines are parsed as they would be if they match)
+                trusted = check.ranges(offset, len(data))
+                check.feed(offset, data)
             part = scan(
                 data,
                 thread_id,
@@ -416,9 +517,11 @@ def _scan_file(path: str, thread_id: str, end: int | None, canonical_until: int)
                 whole=final,
                 seen=seen,
                 canonical_until=canonical_until,
+                trusted=trusted,
             )
             if (part.torn is not None or part.error is not None) and not final:
                 # judged on the rest of the file, as a scan of the whole file judges it
+                # (with every line hashed: a chunk not read whole never matches)
                 rest = data[part.end - offset :] + pieces.rest()
                 tail = scan(
                     rest,
@@ -444,7 +547,7 @@ def _scan_file(path: str, thread_id: str, end: int | None, canonical_until: int)
             if part.error is not None or part.torn is not None or final:
                 result.torn, result.error = part.torn, part.error
                 break
-    return result
+    return result, check is None or check.matched()
 
 
 class LinePieces:

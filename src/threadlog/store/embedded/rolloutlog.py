@@ -516,13 +516,14 @@ class RolloutLog:
 
     def checkpoint_view(
         self, dump: Callable[[ThreadState], bytes], *, sparse_after: int, every: int
-    ) -> tuple[int, str, int, bytes, list[tuple[int, int, bytes | None]]] | None:
+    ) -> tuple[int, str, int, bytes, list[tuple[int, int, bytes | None, int | None]]] | None:
         """``(ord, hash, end, dump(state), sparse)`` for a checkpoint at the durable end
-        (`threadlog.store.embedded.checkpoint`): ``sparse`` the ``(ord, offset, id block)``
-        of every ``every``-th record after ``sparse_after`` the log knows the offset of, the
-        block (`threadlog.store.iddigest`) of the ``every`` records that end there if the log
-        knows all their ids. None unless everything admitted is in the file and the reduced
-        state is built."""
+        (`threadlog.store.embedded.checkpoint`): ``sparse`` the ``(ord, offset, id block,
+        start)`` of every ``every``-th record after ``sparse_after`` the log knows the offset
+        of, the block (`threadlog.store.iddigest`) of the ``every`` records that end there if
+        the log knows all their ids, and the offset of the entry before (0 for the first
+        entry), where the entry's chunk starts, if the log knows it. None unless everything
+        admitted is in the file and the reduced state is built."""
         with self._lock:
             state = self.admission.peek()
             if (
@@ -536,12 +537,18 @@ class RolloutLog:
             first = max(sparse_after + 1, self._first_ord)
             first += -first % every
             base = self._first_ord
+            offsets = self._offsets
             sparse = [
                 (
                     o,
-                    self._offsets[o - base],
+                    offsets[o - base],
                     iddigest.block(self._order[o - every + 1 - base : o + 1 - base])
                     if o - every + 1 >= base
+                    else None,
+                    offsets[o - every - base]
+                    if o - every >= base
+                    else 0  # (record 1's line starts the file)
+                    if o == every
                     else None,
                 )
                 for o in range(first, self.durable_ord + 1, every)

@@ -149,6 +149,7 @@ CREATE TABLE IF NOT EXISTS sparse_offsets (
     ord         INTEGER NOT NULL,
     offset      INTEGER NOT NULL,
     ids         BLOB,
+    digest      BLOB,
     PRIMARY KEY (thread_id, ord)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS tool_calls (
@@ -245,6 +246,8 @@ def connect(path: str, timeout: float) -> sqlite3.Connection:
         columns = {r[1] for r in db.execute("PRAGMA table_info(sparse_offsets)").fetchall()}
         if "ids" not in columns:  # an index from before the id blocks (`iddigest`)
             db.execute("ALTER TABLE sparse_offsets ADD COLUMN ids BLOB")
+        if "digest" not in columns:  # from before the chunk digests (`checkpoint`)
+            db.execute("ALTER TABLE sparse_offsets ADD COLUMN digest BLOB")
         row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         if row is not None and row[0] != str(SCHEMA_VERSION):
             # Projections of another schema: drop the rows; catch-up rebuilds them.

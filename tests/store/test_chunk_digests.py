@@ -1,0 +1,191 @@
+"""Chunk digests (`threadlog.store.embedded.checkpoint`): a checkpoint keeps, with each entry
+of the sparse index, the SHA-256 of the rollout's bytes since the entry before, once those
+lines were verified; a whole read then hashes each chunk in one go and parses its lines
+without hashing them one by one (`scan_file`'s ``chunks``), and any byte that differs sends
+the read back to every check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from threadlog import EmbeddedStore, IntegrityError
+from threadlog.model import envelope
+from threadlog.store.copy import copy_thread
+from threadlog.store.embedded import checkpoint
+from threadlog.store.embedded import store as store_module
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+RECORDS = 3500
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    home = str(tmp_path_factory.mktemp("chunks") / "home")
+    with EmbeddedStore(home) as store:
+        thread = store.create_thread("tester")
+        for i in range(RECORDS - 1):  # lone durable appends and buffered runs, mixed
+            store.append(thread, "custom.n", {"i": i, "pad": "p" * (i % 50)}, durable=i % 7 == 0)
+    return home, thread
+
+
+@pytest.fixture
+def copy(template: tuple[str, str], tmp_path: Path) -> tuple[str, str]:
+    home = str(tmp_path / "copy")
+    shutil.copytree(template[0], home)
+    return home, template[1]
+
+
+def _bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _entries(store: EmbeddedStore, thread: str) -> list[tuple[int, int, bytes | None]]:
+    rows = store.index.run(
+        "SELECT ord, offset, digest FROM sparse_offsets WHERE thread_id = ? ORDER BY ord",
+        (thread,),
+    )
+    return [(o, off, None if d is None else bytes(d)) for o, off, d in rows]
+
+
+def _line_hashes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the lines a read hashes one by one (`parse_next`'s and `parse_line`'s SHA-256)."""
+    calls: list[int] = []
+    sha256 = hashlib.sha256
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return sha256(*args)
+
+    monkeypatch.setattr(envelope, "_sha256", counted)
+    monkeypatch.setattr(envelope.hashlib, "sha256", counted)
+    return calls
+
+
+def test_each_entry_keeps_the_digest_of_the_bytes_since_the_one_before(
+    copy: tuple[str, str],
+) -> None:
+    home, thread = copy
+    with EmbeddedStore(home) as store:
+        entries = _entries(store, thread)
+        data = _bytes(store.path_of(thread))
+    assert [o for o, _, _ in entries] == [1000, 2000, 3000]
+    start = 0
+    for _, off, digest in entries:
+        assert digest == hashlib.sha256(data[start:off]).digest()
+        start = off
+
+
+def test_a_whole_read_hashes_no_line_of_a_verified_chunk(
+    copy: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, thread = copy
+    with EmbeddedStore(home) as store:
+        expected = store.read(thread)
+    with EmbeddedStore(home) as store:
+        calls = _line_hashes(monkeypatch)
+        assert store.read(thread) == expected
+    # only the lines after the last entry (ords 3000-3500) are hashed one by one
+    assert 0 < len(calls) <= RECORDS - 3000 + 5
+
+
+@pytest.mark.parametrize("where", [5, 1500, 2999])
+def test_a_changed_byte_inside_a_chunk_is_found_by_every_check(
+    copy: tuple[str, str], where: int
+) -> None:
+    """A letter of a record's data changed: the line is still JSON, still chained and still
+    shaped like a record; only its hash (or the chunk's) can tell."""
+    home, thread = copy
+    with EmbeddedStore(home) as store:
+        path = store.path_of(thread)
+    with open(path, "rb") as f:
+        lines = f.readlines()
+    i = where - 1  # (record ord ``where`` is line ``where - 1``)
+    at = lines[i].index(b'"pad":"p') + 7
+    lines[i] = lines[i][:at] + b"q" + lines[i][at + 1 :]
+    with open(path, "wb") as f:
+        f.writelines(lines)
+    with EmbeddedStore(home) as store, pytest.raises(IntegrityError) as info:
+        store.read(thread)
+    assert info.value.ord == where
+
+
+def test_a_digest_that_does_not_match_reads_with_every_check(
+    copy: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, thread = copy
+    with EmbeddedStore(home) as store:
+        expected = store.read(thread)
+        store.index.run("UPDATE sparse_offsets SET digest = zeroblob(32) WHERE ord = 2000")
+    with EmbeddedStore(home) as store:
+        calls = _line_hashes(monkeypatch)
+        assert store.read(thread) == expected
+    assert len(calls) >= RECORDS  # every line hashed: the trusted scan was thrown away
+
+
+def test_a_thread_reopened_between_entries_gets_the_chunks_it_spans(tmp_path: Path) -> None:
+    """An agent's thread is opened and closed many times: a chunk written by several
+    sessions gets its digest from the entry before's offset kept in the index."""
+    home = str(tmp_path / "home")
+    with EmbeddedStore(home) as store:
+        thread = store.create_thread("tester")
+    for session in range(5):  # 700 records a session: every chunk spans two of them
+        with EmbeddedStore(home) as store:
+            for i in range(700):
+                store.append(thread, "custom.n", {"s": session, "i": i}, durable=False)
+    with EmbeddedStore(home) as store:
+        entries = _entries(store, thread)
+        data = _bytes(store.path_of(thread))
+        assert [o for o, _, _ in entries] == [1000, 2000, 3000]
+        start = 0
+        for _, off, digest in entries:
+            assert digest == hashlib.sha256(data[start:off]).digest()
+            start = off
+        assert len(store.read(thread)) == 3501
+
+
+def test_no_digest_is_kept_for_lines_that_fail_their_check(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    home = str(tmp_path / "home")
+    with EmbeddedStore(home) as store:
+        thread = store.create_thread("tester")
+        for i in range(30):
+            store.append(thread, "custom.n", {"i": i}, durable=False)
+        source = store.path_of(thread)
+    data = bytearray(_bytes(source))
+    offsets = [0] + [i + 1 for i, b in enumerate(data) if b == 0x0A][:-1]
+    good = checkpoint.chunk_digests(source, thread, [(20, offsets[19], None, offsets[9])])
+    assert good[0][3] == hashlib.sha256(bytes(data[offsets[9] : offsets[19]])).digest()
+    data[offsets[12] + 20] ^= 0x01
+    path.write_bytes(bytes(data))
+    bad = checkpoint.chunk_digests(str(path), thread, [(20, offsets[19], None, offsets[9])])
+    assert bad == [(20, offsets[19], None, None)]
+
+
+def test_a_copied_thread_keeps_the_digests_of_its_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module, "CHECKPOINT_EVERY", 1000)  # (a long thread: 10,000)
+    source_home, dest_home = str(tmp_path / "a"), str(tmp_path / "b")
+    with EmbeddedStore(source_home) as source:
+        thread = source.create_thread("tester")
+        for i in range(RECORDS):
+            source.append(thread, "custom.n", {"i": i}, durable=False)
+        source.flush()
+        with EmbeddedStore(dest_home) as dest:
+            assert copy_thread(source, dest, thread).status == "copied"
+    with EmbeddedStore(dest_home) as dest:
+        entries = _entries(dest, thread)
+        data = _bytes(dest.path_of(thread))
+    assert [o for o, _, _ in entries] == [1000, 2000, 3000]
+    start = 0
+    for _, off, digest in entries:
+        assert digest == hashlib.sha256(data[start:off]).digest()
+        start = off
