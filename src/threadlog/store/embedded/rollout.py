@@ -47,6 +47,7 @@ from threadlog.model.envelope import (
     line_ids,
     parse_line,
     parse_next,
+    parse_run,
     verify_lines,
 )
 from threadlog.model.lineage import Copied, copied_prefix
@@ -199,6 +200,32 @@ def _scan(
     size = len(data)
     find, view = data.find, memoryview(data)
     while pos < size:
+        while pos >= hi and ahead:
+            lo, hi = ahead.pop()
+        if (
+            lo <= pos < hi
+            and keep_records
+            and prev is not None
+            and expected > 1
+            and (copied is None or expected > copied.until)
+        ):  # a verified chunk's lines, in one loop (it stops before any it does not take)
+            pos, expected, prev, last_id = parse_run(
+                data,
+                pos,
+                hi,
+                thread_id,
+                expected,
+                prev,
+                last_id,
+                records,
+                offsets,
+                seen,
+                base_offset,
+            )
+            if pos >= size:
+                break
+            while pos >= hi and ahead:
+                lo, hi = ahead.pop()
         nl = find(b"\n", pos)
         if nl < 0:
             _classify(
@@ -217,8 +244,6 @@ def _scan(
         # The common line (the thread's own, past its first and any inherited prefix) is
         # parsed and checked in one go by `parse_next`; any other, or one it refuses, takes
         # the general way below, which finds what is wrong and says so.
-        while pos >= hi and ahead:
-            lo, hi = ahead.pop()
         record = (
             parse_next(
                 data,
