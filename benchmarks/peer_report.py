@@ -108,6 +108,8 @@ def report(rows: list[Row], sizes: Sizes) -> str:
         "",
     ]
     for workload in WORKLOADS:
+        if not any(row.runs.get(workload) for row in rows):
+            continue  # not run (`peers.py --load-only`), or failed everywhere (the errors say)
         out += [
             f"**{TITLES[workload].format(w=w)}**",
             "",

@@ -31,6 +31,8 @@ Usage::
 
     .venv/bin/python benchmarks/peers.py            # the full run (~20 min on a loaded 2-core VM)
     .venv/bin/python benchmarks/peers.py --quick    # a smoke run: tiny counts, 1 round
+    .venv/bin/python benchmarks/peers.py --load-only --rounds 10 --no-chart \
+        --only Threadlog --only OpenAIAgents --only EventSourcing   # the cold loads alone
 
 A peer that is not installed is reported as missing (``pip install 'threadlog[bench]'``);
 with ``CI=true`` a missing peer makes the run fail, as a failed check does.
@@ -51,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 
 import peer_adapters
 from peer_adapters import ADAPTERS, Adapter, Data, missing
@@ -285,7 +288,9 @@ def child(name: str, directory: str, key: str) -> None:
     )
 
 
-def measure(chosen: list[type[Adapter]], sizes: Sizes, workdir: str) -> list[Row]:
+def measure(
+    chosen: list[type[Adapter]], sizes: Sizes, workdir: str, workloads: Sequence[str] = WORKLOADS
+) -> list[Row]:
     rows = {c.name: Row(c.name, c.setting, c.durable, missing(c)) for c in chosen}
     ready = [c for c in chosen if rows[c.name].missing is None]
     stored: dict[str, tuple[str, str]] = {}
@@ -300,7 +305,7 @@ def measure(chosen: list[type[Adapter]], sizes: Sizes, workdir: str) -> list[Row
                 rows[c.name].errors.append(f"load set-up: {exc!r}")
     for r in range(sizes.rounds):
         order = ready[r % len(ready) :] + ready[: r % len(ready)] if ready else []
-        for workload in WORKLOADS:
+        for workload in workloads:
             for c in order:
                 if api_of(c, workload) is None:
                     continue
@@ -336,6 +341,11 @@ def main() -> None:
     parser.add_argument("--chart", help="the PNG to write (default: docs/images/peers.png)")
     parser.add_argument("--no-chart", action="store_true")
     parser.add_argument("--only", action="append", help="a store's class name (repeatable)")
+    parser.add_argument(
+        "--load-only",
+        action="store_true",
+        help="only the cold loads, one per store a round (e.g. --rounds 10 for a tighter median)",
+    )
     parser.add_argument("--dir", help="work in this directory (default: a temporary one)")
     parser.add_argument("--save", help="also write the figures as JSON to this file")
     parser.add_argument("--replot", help="redraw the report and chart from a --save file")
@@ -358,7 +368,7 @@ def main() -> None:
         synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
     workdir = tempfile.mkdtemp(prefix="threadlog-peers-", dir=args.dir)
     try:
-        rows = measure(chosen, sizes, workdir)
+        rows = measure(chosen, sizes, workdir, () if args.load_only else WORKLOADS)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     figures = {"sizes": sizes.__dict__, "sqlite_default_synchronous": synchronous}
