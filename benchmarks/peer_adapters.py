@@ -119,7 +119,7 @@ class Threadlog(Adapter):
         await self.store.aappend(key, "custom.bench", data, durable=True)
 
     def load(self, key: str) -> list[Data]:
-        # read() checks each record's hash and the chain as it goes (IntegrityError if not).
+        # read() checks each record (its hash, or its chunk's digest) and the chain as it goes.
         return [r.data for r in self.store.read(key) if r.type == "custom.bench"]
 
     def prefill(self, key: str, datas: list[Data]) -> None:

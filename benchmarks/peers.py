@@ -20,8 +20,8 @@ holds exactly what was appended:
 * **64 tasks**: 64 sessions, an asyncio task each, on one loop (sync-only peers: each append
   through ``asyncio.to_thread``);
 * **cold load**: a session of 50,000 events loaded in a fresh process (threadlog: open +
-  read, which checks every record's hash and the chain), its import time apart; bytes on disk
-  per event and the process's peak RSS.
+  read, which checks every record's bytes, by its hash or its chunk's digest, and the
+  chain), its import time apart; bytes on disk per event and the process's peak RSS.
 
 Ratios for the 64-writer rows are against raw JSONL from 64 OS threads. Prints markdown
 tables (or ``--json``) and writes a chart (``--chart``; a full run's default is
