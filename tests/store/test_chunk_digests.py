@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from threadlog import EmbeddedStore, IntegrityError
-from threadlog.model import envelope
+from threadlog.model import codec, envelope
+from threadlog.model.envelope import record_line
 from threadlog.store.copy import copy_thread
 from threadlog.store.embedded import checkpoint
 from threadlog.store.embedded import store as store_module
@@ -189,3 +190,124 @@ def test_a_copied_thread_keeps_the_digests_of_its_lines(
     for _, off, digest in entries:
         assert digest == hashlib.sha256(data[start:off]).digest()
         start = off
+
+
+def _thread(home: str, records: int) -> str:
+    with EmbeddedStore(home) as store:
+        thread = store.create_thread("tester")
+        for i in range(records - 1):
+            store.append(thread, "custom.n", {"i": i}, durable=False)
+    return thread
+
+
+@pytest.mark.parametrize("key", ["data", "parent", "v", "ts"])
+def test_a_flipped_bit_in_a_key_inside_a_chunk_is_an_integrity_error(
+    tmp_path: Path, key: str
+) -> None:
+    """The line is still JSON with ten keys; a field the envelope needs is missing."""
+    home = str(tmp_path / "home")
+    thread = _thread(home, 1200)
+    with EmbeddedStore(home) as store:
+        path = store.path_of(thread)
+    with open(path, "rb") as f:
+        lines = f.readlines()
+    name = f'"{key}":'.encode()
+    flipped = name[:-3] + bytes([name[-3] ^ 1]) + name[-2:]
+    lines[499] = lines[499].replace(name, flipped, 1)
+    with open(path, "wb") as f:
+        f.writelines(lines)
+    with EmbeddedStore(home) as store, pytest.raises(IntegrityError) as info:
+        store.read(thread)
+    assert info.value.ord == 500
+
+
+def _crafted(records: list[Any], change: dict[str, Any], at: int) -> list[Any]:
+    """``records`` with record ``at`` changed, its hash and every later one recomputed."""
+    crafted: list[Any] = []
+    prev = None
+    for record in records:
+        if record.ord == at:
+            record = record._replace(**change)
+        if record.ord > 1:
+            record = record._replace(prev=prev)
+        record = record._replace(hash=record_line(record, codec.canonical(record.data))[1])
+        crafted.append(record)
+        prev = record.hash
+    return crafted
+
+
+CHANGES = [{"parent": 12345}, {"ord": 1500.0}]
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_record_with_a_field_of_the_wrong_type_is_not_adopted(
+    tmp_path: Path, change: dict[str, Any]
+) -> None:
+    """Its hash and the chain hold (so a chunk holding it would get a digest): the copy
+    refuses it at its ordinal, as a read would."""
+    with EmbeddedStore(str(tmp_path / "a")) as source:
+        thread = source.create_thread("tester")
+        for i in range(1999):
+            source.append(thread, "custom.n", {"i": i}, durable=False)
+        source.flush()
+        records = source.read(thread)
+    with EmbeddedStore(str(tmp_path / "b")) as dest, pytest.raises(IntegrityError) as info:
+        dest.adopt_thread(_crafted(records, change, 1500))
+    assert info.value.ord == 1500
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_verified_run_stops_at_a_field_of_the_wrong_type(
+    tmp_path: Path, change: dict[str, Any]
+) -> None:
+    """`parse_run` makes `parse_next`'s class checks: it stops before such a line, whose
+    verdict is then the full check's."""
+    home = str(tmp_path / "home")
+    thread = _thread(home, 1600)
+    with EmbeddedStore(home) as store:
+        records = store.read(thread)
+    lines = [record_line(r, codec.canonical(r.data))[0] for r in _crafted(records, change, 1500)]
+    data = b"".join(lines)
+    taken: list[Any] = []
+    pos, ord_, _, _ = envelope.parse_run(
+        data,
+        len(b"".join(lines[:1])),
+        len(data),
+        thread,
+        2,
+        records[0].hash,
+        records[0].id,
+        taken,
+        [],
+        set(),
+        0,
+        len(lines),
+    )
+    assert ord_ == 1500 and len(taken) == 1498
+    assert pos == len(b"".join(lines[:1499]))
+
+
+@pytest.mark.parametrize("offset", ["x", 800000.5])
+def test_a_damaged_sparse_offset_is_only_a_hint(tmp_path: Path, offset: object) -> None:
+    home = str(tmp_path / "home")
+    thread = _thread(home, 2200)
+    with EmbeddedStore(home) as store:
+        expected = store.read(thread)
+        store.index.run(
+            "UPDATE sparse_offsets SET offset = ? WHERE thread_id = ? AND ord = 2000",
+            (offset, thread),
+        )
+    with EmbeddedStore(home) as store:
+        assert store.read(thread) == expected
+
+
+def test_an_evicted_log_takes_no_digest_under_the_lock(tmp_path: Path) -> None:
+    home = str(tmp_path / "home")
+    with EmbeddedStore(home) as store:
+        thread = store.create_thread("tester")
+        for i in range(1500):
+            store.append(thread, "custom.n", {"i": i}, durable=False)
+        store.flush()
+        with store._writers.lock:
+            store._writers.evict_locked()
+        assert [(o, d) for o, _, d in _entries(store, thread)] == [(1000, None)]

@@ -366,53 +366,59 @@ def parse_run(
     offsets: list[int],
     seen: set[str],
     base: int,
+    last_ord: int,
 ) -> tuple[int, int, str, str | None]:
     """Parse the lines of ``data[pos:stop]``, bytes this store verified before (`parse_next`'s
     `TRUST_BYTES`: a chunk whose digest the caller checks), as ``thread``'s records from
-    number ``ord`` on, chained on ``prev``: each is appended to ``records``, its offset
-    (``base + `` its position) to ``offsets`` and its id to ``seen``. Returns ``(pos, ord,
-    prev, last_id)`` after the last line taken: it stops at ``stop``, or before a line that
-    is not the next record of the chain (or whose type or id it has not seen checked), which
-    the caller then judges with every check.
+    number ``ord`` on (up to ``last_ord``), chained on ``prev``: each is appended to
+    ``records``, its offset (``base + `` its position) to ``offsets`` and its id to ``seen``.
+    Returns ``(pos, ord, prev, last_id)`` after the last line taken: it stops at ``stop``,
+    after ``last_ord``, or before a line that is not the next record of the chain (or whose
+    fields, type or id it does not take), which the caller then judges with every check.
 
-    `parse_next` with `TRUST_BYTES`, a line after another in one loop: the same checks of the
-    thread, ordinal, chain, fields and ids, without the call and the class checks (the bytes
-    are the ones this store wrote or adopted with every check)."""
+    `parse_next` with `TRUST_BYTES`, a line after another in one loop: the same checks (the
+    thread, ordinal and chain, the envelope's fields and their classes, the type, the ids),
+    without a call per line."""
     find, loads, new, types, record = data.find, _loads, _new_record, _SEEN_TYPES, Record
-    while pos < stop:
+    while pos < stop and ord <= last_ord:
         nl = find(b"\n", pos, stop)
         if nl < 0:
             break
         try:
             obj = loads(data[pos : nl + 1])
             hash_ = obj.pop("hash")
+            v, id_, ord_, parent = obj["v"], obj["id"], obj["ord"], obj["parent"]
+            ts, data_ = obj["ts"], obj["data"]
             if (
-                obj["ord"] != ord
+                ord_ != ord
                 or obj["prev"] != prev
                 or obj["thread"] != thread
                 or len(obj) != _NKEYS - 1
+                or ord_.__class__ is not int
+                or v.__class__ is not int
+                or id_.__class__ is not str
+                or ts.__class__ is not str
+                or (parent is not None and parent.__class__ is not str)
             ):
                 break
             type_ = types.get(obj["type"])
-            id_ = obj["id"]
             if type_ is None or id_ in seen:
                 break
         except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
             break
-        parent = obj["parent"]
         seen.add(id_)
         records.append(
             new(
                 record,
                 (
-                    obj["v"],
+                    v,
                     id_,
                     thread,
                     ord,
                     last_id if parent == last_id else parent,
-                    obj["ts"],
+                    ts,
                     type_,
-                    obj["data"],
+                    data_,
                     prev,
                     hash_,
                 ),

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from threadlog.errors import ConflictError, IntegrityError, UsageError
 from threadlog.model import codec
-from threadlog.model.envelope import record_line
+from threadlog.model.envelope import record_line, valid_type_name
 from threadlog.model.eventdata import from_data
 from threadlog.model.events import ThreadCreated
 from threadlog.model.legality import reduce_log
@@ -168,6 +168,10 @@ class ImportCheck:
             self.count += 1
             ord_ = self.count
             writers = inherited.threads if inherited and 2 <= ord_ <= inherited.until else ()
+            if not _well_typed(record):
+                raise IntegrityError(
+                    thread_id, ord_, "a field of the envelope holds a value of the wrong type"
+                )
             if record.ord != ord_:
                 raise IntegrityError(thread_id, ord_, f"record {ord_} holds ord {record.ord}")
             if ord_ == 2 and inherited is not None:
@@ -255,6 +259,36 @@ class SparseIndex:
             chunk.update(line)
             offset += len(line)
         self.size, self._chunk = offset, chunk
+
+
+def _well_typed(record: Record) -> bool:
+    """Whether each field of ``record`` has its envelope's type (`record_from_obj`'s checks,
+    on a record given rather than decoded: a copy's or an import's)."""
+    parent, prev = record.parent, record.prev
+    return (
+        record.v.__class__ is int
+        and record.ord.__class__ is int
+        and record.id.__class__ is str
+        and record.thread.__class__ is str
+        and record.ts.__class__ is str
+        and record.hash.__class__ is str
+        and (parent is None or parent.__class__ is str)
+        and (prev is None or prev.__class__ is str)
+        and record.type.__class__ is str
+        and (record.type in _TYPES_SEEN or _type_name(record.type))
+    )
+
+
+_TYPES_SEEN: set[str] = set()
+
+
+def _type_name(name: str) -> bool:
+    """`valid_type_name`, remembered (a few names serve a whole log)."""
+    if not valid_type_name(name):
+        return False
+    if len(_TYPES_SEEN) < 4096:
+        _TYPES_SEEN.add(name)
+    return True
 
 
 def _id_key(id_: str) -> int:

@@ -42,16 +42,17 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple
 
 from threadlog.errors import StorageError
 from threadlog.model import snapshot
 from threadlog.model.envelope import BadRecord, verify_lines
+from threadlog.store.embedded.rollout import FILE_CHUNK, LinePieces
 from threadlog.store.embedded.snapshots import tail_after
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from types import EllipsisType
 
     from threadlog.model.envelope import Record
     from threadlog.model.state import ThreadState
@@ -100,9 +101,11 @@ class Checkpoints:
 
     # -- taking ------------------------------------------------------------------------------
 
-    def take(self, rollout: RolloutLog) -> bool:
+    def take(self, rollout: RolloutLog, *, digests: bool = True) -> bool:
         """Checkpoint ``rollout`` at its durable end, if its state can be had; never raises
-        (a checkpoint not taken costs a longer open, nothing more)."""
+        (a checkpoint not taken costs a longer open, nothing more). Without ``digests``, its
+        new sparse entries get no chunk digest (their lines are not read back: an eviction,
+        under the store's lock)."""
         thread_id = rollout.thread_id
         last = self._taken.get(thread_id, 0)
         try:
@@ -112,7 +115,9 @@ class Checkpoints:
             if view is None or view[0] <= last:
                 return False
             ord_, digest, end, payload, points = view
-            if points and points[0][3] is None:  # where its chunk starts: the entry before's
+            if not digests:
+                points = [(o, off, ids, None) for o, off, ids, _ in points]
+            elif points and points[0][3] is None:  # where its chunk starts: the entry before's
                 o, off, ids, _ = points[0]
                 rows = self._index.run(
                     "SELECT offset FROM sparse_offsets WHERE thread_id = ? AND ord = ?",
@@ -286,14 +291,18 @@ class Checkpoints:
         chunks: list[tuple[int, int, bytes]] = []
         before: tuple[int, int] | None = (0, 0)  # (ord, offset) of the entry before: none yet
         for o, off, digest in rows:
+            if off.__class__ is not int or o.__class__ is not int:
+                before = None  # (a damaged row: a hint, never an error)
+                continue
             if (
                 before is not None
                 and o - before[0] == SPARSE_EVERY
                 and digest.__class__ is bytes
+                and len(digest) == 32
                 and before[1] < off
             ):
                 chunks.append((before[1], off, digest))
-            before = (o, off) if off.__class__ is int else None
+            before = (o, off)
         return chunks
 
     def points(self, thread_id: str, before: int) -> list[tuple[int, int, object]]:
@@ -353,29 +362,43 @@ def chunk_digests(
 ) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """The sparse entries ``(ord, offset, id block, start)`` of a checkpoint being taken, with
     each one's chunk digest in place of ``start``: the SHA-256 of the file's bytes from
-    ``start`` (the entry before's offset; None when the log does not know it) up to
-    ``offset``, once they are verified (each line's hash and the chain within them,
-    `verify_lines`), else None. Never raises (a digest not taken costs a read its hashing)."""
+    ``start`` (the entry before's offset; None when it is not known) up to ``offset``, once
+    they are verified (each line's hash and the chain within them, `verify_lines`, a piece of
+    lines at a time), else None. Never raises (a digest not taken costs a read its hashing)."""
+    out: list[tuple[int, int, bytes | None, bytes | None]] = []
     if all(start is None for *_, start in points):
         return [(o, off, ids, None) for o, off, ids, _ in points]
-    out: list[tuple[int, int, bytes | None, bytes | None]] = []
     try:
-        fd = os.open(path, os.O_RDONLY)
+        f = open(path, "rb")
     except OSError as exc:
         log.warning("thread %s: no chunk digests taken (%s)", thread_id, exc)
         return [(o, off, ids, None) for o, off, ids, _ in points]
-    try:
+    with f:
         for o, off, ids, start in points:
             digest = None
             if start is not None and start < off:
                 try:
-                    data = os.pread(fd, off - start, start)
-                    if len(data) == off - start:
-                        verify_lines(data, 0, len(data), prev=...)
-                        digest = hashlib.sha256(data).digest()
-                except (OSError, BadRecord) as exc:
+                    digest = _verified_digest(f, start, off)
+                except Exception as exc:  # (a hint not kept: logged, never raised)
                     log.warning("thread %s: no chunk digest for ord %d (%s)", thread_id, o, exc)
             out.append((o, off, ids, digest))
-    finally:
-        os.close(fd)
     return out
+
+
+def _verified_digest(f: BinaryIO, start: int, end: int) -> bytes:
+    """The SHA-256 of bytes ``start`` to ``end`` of ``f``, whole lines that must verify."""
+    f.seek(start)
+    chunk = hashlib.sha256()
+    prev: str | None | EllipsisType = ...
+    read = 0
+    for _, data, final in LinePieces(f, FILE_CHUNK, end - start):
+        if final:
+            if data:
+                raise BadRecord(f"the lines up to byte {end} end inside a line")
+            break
+        prev = verify_lines(data, 0, len(data), prev=prev)
+        chunk.update(data)
+        read += len(data)
+    if read != end - start:
+        raise BadRecord(f"the file ends before byte {end}")
+    return chunk.digest()

@@ -152,10 +152,10 @@ def scan(
 
     Records up to ord ``canonical_until`` are taken to be canonical JSON once their hash
     matches (`parse_next`'s `TRUST_CANONICAL`): only for a caller that checks the chain
-    against a hash verified before (`scan_file`'s ``verified``). The lines wholly inside one
-    of the ``trusted`` byte ranges ``(start, end)`` (file offsets, in order) are not hashed at
-    all (`TRUST_BYTES`): only for a caller that compares those bytes with the digests of
-    bytes verified there before (`scan_file`'s ``chunks``).
+    against a hash verified before (`scan_file`'s ``verified``). Of those, the lines wholly
+    inside one of the ``trusted`` byte ranges ``(start, end)`` (file offsets, in order) are
+    not hashed at all (`TRUST_BYTES`): only for a caller that also compares those bytes with
+    the digests of bytes verified there before (`scan_file`'s ``chunks``).
     """
     with paused():  # one dict and one Record per line, no cycles (`threadlog._gc`)
         return _scan(
@@ -204,6 +204,7 @@ def _scan(
             lo, hi = ahead.pop()
         if (
             lo <= pos < hi
+            and expected <= canonical_until
             and keep_records
             and prev is not None
             and expected > 1
@@ -221,6 +222,7 @@ def _scan(
                 offsets,
                 seen,
                 base_offset,
+                canonical_until,
             )
             if pos >= size:
                 break
@@ -254,11 +256,11 @@ def _scan(
                 expected,
                 prev,
                 last_id,
-                TRUST_BYTES
+                TRUST_NOTHING
+                if expected > canonical_until
+                else TRUST_BYTES
                 if lo <= pos and nl < hi
-                else TRUST_CANONICAL
-                if expected <= canonical_until
-                else TRUST_NOTHING,
+                else TRUST_CANONICAL,
             )
             if prev is not None and expected > 1 and (copied is None or expected > copied.until)
             else None
@@ -435,25 +437,27 @@ def scan_file(
 
     ``chunks`` are ``(start, end, digest)``, in order, of byte ranges whose lines this store
     verified before (the sparse index's chunk digests, `threadlog.store.embedded.checkpoint`):
-    the lines wholly inside one are parsed without hashing them (`TRUST_BYTES`), and the
-    range's bytes are hashed whole as they are read and must have that SHA-256 digest.
+    the lines wholly inside one, up to ``verified``'s record, are parsed without hashing them
+    (`TRUST_BYTES`), and the range's bytes are hashed whole as they are read and must have
+    that SHA-256 digest. (A digest proves the bytes are the ones whose hashes and chain were
+    checked; the chain reaching ``verified``'s hash proves them canonical, as above.)
 
     If the chain does not reach ``verified``'s hash, or a chunk's bytes do not match its
     digest (the file was replaced, cut or damaged), the file is scanned again with every
     check, and that scan's records and findings are the answer.
     """
-    if end is not None:
-        chunks = [chunk for chunk in chunks if chunk[1] <= end]
     canonical_until = verified[0] if verified is not None and verified[0] >= 1 else 0
-    if canonical_until or chunks:
+    if not canonical_until:
+        chunks = ()
+    elif end is not None:
+        chunks = [chunk for chunk in chunks if chunk[1] <= end]
+    if canonical_until:
         fast, matched = _scan_file(path, thread_id, end, canonical_until, chunks)
-        if matched and (
-            verified is None
-            or not canonical_until
-            or (
-                len(fast.records) >= canonical_until
-                and fast.records[canonical_until - 1].hash == verified[1]
-            )
+        if (
+            matched
+            and verified is not None
+            and len(fast.records) >= canonical_until
+            and fast.records[canonical_until - 1].hash == verified[1]
         ):
             return fast
         del fast  # (not held beside the second scan's records)

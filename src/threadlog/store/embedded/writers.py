@@ -238,7 +238,7 @@ class OpenLogs:
         for rollout in victims:
             rollout.close()
             self._journal.sync_rollout(rollout)
-            self._checkpoint(rollout)
+            self._checkpoint(rollout, digests=False)  # (the lock is held: no reading back)
             self._fops.close(rollout.fd)
             del self.logs[rollout.thread_id]
             self.leases.pop(rollout.thread_id).release()
@@ -298,10 +298,10 @@ class OpenLogs:
                 lease.release()
             self.leases.clear()
 
-    def _checkpoint(self, rollout: RolloutLog) -> None:
+    def _checkpoint(self, rollout: RolloutLog, *, digests: bool = True) -> None:
         """Checkpoint a log being closed, all of it in the file (`checkpoint`)."""
         if self._checkpoints is not None:
-            self._checkpoints.take(rollout)
+            self._checkpoints.take(rollout, digests=digests)
 
     def abandon(self) -> None:
         """In a ``fork()``ed child: close this process's copies of the rollouts' descriptors,
