@@ -7,8 +7,10 @@ completion. A kill is one of:
 
 * ``ack``: SIGKILL a random 0-12 ms after the child's n-th acknowledgement of a *new* record
   (n drawn from the seed), so that kills land anywhere in the agent's work;
-* ``spawn``: SIGKILL a random 50-250 ms after the child started (start-up, and above all the
-  recovery that ``Runtime.resume`` runs before the child acknowledges anything);
+* ``spawn``: SIGKILL a random 0-250 ms after the child says it has started (``STARTED``, once
+  its imports are done: the store's open, and above all the recovery that ``Runtime.resume``
+  runs before the child acknowledges anything; timed from the process's start instead, the
+  kill landed in the interpreter's imports, which take longer than that on a slow VM);
 * ``crash_at``: run the child with ``THREADLOG_CRASH_AT`` set to a record type that resume
   writes (``thread.resumed``, ``tool_call.unknown``, ``operation.started`` …), so that it dies
   in the middle of a recovery (recovery of recovery); it exits 137 by itself.
@@ -193,8 +195,9 @@ def run_agent_child(
 ) -> AgentChild:
     """Run the workload once on ``home`` and stop it per ``mode`` (see the module docstring):
     ``ack`` kills ``delay`` s after the ``after_acks``-th acknowledgement of an ordinal above
-    ``known_ord``; ``spawn`` kills ``delay`` s after the start; ``crash_at`` (with
-    ``crash_at`` or ``die_in_charge``, which the child passes on to the workload) and
+    ``known_ord``; ``spawn`` kills ``delay`` s after the child says it started (its imports
+    done: the kill lands in the store's open, the recovery or the first steps); ``crash_at``
+    (with ``crash_at`` or ``die_in_charge``, which the child passes on to the workload) and
     ``final`` let the child end by itself."""
     cmd = [*child_command("tests.harness.agent_workload", python), "--home", home]
     cmd += ["--workspace", workspace, "--seed", str(seed), "--turns", str(turns)]
@@ -204,7 +207,7 @@ def run_agent_child(
         cmd.append("--all-types")
     detail = {
         "ack": f"{after_acks} new acks + {delay * 1000:.1f} ms",
-        "spawn": f"{delay * 1000:.0f} ms",
+        "spawn": f"{delay * 1000:.0f} ms after start-up",
         "crash_at": str(crash_at or f"die {die_in_charge} the charge"),
         "final": "",
     }[mode]
@@ -212,6 +215,7 @@ def run_agent_child(
     cond = threading.Condition()
     new_acks = [0]
     eof = [False]
+    started = [False]
     with (
         tempfile.TemporaryFile() as err,
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=_child_env(crash_at)) as proc,
@@ -231,6 +235,10 @@ def run_agent_child(
                         with cond:
                             new_acks[0] += 1
                             cond.notify_all()
+                elif parts == [b"STARTED"]:
+                    with cond:
+                        started[0] = True
+                        cond.notify_all()
                 elif len(parts) == 2 and parts[0] == b"THREAD":
                     child.thread = parts[1].decode("ascii")
                 elif parts == [b"DONE"]:
@@ -248,6 +256,8 @@ def run_agent_child(
                 cond.wait_for(lambda: new_acks[0] >= after_acks or eof[0], FINAL_TIMEOUT)
             _wait_then_kill(proc, delay, child)
         elif mode == "spawn":
+            with cond:
+                cond.wait_for(lambda: started[0] or eof[0], FINAL_TIMEOUT)
             _wait_then_kill(proc, delay, child)
         try:
             child.returncode = proc.wait(timeout=FINAL_TIMEOUT)
@@ -457,7 +467,7 @@ def run_agent_trial(
                 seed,
                 turns,
                 mode="spawn",
-                delay=rng.uniform(0.05, 0.25),
+                delay=rng.uniform(0.0, 0.25),
                 python=python,
             )
         else:

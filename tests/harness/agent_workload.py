@@ -27,7 +27,8 @@ resolves any call still ``unknown`` by looking in ``charges.txt`` (``done`` if t
 ``retry`` if not), and goes on until all ``K`` goals have ended. Every step is decided from the
 log, so any prefix of a run, cut anywhere, is continued correctly.
 
-Output, one line each, flushed: ``THREAD <id>`` once the session is open, ``ACK <ord> <hash>``
+Output, one line each, flushed: ``STARTED`` once the modules are imported, ``THREAD <id>``
+once the session is open, ``ACK <ord> <hash>``
 for every record received through `Session.subscribe` (records are delivered only once
 durable), and ``DONE`` at the end. A ``faulthandler`` watchdog ends a run stuck for 100 s.
 
@@ -665,6 +666,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.turns < 1 or (args.all_types and args.turns < 3):
         parser.error("--turns must be >= 1 (>= 3 with --all-types)")
     faulthandler.dump_traceback_later(WATCHDOG_SECONDS, exit=True)
+    # (start-up is over: a kill timed from here lands in the store's open and recovery, not
+    # in the interpreter's imports, which take longer than the whole recovery on a slow VM)
+    sys.stdout.write("STARTED\n")
+    sys.stdout.flush()
     os.makedirs(args.workspace, exist_ok=True)
     workload = run_workload(
         args.home,
