@@ -30,9 +30,6 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT_VERSION",
     "HASH_TAIL",
-    "TRUST_BYTES",
-    "TRUST_CANONICAL",
-    "TRUST_NOTHING",
     "BadRecord",
     "Record",
     "encode_record",
@@ -47,11 +44,6 @@ __all__ = [
     "valid_type_name",
     "verify_lines",
 ]
-
-TRUST_NOTHING: Final = 0
-TRUST_CANONICAL: Final = 1
-TRUST_BYTES: Final = 2
-"""What `parse_next` may leave out of its checks of a line (its docstring)."""
 
 FORMAT_VERSION: Final = 1
 """The envelope format version written in ``v`` of every record."""
@@ -274,27 +266,19 @@ def parse_next(
     ord: int,
     prev: str,
     last_id: str | None,
-    trust: int = TRUST_NOTHING,
+    known_canonical: bool = False,
 ) -> Record | None:
     """The line ``data[pos:end]`` (``view`` is ``memoryview(data)``; ``end`` is just past the
     newline the caller found) as a `Record`, if it is valid and is ``thread``'s own record
     number ``ord`` chained on ``prev``; else None, and the caller runs `parse_line` and its own
     checks for the reason (so the messages are theirs).
 
-    ``trust`` leaves out what the caller proves of the line's bytes by other means; if that
-    proof fails, the caller reads the lines again with every check:
-
-    * `TRUST_NOTHING` (the default): every check.
-    * `TRUST_CANONICAL`: does not re-encode the record to check that its bytes are canonical
-      (about a third of the cost of a line) but hashes the line's body as it is. For a caller
-      that checks the chain this line is part of against a hash it verified before,
-      canonical bytes included (`threadlog.store.embedded.rollout.scan_file` with a
-      checkpoint): a chain that ends in that hash holds the same bytes, by SHA-256's
-      collision resistance.
-    * `TRUST_BYTES`: does not hash the line either. For a caller that compares the bytes the
-      line lies in with the digest of bytes this store verified there before (a chunk of the
-      sparse index: `scan_file`'s ``chunks``). The envelope's fields, the thread, the ordinal
-      and the chain are still checked.
+    ``known_canonical`` skips re-encoding the record to check that its bytes are canonical
+    (about a third of the cost of a line) and hashes the line's body as it is instead. Only a
+    caller that will check the chain this line is part of against a hash it verified before,
+    canonical bytes included, may pass it (`threadlog.store.embedded.rollout.scan_file` with
+    a checkpoint): a chain that ends in that hash holds the same bytes, by SHA-256's collision
+    resistance, and a chain that does not is read again with every check.
 
     A scan spends most of its time here, once per line: this is `parse_line` (every check it
     makes, the hash and the canonical bytes included) fused with the scan's checks of the
@@ -335,12 +319,11 @@ def parse_next(
     known = _SEEN_TYPES.get(type_)
     if known is None:
         return None  # a type name not checked yet: `parse_line` checks and learns it
-    if trust:
-        if trust == TRUST_CANONICAL:
-            check = _sha256(view[pos:body_end])
-            check.update(b"}")
-            if check.hexdigest() != hash_:
-                return None
+    if known_canonical:
+        check = _sha256(view[pos:body_end])
+        check.update(b"}")
+        if check.hexdigest() != hash_:
+            return None
         return _new_record(Record, (v, id_, thread, ord_, parent, ts, known, data_, prev, hash_))
     canon = _dumps(obj, option=orjson.OPT_SORT_KEYS)
     # The canonical bytes equal to the line's body and its closing brace, their hash is the
@@ -368,17 +351,18 @@ def parse_run(
     base: int,
     last_ord: int,
 ) -> tuple[int, int, str, str | None]:
-    """Parse the lines of ``data[pos:stop]``, bytes this store verified before (`parse_next`'s
-    `TRUST_BYTES`: a chunk whose digest the caller checks), as ``thread``'s records from
+    """Parse the lines of ``data[pos:stop]``, bytes this store verified before (a chunk whose
+    digest the caller checks: `threadlog.store.embedded.rollout.scan_file`'s ``chunks``), as
+    ``thread``'s records from
     number ``ord`` on (up to ``last_ord``), chained on ``prev``: each is appended to
     ``records``, its offset (``base + `` its position) to ``offsets`` and its id to ``seen``.
     Returns ``(pos, ord, prev, last_id)`` after the last line taken: it stops at ``stop``,
     after ``last_ord``, or before a line that is not the next record of the chain (or whose
     fields, type or id it does not take), which the caller then judges with every check.
 
-    `parse_next` with `TRUST_BYTES`, a line after another in one loop: the same checks (the
-    thread, ordinal and chain, the envelope's fields and their classes, the type, the ids),
-    without a call per line."""
+    `parse_next`'s checks (the thread, ordinal and chain, the envelope's fields and their
+    classes, the type, the ids) but neither the line's hash nor its canonical form, which the
+    chunk's digest and the checkpoint's hash prove, a line after another in one loop."""
     find, loads, new, types, record = data.find, _loads, _new_record, _SEEN_TYPES, Record
     while pos < stop and ord <= last_ord:
         nl = find(b"\n", pos, stop)

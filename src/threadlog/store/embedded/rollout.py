@@ -39,9 +39,6 @@ from threadlog.errors import (
     IntegrityError,
 )
 from threadlog.model.envelope import (
-    TRUST_BYTES,
-    TRUST_CANONICAL,
-    TRUST_NOTHING,
     BadRecord,
     Record,
     line_ids,
@@ -151,10 +148,10 @@ def scan(
     lines of the file.
 
     Records up to ord ``canonical_until`` are taken to be canonical JSON once their hash
-    matches (`parse_next`'s `TRUST_CANONICAL`): only for a caller that checks the chain
+    matches (`parse_next`'s ``known_canonical``): only for a caller that checks the chain
     against a hash verified before (`scan_file`'s ``verified``). Of those, the lines wholly
     inside one of the ``trusted`` byte ranges ``(start, end)`` (file offsets, in order) are
-    not hashed at all (`TRUST_BYTES`): only for a caller that also compares those bytes with
+    not hashed at all (`parse_run`): only for a caller that also compares those bytes with
     the digests of bytes verified there before (`scan_file`'s ``chunks``).
     """
     with paused():  # one dict and one Record per line, no cycles (`threadlog._gc`)
@@ -226,8 +223,9 @@ def _scan(
             )
             if pos >= size:
                 break
-            while pos >= hi and ahead:
-                lo, hi = ahead.pop()
+            if pos >= hi:
+                continue  # the range is read: on with the next one, if the line is in it
+            # (else the line it did not take: the general way below judges it)
         nl = find(b"\n", pos)
         if nl < 0:
             _classify(
@@ -256,11 +254,7 @@ def _scan(
                 expected,
                 prev,
                 last_id,
-                TRUST_NOTHING
-                if expected > canonical_until
-                else TRUST_BYTES
-                if lo <= pos and nl < hi
-                else TRUST_CANONICAL,
+                expected <= canonical_until,
             )
             if prev is not None and expected > 1 and (copied is None or expected > copied.until)
             else None
@@ -438,7 +432,7 @@ def scan_file(
     ``chunks`` are ``(start, end, digest)``, in order, of byte ranges whose lines this store
     verified before (the sparse index's chunk digests, `threadlog.store.embedded.checkpoint`):
     the lines wholly inside one, up to ``verified``'s record, are parsed without hashing them
-    (`TRUST_BYTES`), and the range's bytes are hashed whole as they are read and must have
+    (`parse_run`), and the range's bytes are hashed whole as they are read and must have
     that SHA-256 digest. (A digest proves the bytes are the ones whose hashes and chain were
     checked; the chain reaching ``verified``'s hash proves them canonical, as above.)
 
