@@ -56,6 +56,18 @@ def _entries(store: EmbeddedStore, thread: str) -> list[tuple[int, int, bytes | 
     return [(o, off, None if d is None else bytes(d)) for o, off, d in rows]
 
 
+def _assert_digests_of_the_file(store: EmbeddedStore, thread: str) -> None:
+    """Entries at ords 1,000, 2,000 and 3,000, each with the SHA-256 of the file's bytes from
+    the entry before (the file's start, for the first) up to its own line."""
+    entries = _entries(store, thread)
+    data = _bytes(store.path_of(thread))
+    assert [o for o, _, _ in entries] == [1000, 2000, 3000]
+    start = 0
+    for _, off, digest in entries:
+        assert digest == hashlib.sha256(data[start:off]).digest()
+        start = off
+
+
 def _line_hashes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the lines a read hashes one by one (`parse_next`'s and `parse_line`'s SHA-256)."""
     calls: list[int] = []
@@ -75,13 +87,7 @@ def test_each_entry_keeps_the_digest_of_the_bytes_since_the_one_before(
 ) -> None:
     home, thread = copy
     with EmbeddedStore(home) as store:
-        entries = _entries(store, thread)
-        data = _bytes(store.path_of(thread))
-    assert [o for o, _, _ in entries] == [1000, 2000, 3000]
-    start = 0
-    for _, off, digest in entries:
-        assert digest == hashlib.sha256(data[start:off]).digest()
-        start = off
+        _assert_digests_of_the_file(store, thread)
 
 
 def test_a_whole_read_hashes_no_line_of_a_verified_chunk(
@@ -142,13 +148,7 @@ def test_a_thread_reopened_between_entries_gets_the_chunks_it_spans(tmp_path: Pa
             for i in range(700):
                 store.append(thread, "custom.n", {"s": session, "i": i}, durable=False)
     with EmbeddedStore(home) as store:
-        entries = _entries(store, thread)
-        data = _bytes(store.path_of(thread))
-        assert [o for o, _, _ in entries] == [1000, 2000, 3000]
-        start = 0
-        for _, off, digest in entries:
-            assert digest == hashlib.sha256(data[start:off]).digest()
-            start = off
+        _assert_digests_of_the_file(store, thread)
         assert len(store.read(thread)) == 3501
 
 
@@ -183,13 +183,7 @@ def test_a_copied_thread_keeps_the_digests_of_its_lines(
         with EmbeddedStore(dest_home) as dest:
             assert copy_thread(source, dest, thread).status == "copied"
     with EmbeddedStore(dest_home) as dest:
-        entries = _entries(dest, thread)
-        data = _bytes(dest.path_of(thread))
-    assert [o for o, _, _ in entries] == [1000, 2000, 3000]
-    start = 0
-    for _, off, digest in entries:
-        assert digest == hashlib.sha256(data[start:off]).digest()
-        start = off
+        _assert_digests_of_the_file(dest, thread)
 
 
 def _thread(home: str, records: int) -> str:
