@@ -85,7 +85,10 @@ def test_turn_ended(outcome: Any) -> None:
     record = make_record(TurnEnded(turn_id="turn-1", outcome=outcome), ord=9, prev="a" * 64)
     assert project(record) == [
         RowChange("turn", "turn-1", {"status": outcome, "ended_ord": 9, "ended_at": record.ts}),
-        RowChange("thread", THREAD, {"status": "idle"}),
+        # (a thread a recovery ended interrupted is one a service may have to take over)
+        RowChange(
+            "thread", THREAD, {"status": "interrupted" if outcome == "interrupted" else "idle"}
+        ),
     ]
 
 

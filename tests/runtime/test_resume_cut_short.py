@@ -22,6 +22,7 @@ from tests.runtime.test_handover import cli_json
 from threadlog import open_store
 from threadlog.model.envelope import Record
 from threadlog.runtime import ModelRequest, Reply, Runtime, ScriptedModel, Tool, ToolCallSpec
+from threadlog.runtime.takeover import interrupted_threads, take_over
 
 TASK = "look it up and report"
 STEER = "steer: keep it short"
@@ -89,17 +90,21 @@ def steered_run(home: str, workspace: Path) -> str:
     return str(run(main()))
 
 
-def resume_cut_short(home: str, workspace: Path, tmp_path: Path, *, steer: bool) -> tuple[str, str]:
+def resume_cut_short(
+    home: str, workspace: Path, tmp_path: Path, *, steer: bool, source: str = "sdk"
+) -> tuple[str, str]:
     """A thread whose first process died with its turn running (with steering queued for it,
-    or a tool call started), then whose resume died right after its ``turn.ended``
-    (``interrupted``), before the continuation's ``turn.started``. Returns (home, thread)."""
+    or a tool call started), then whose resume (its session opened by ``source``) died right
+    after its ``turn.ended`` (``interrupted``), before the continuation's ``turn.started``.
+    Returns (home, thread)."""
     thread = steered_run(home, workspace)
     first = "input.queued" if steer else "tool_call.started"
     cut = next(r.ord for r in records_of(home, thread) if r.type == first)
     crashed = crash_copy(home, thread, cut, str(tmp_path / "crashed"))
 
     async def resume() -> None:
-        async with Runtime(crashed, model=ScriptedModel(reply), tools=[lookup_tool()]) as rt:
+        model = ScriptedModel(reply)
+        async with Runtime(crashed, model=model, tools=[lookup_tool()], source=source) as rt:
             session = await rt.resume(thread)
             await session.wait_idle(10)
 
@@ -194,3 +199,56 @@ def test_a_turn_left_interrupted_by_a_clean_close_is_not_continued_later(
     with open_store(crashed) as store:
         state = store.state(thread)
     assert [t.status for t in state.turns.values()] == ["interrupted"]
+
+
+def test_a_service_takes_over_a_continuation_cut_off_by_a_crash(
+    home: str, workspace: Path, tmp_path: Path
+) -> None:
+    """A server or worker that died in the middle of its takeover of a thread (between the
+    turn's ``turn.ended`` and the continuation's ``turn.started``) leaves no turn running: the
+    next service still finds the thread (`interrupted_threads`: its catalog status is
+    ``interrupted`` and the session never closed), and its takeover carries on with the task.
+    Before, only threads with a running turn were looked at, and the task sat dropped."""
+    cut_short, thread = resume_cut_short(home, workspace, tmp_path, steer=False, source="api")
+    with open_store(cut_short) as store:  # (its index rebuilt from the rollouts)
+        assert store.thread_info(thread).status == "interrupted"
+        assert interrupted_threads(store) == [thread]
+        assert interrupted_threads(store, sources=("sdk",)) == []  # a user's program's own
+
+    async def take() -> None:
+        model = ScriptedModel(reply)
+        async with Runtime(cut_short, model=model, tools=[lookup_tool()], source="api") as rt:
+            session = await take_over(rt, thread)
+            assert session is not None
+            await session.wait_idle(10)
+
+    run(take())
+    with open_store(cut_short) as store:
+        state = store.state(thread)
+        assert store.thread_info(thread).status == "idle"
+        assert interrupted_threads(store) == []
+    assert [(t.input, t.status) for t in state.turns.values()] == [
+        (TASK, "interrupted"),
+        (TASK, "completed"),
+    ]
+
+
+def test_a_service_leaves_a_turn_a_clean_resume_chose_not_to_continue(
+    home: str, workspace: Path, tmp_path: Path
+) -> None:
+    """A service's resume with ``continue_work=False`` that closed cleanly leaves the thread
+    ``interrupted`` in the catalog, but no later service takes it over."""
+    thread = steered_run(home, workspace)
+    cut = next(r.ord for r in records_of(home, thread) if r.type == "tool_call.started")
+    crashed = crash_copy(home, thread, cut, str(tmp_path / "crashed"))
+
+    async def main() -> None:
+        model = ScriptedModel(reply)
+        async with Runtime(crashed, model=model, tools=[lookup_tool()], source="api") as rt:
+            session = await rt.resume(thread, continue_work=False)
+            await session.wait_idle(10)
+
+    run(main())
+    with open_store(crashed) as store:
+        assert store.thread_info(thread).status == "interrupted"
+        assert interrupted_threads(store) == []

@@ -23,6 +23,7 @@ from threadlog.cli._fetch import records_for_show
 from threadlog.cli._out import clean, console, is_terminal, print_json, progress, short, table
 from threadlog.cli._store import THREAD, DiskStore, open_disk_store, resolve_thread
 from threadlog.errors import IntegrityError
+from threadlog.model.recovery import continuation_cut_short
 
 if TYPE_CHECKING:
     from threadlog.model.envelope import Record
@@ -164,10 +165,18 @@ def _print_show(shown: Shown, last_n: int) -> None:
     status = str(row["status"])
     styles = {"damaged": "bold red", "interrupted": "yellow", "running": "green"}
     line = Text(status, style=styles.get(status, ""))
-    if status == "interrupted":
+    if status == "interrupted" and state.active_turn is not None:
         line.append(
             f": turn {state.active_turn} is open and no process holds the thread "
             f"(threadlog resume {state.thread_id})"
+        )
+    elif status == "interrupted":
+        cut = continuation_cut_short(state)
+        line.append(
+            f": turn {cut} was ended by a recovery that stopped before carrying on with its task "
+            f"(threadlog resume {state.thread_id})"
+            if cut is not None
+            else ": its last turn was ended by a recovery that did not carry on with its task"
         )
     elif status == "running":
         line.append(f": turn {state.active_turn}, a process holds the thread")

@@ -137,7 +137,13 @@ def project(record: Record) -> list[RowChange]:
                 turn_id,
                 {"status": data.get("outcome"), "ended_ord": record.ord, "ended_at": record.ts},
             ),
-            RowChange("thread", record.thread, {"status": "idle"}),
+            # (``interrupted``: a stopped process's turn, ended by a resume; a service looks
+            # for these and for running ones, `threadlog.runtime.takeover`)
+            RowChange(
+                "thread",
+                record.thread,
+                {"status": "interrupted" if data.get("outcome") == "interrupted" else "idle"},
+            ),
         ]
     if type_ == "tool_call.proposed":
         call_id = data.get("call_id")

@@ -26,7 +26,7 @@ from threadlog._dataclass import dataclass
 if TYPE_CHECKING:
     from threadlog.model.state import ThreadState
 
-__all__ = ["RecoveryPlan", "plan_recovery"]
+__all__ = ["RecoveryPlan", "continuation_cut_short", "plan_recovery"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,3 +112,16 @@ def plan_recovery(state: ThreadState) -> RecoveryPlan:
         pending_inputs=tuple(i.input_id for i in state.pending_inputs),
         open_operations=tuple(o.op_id for o in state.operations.values() if o.ok is None),
     )
+
+
+def continuation_cut_short(state: ThreadState) -> str | None:
+    """The turn a resume ended ``interrupted`` whose continuation never started: the process
+    died between the two records (`threadlog.runtime.resume`, steps 5 and 6). No turn runs,
+    the thread's last turn ended ``interrupted``, and the session that ended it never closed
+    (a resume that chose not to continue and closed cleanly is left as it is). The next
+    resume with ``continue_work`` starts the continuation; without it the task would be
+    dropped, and steering queued for it started as a turn of its own."""
+    if state.active_turn is not None or state.session is None or not state.turns:
+        return None
+    last = next(reversed(state.turns.values()))
+    return last.turn_id if last.status == "interrupted" else None

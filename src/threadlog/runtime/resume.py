@@ -27,7 +27,7 @@ order that makes every decision on facts:
    right after it started, or the turn ``threadlog resume`` left for the next session);
 6. with ``continue_work``, start a turn that carries on with the interrupted task (or
    with the task of a turn that an earlier resume ended ``interrupted`` and died before
-   continuing: `_continuation_cut_short`).
+   continuing: `continuation_cut_short`).
 
 *Hand-over* (`hand_over`, ``threadlog resume``): the CLI has no model, so it repairs and
 continues the interrupted task in a new turn that it does not drive: the turn stays running
@@ -58,7 +58,7 @@ from threadlog.model.events import (
     ToolCallFinished,
     TurnEnded,
 )
-from threadlog.model.recovery import plan_recovery
+from threadlog.model.recovery import continuation_cut_short, plan_recovery
 from threadlog.model.turns import is_parked
 from threadlog.runtime import procs
 from threadlog.runtime.artifact_audit import damaged_artifacts
@@ -238,19 +238,6 @@ def _abort_cut_short(state: ThreadState) -> bool:
     return any(c.status == "cancelled" and c.last_ord > started for c in state.tool_calls.values())
 
 
-def _continuation_cut_short(state: ThreadState) -> str | None:
-    """The turn a resume ended ``interrupted`` whose continuation never started: the process
-    died between the two records (step 5 and 6 of the module docstring). No turn runs, the
-    thread's last turn ended ``interrupted``, and the session that ended it never closed (a
-    resume that chose not to continue and closed cleanly is left as it is). The next resume
-    with ``continue_work`` starts the continuation; without it the task was dropped, and
-    steering queued for it was started as a turn of its own (`Session.start_queued`)."""
-    if state.active_turn is not None or state.session is None or not state.turns:
-        return None
-    last = next(reversed(state.turns.values()))
-    return last.turn_id if last.status == "interrupted" else None
-
-
 def _carries_on(state: ThreadState) -> bool:
     """Whether the running turn can simply be driven again: nothing is in flight, and it
     waits for a human or is fresh (see the module docstring)."""
@@ -269,7 +256,7 @@ async def reopen(session: Resumable, store: Store) -> RecoveryReport | None:
     elif (
         orphans
         or not plan_recovery(session.state).empty
-        or _continuation_cut_short(session.state) is not None
+        or continuation_cut_short(session.state) is not None
     ):
         return await recover(session, store, continue_work=True)
     return None
@@ -286,7 +273,7 @@ async def hand_over(session: Resumable, store: Store) -> RecoveryReport | None:
         and not await _runs_left(session)
         and not _in_flight(state)
         and (state.active_turn is None or _carries_on(state))
-        and _continuation_cut_short(state) is None
+        and continuation_cut_short(state) is None
     ):
         return None
     return await recover(session, store, continue_work=True, drive=False, taken=taken)
@@ -389,7 +376,7 @@ async def recover(
     parked = not aborting and (is_parked(state) or _fresh(state))
     plan = plan_recovery(state)
     # (before anything is appended: this session's session.opened changes state.session)
-    uncontinued = None if aborting else _continuation_cut_short(state)
+    uncontinued = None if aborting else continuation_cut_short(state)
     # First end what a dead agent's commands left running, so that the effect of a call
     # of unknown outcome is over before anyone (a reconcile hook, a human) decides on it.
     orphans, notes, over = await _reap_orphans(session)

@@ -6,7 +6,10 @@ A process that drives threads (``threadlog serve``, ``threadlog worker``) can di
 threads keep a running turn and a ``session.opened`` that never closed. Another such process
 finds them (`interrupted_threads`) and resumes each (`take_over` → `Runtime.resume`: the
 recovery of `threadlog.runtime.resume`: unfinished tool calls classified, the turn ended
-``interrupted``, a new turn carrying on with the task).
+``interrupted``, a new turn carrying on with the task). A process that died in the middle of
+such a takeover, after the turn's ``turn.ended`` and before the new turn's ``turn.started``,
+leaves no turn running: its thread (status ``interrupted`` in the catalog, its session never
+closed) is found and resumed the same way, and the resume starts the missing continuation.
 
 Whether the dead process is really dead is the **lease's** to say, never a guess from the
 log: resuming takes the thread's single-writer lease first (`Store.acquire`), and a live
@@ -31,6 +34,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from threadlog.errors import IntegrityError, LeaseHeld, UsageError
+from threadlog.model.recovery import continuation_cut_short
 from threadlog.store.protocol import Catalog, Mailbox
 
 if TYPE_CHECKING:
@@ -44,6 +48,9 @@ __all__ = ["interrupted_threads", "opened_by", "take_over", "waiting_threads"]
 
 log = logging.getLogger("threadlog.runtime")
 
+_UNFINISHED = ("running", "interrupted")
+"""The statuses of the threads `interrupted_threads` looks at (`threadlog.model.projection`)."""
+
 SERVICE_SOURCES = ("api",)
 """The sources of the sessions a service may take over (`threadlog.model.events`)."""
 
@@ -51,12 +58,14 @@ SERVICE_SOURCES = ("api",)
 def interrupted_threads(
     store: Store, *, sources: Iterable[str] = SERVICE_SOURCES, skip: Iterable[str] = ()
 ) -> list[str]:
-    """Threads with a running turn whose last session was opened by one of ``sources`` and
-    never closed (candidates: whether their process is gone is the lease's to say). A
-    thread that cannot be read is skipped and logged, never fatal."""
+    """Threads whose last session was opened by one of ``sources`` and never closed, and
+    which that session left with a turn running, or with a turn it ended ``interrupted``
+    and no continuation started (it died between the two: `continuation_cut_short`).
+    Candidates: whether their process is gone is the lease's to say. A thread that cannot
+    be read is skipped and logged, never fatal."""
     wanted, skipped = set(sources), set(skip)
     if isinstance(store, Catalog):
-        candidates = [row.thread_id for row in store.threads() if row.status == "running"]
+        candidates = [row.thread_id for row in store.threads() if row.status in _UNFINISHED]
     else:
         candidates = store.thread_ids()
     found = []
@@ -65,7 +74,9 @@ def interrupted_threads(
             continue
         try:
             state = store.state(thread_id, history=False)
-            if state.active_turn is None or state.session is None:
+            if state.session is None or (
+                state.active_turn is None and continuation_cut_short(state) is None
+            ):
                 continue
             if opened_by(store, thread_id, state.session) in wanted:
                 found.append(thread_id)
