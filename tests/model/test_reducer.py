@@ -24,6 +24,8 @@ from threadlog.model.events import (
     PlanVersioned,
     ProviderInterrupted,
     ProviderStarted,
+    SessionClosed,
+    SessionOpened,
     StepStarted,
     ThreadCreated,
     ThreadResumed,
@@ -759,3 +761,18 @@ def test_a_custom_record_reduces_alike_with_and_without_its_event() -> None:
         with_events = apply(with_events, record, from_data(record.type, record.data))
     assert replay(chain.records) == with_events
     assert with_events is not None and with_events.last_ord == 5
+
+
+def test_the_state_knows_what_opened_the_open_session(chain: Chain) -> None:
+    """`ThreadState.session_source`: a service takes over only what a service left, without
+    reading the log back to the ``session.opened``."""
+
+    def opened(session: str, source: Any) -> SessionOpened:
+        return SessionOpened(session_id=session, pid=1, host="h", source=source)
+
+    chain.add(opened("s1", "sdk"))
+    assert (chain.state().session, chain.state().session_source) == ("s1", "sdk")
+    chain.add(SessionClosed(session_id="s1"))
+    assert (chain.state().session, chain.state().session_source) == (None, None)
+    chain.add(opened("s2", "api"))
+    assert (chain.state().session, chain.state().session_source) == ("s2", "api")

@@ -212,6 +212,8 @@ def test_a_service_takes_over_a_continuation_cut_off_by_a_crash(
     cut_short, thread = resume_cut_short(home, workspace, tmp_path, steer=False, source="api")
     with open_store(cut_short) as store:  # (its index rebuilt from the rollouts)
         assert store.thread_info(thread).status == "interrupted"
+        # (what opened the open session, from the state: no log is read back to its record)
+        assert store.state(thread, history=False).session_source == "api"
         assert interrupted_threads(store) == [thread]
         assert interrupted_threads(store, sources=("sdk",)) == []  # a user's program's own
 

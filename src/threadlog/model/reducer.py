@@ -410,16 +410,16 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
             op.ok = ok
         case ThreadResumed():
             state.resumes += 1
-        case SessionOpened(session_id=session_id):
+        case SessionOpened(session_id=session_id, source=source):
             # A fork's inherited records name sessions of its source: only this thread's
             # own sessions open and close it.
             if record.thread == state.thread_id:
-                state.session = session_id
+                state.session, state.session_source = session_id, source
         case SessionClosed(session_id=session_id):
             if record.thread == state.thread_id:
                 if state.session != session_id:
                     raise _illegal(f"session.closed: session {session_id!r} is not open")
-                state.session = None
+                state.session = state.session_source = None
         case ThreadArchived(archived=archived) if record.thread == state.thread_id:
             # (an archive inherited by a fork is its source's, not the fork's)
             if archived and state.active_turn is not None:

@@ -43,13 +43,14 @@ __all__ = [
     "take",
 ]
 
-SNAPSHOT_VERSION = f"6/{__version__}"
+SNAPSHOT_VERSION = f"7/{__version__}"
 """Snapshots are only used by the code that wrote them (a reducer change must not read an
 old snapshot as if it were its own). 3: the state and context hold large values loaded, not
 their artifact references (`threadlog.runtime.large_values`). 4: the nodes apart,
 packed. 5: the context also holds the last step's exact context (the base of the next step's,
 `threadlog.model.stepcontext`). 6: the state may be trimmed (`ThreadState.trimmed`: a store's
-checkpoint keeps past turns and calls without their payloads)."""
+checkpoint keeps past turns and calls without their payloads). 7: the state knows what
+opened its open session (`ThreadState.session_source`)."""
 
 _NESTED: dict[str, type[Any]] = {
     "turns": TurnState,

@@ -149,6 +149,10 @@ class ThreadState:
     session: str | None = None
     """The session that opened the thread (``session.opened``) and has not closed it: the
     live one, or one whose process stopped without closing."""
+    session_source: str | None = None
+    """What opened `session` (its ``session.opened``'s ``source``: ``cli``, ``api``,
+    ``sdk``): a service takes over only the threads a service left (`threadlog.runtime.
+    takeover`), and learns it here without reading the log back to that record."""
     trimmed: bool = False
     """Whether `trim` dropped payloads of this state's finished history (then it decides
     what may be appended next exactly as the whole state would, but it does not describe

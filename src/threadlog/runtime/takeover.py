@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from threadlog.runtime.session import Session
     from threadlog.store.protocol import Store
 
-__all__ = ["interrupted_threads", "opened_by", "take_over", "waiting_threads"]
+__all__ = ["interrupted_threads", "take_over", "waiting_threads"]
 
 log = logging.getLogger("threadlog.runtime")
 
@@ -78,7 +78,7 @@ def interrupted_threads(
                 state.active_turn is None and continuation_cut_short(state) is None
             ):
                 continue
-            if opened_by(store, thread_id, state.session) in wanted:
+            if state.session_source in wanted:
                 found.append(thread_id)
         except Exception as exc:  # a damaged thread is skipped, never fatal to the caller
             log.warning("thread %s not checked for resumption: %s", thread_id, exc)
@@ -118,13 +118,3 @@ async def take_over(runtime: Runtime, thread_id: str, *, resume: bool = True) ->
     except (UsageError, IntegrityError) as exc:
         log.warning("thread %s not taken over: %s", thread_id, exc)
         return None
-
-
-def opened_by(store: Store, thread_id: str, session_id: str) -> str | None:
-    """The source of the ``session.opened`` of ``session_id`` (the last one in the log)."""
-    source = None
-    for record in store.read(thread_id):
-        if record.type == "session.opened" and isinstance(record.data, dict):
-            if record.data.get("session_id") == session_id:
-                source = record.data.get("source")
-    return source if isinstance(source, str) else None
