@@ -15,7 +15,9 @@ import pytest
 
 from threadlog import open_store
 from threadlog.model.envelope import Record
+from threadlog.model.events import InputQueued
 from threadlog.runtime import Reply, Runtime, ScriptedModel, Tool, ToolCallSpec, ToolContext
+from threadlog.runtime.takeover import waiting_threads
 
 
 def run(coro: Any) -> Any:
@@ -212,3 +214,57 @@ def test_a_crash_in_the_middle_of_an_abort_finishes_the_abort(home: str, workspa
     assert ends == ["aborted"]
     assert sum(r.type == "turn.started" for r in after) == 1
     assert paid == []
+
+
+def test_steering_left_by_a_cancelled_turn_never_starts_a_turn_of_its_own(
+    home: str, workspace: Path
+) -> None:
+    """Steering queued for a turn the user then cancelled is not new work: reopening the
+    thread (or a worker's scan, `waiting_threads`) starts nothing. Before, `start_queued` took
+    any pending input, and a worker would have run the steer as a turn right after the
+    cancel. Input sent afterwards with no turn running does start a turn, which takes the
+    old steer at its first safe point, as the live session's next turn would."""
+
+    async def first() -> str:
+        started = asyncio.Event()
+        model = ScriptedModel([Reply("", [ToolCallSpec("slow")])])
+        async with Runtime(home, model=model, tools=_tools([], started)) as runtime:
+            session = await runtime.create("u", cwd=str(workspace))
+            await session.submit("wait a while")
+            await asyncio.wait_for(started.wait(), 10)
+            await session.submit("and then say hi")  # steering: queued, the tool runs
+            await session.cancel()
+            assert [i.text for i in session.state.pending_inputs] == ["and then say hi"]
+            return session.thread_id
+
+    thread = run(first())
+    with open_store(home) as store:
+        assert waiting_threads(store) == []
+
+    async def reopen() -> list[str]:
+        model = ScriptedModel([Reply("never called")])
+        async with Runtime(home, model=model, tools=_tools([], None)) as runtime:
+            session = await runtime.open(thread)
+            await session.wait_idle(10)
+            assert session.state.active_turn is None
+            await session.append(InputQueued(input_id="sent-1", text="now say hi"))  # a send
+            await session.close()
+        return [t.status for t in session.state.turns.values()]
+
+    assert run(reopen()) == ["aborted"]  # nothing ran the steer
+
+    with open_store(home) as store:
+        assert waiting_threads(store) == [thread]
+
+    async def after_send() -> Any:
+        model = ScriptedModel([Reply("hi")])
+        async with Runtime(home, model=model, tools=_tools([], None)) as runtime:
+            session = await runtime.open(thread)
+            await session.wait_idle(10)
+            return session.state
+
+    state = run(after_send())
+    aborted, sent = state.turns.values()
+    assert (sent.input, sent.status) == ("now say hi", "completed")
+    assert [state.inputs[i].text for i in sent.inputs] == ["and then say hi"]
+    assert not state.pending_inputs

@@ -29,7 +29,7 @@ from threadlog._dataclass import dataclass
 from threadlog.model.approvals import decide
 
 if TYPE_CHECKING:
-    from threadlog.model.state import ThreadState, ToolCallState
+    from threadlog.model.state import InputState, ThreadState, ToolCallState
 
 __all__ = [
     "Action",
@@ -43,6 +43,7 @@ __all__ = [
     "Idle",
     "RunTool",
     "next_action",
+    "startable_input",
 ]
 
 
@@ -127,6 +128,20 @@ def next_action(state: ThreadState) -> Action:
         return EndTurn(turn_id, "completed")
     # started or provider_started without a response (a crash) or interrupted: ask again
     return CallModel(turn_id, len(steps) + 1)
+
+
+def startable_input(state: ThreadState) -> InputState | None:
+    """The input that starts a turn when the thread, no turn running, is next opened: the
+    oldest pending input sent after its last turn ended (``threadlog send``; a submit by a
+    process that found no turn running). Steering queued for a turn that then ended without
+    taking it (aborted, failed) starts nothing: it waits, and the next turn takes it at its
+    first safe point (`ConsumeInput`), as in the live session that queued it. None when a
+    turn runs or nothing was sent since."""
+    if state.active_turn is not None:
+        return None
+    last = next(reversed(state.turns.values())) if state.turns else None
+    after = 0 if last is None else last.ended_ord or 0
+    return next((i for i in state.pending_inputs if i.queued_ord > after), None)
 
 
 def is_parked(state: ThreadState) -> bool:

@@ -64,6 +64,7 @@ from threadlog.model.events import (
 from threadlog.model.legality import replay_log
 from threadlog.model.reducer import apply
 from threadlog.model.refs import referenced
+from threadlog.model.turns import startable_input
 from threadlog.runtime import mailbox_watch, request
 from threadlog.runtime.bus import Bus, Progress, SubscriberDropped
 from threadlog.runtime.deps import SessionDeps
@@ -408,13 +409,13 @@ class Session(PlanCommands, TreeCommands):
         return record
 
     async def start_queued(self) -> Record | None:
-        """Start a turn with the oldest queued input when no turn runs (input sent while no
-        session was live, e.g. ``threadlog send``); None when there is none."""
+        """Start a turn with the oldest input sent while no turn ran and no session was live
+        (e.g. ``threadlog send``; `threadlog.model.turns.startable_input`: steering left by
+        an aborted or failed turn waits for the next turn instead); None when there is none."""
         self._check_open()
-        pending = self.state.pending_inputs
-        if self.state.active_turn is not None or not pending:
+        first = startable_input(self.state)
+        if first is None:
             return None
-        first = pending[0]
         record = await self.append(
             TurnStarted(turn_id=new_id(), input=first.text, input_id=first.input_id)
         )

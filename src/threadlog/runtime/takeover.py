@@ -25,7 +25,9 @@ driving is left for that program to resume.
 
 `waiting_threads` finds new work: input queued while nobody drove the thread (``threadlog
 send``), and commands waiting in the store's `Mailbox`; `Runtime.open` applies both (a turn
-starts with the oldest queued input).
+starts with the oldest such input). Steering an aborted or failed turn left untaken is not
+new work (`threadlog.model.turns.startable_input`): a worker never starts it as a turn of its
+own after a user cancelled.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from threadlog.errors import IntegrityError, LeaseHeld, UsageError
 from threadlog.model.recovery import continuation_cut_short
+from threadlog.model.turns import startable_input
 from threadlog.store.protocol import Catalog, Mailbox
 
 if TYPE_CHECKING:
@@ -98,7 +101,7 @@ def waiting_threads(store: Store, *, skip: Iterable[str] = ()) -> list[str]:
                 found.append(thread_id)
                 continue
             state = store.state(thread_id, history=False)
-            if state.active_turn is None and state.pending_inputs:
+            if startable_input(state) is not None:
                 found.append(thread_id)
         except Exception as exc:
             log.warning("thread %s not checked for work: %s", thread_id, exc)
