@@ -13,12 +13,15 @@ no turn left running. Set ``THREADLOG_CRASH_SEED`` to vary the seeds.
 from __future__ import annotations
 
 import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.harness.worker_crashloop import WorkerTrial, run_worker_trial
 from tests.postgres.server import Schemas, pg_schemas, pg_server  # noqa: F401 - fixtures
+from threadlog import open_store
 
 BASE_SEED = int(os.environ.get("THREADLOG_CRASH_SEED", "20260101"))
 TRIALS = 3
@@ -30,6 +33,12 @@ def _assert_clean(result: WorkerTrial) -> None:
     assert check.completed + len(check.waiting) == len(result.jobs), result.describe()
     # the last workers acknowledged every log from its first record, so all were checked
     assert check.acked_checked == check.records > 0, result.describe()
+
+
+def _completed(target: str, thread: str) -> bool:
+    with open_store(target) as store:
+        state = store.state(thread, history=False)
+    return state.active_turn is None and list(state.turns.values())[-1].status == "completed"
 
 
 @pytest.fixture(params=["embedded", "postgres"])
@@ -73,3 +82,47 @@ def test_checker_reports_a_duplicate_charge_a_lost_record_and_a_turn_left_runnin
     assert any(first in d for d in broken.duplicates), broken.violations
     assert any("acknowledged" in loss for loss in broken.losses), broken.violations
     assert any("is left running" in o for o in broken.other), broken.violations
+
+
+def test_a_takeover_killed_before_its_continuation_is_taken_over_again(
+    tmp_path: Path, target: str
+) -> None:
+    """A worker dies mid-turn; the worker that takes the thread over dies right after the
+    interrupted turn's ``turn.ended``, before the continuation's ``turn.started``; a third
+    worker finds the thread (status ``interrupted``, its session never closed) and finishes
+    the task (`tests/runtime/test_resume_cut_short.py`, through worker processes)."""
+    from tests.harness.worker_crashloop import (
+        WorkerChild,
+        check_worker_store,
+        start_worker,
+        stop_worker,
+    )
+    from tests.harness.worker_workload import WorkerPlan, queue_jobs
+
+    root = tmp_path / "trial"
+    charges = str(root / "charges.txt")
+    jobs = queue_jobs(target, WorkerPlan(BASE_SEED), [1], str(root / "ws"))
+    (thread,) = jobs.values()
+    first = start_worker(WorkerChild("first"), target, charges, BASE_SEED)
+    deadline = time.monotonic() + 60
+    while not any(a[3] == "tool_call.finished" for a in first.acks):
+        assert time.monotonic() < deadline, "the first worker finished no call"
+        time.sleep(0.005)
+    stop_worker(first, signal.SIGKILL, "SIGKILL after a call")
+    second = WorkerChild("second", crash_at="turn.ended:1")
+    start_worker(second, target, charges, BASE_SEED)
+    assert second.proc is not None
+    second.proc.wait(60)
+    stop_worker(second, None, "")
+    assert second.killed and second.resumed == [], second.stderr  # died inside its takeover
+    last = start_worker(WorkerChild("last"), target, charges, BASE_SEED)
+    deadline = time.monotonic() + 60
+    while not _completed(target, thread):
+        assert time.monotonic() < deadline, "the task was not finished"
+        time.sleep(0.1)
+    stop_worker(last, signal.SIGTERM, "SIGTERM at the end")
+    assert last.resumed == [thread] and not first.problems + second.problems + last.problems
+    acks = first.acks + second.acks + last.acks
+    check = check_worker_store(target, str(root), jobs, acks)
+    assert not check.violations, check.violations
+    assert check.completed == 1 and check.resumes == 2

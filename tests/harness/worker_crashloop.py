@@ -75,6 +75,8 @@ __all__ = [
     "WorkerTrial",
     "check_worker_store",
     "run_worker_trial",
+    "start_worker",
+    "stop_worker",
 ]
 
 TAKEOVER_CRASH_TYPES: tuple[str, ...] = (
@@ -213,7 +215,11 @@ class WorkerTrial:
 # -- the worker processes --------------------------------------------------------------------
 
 
-def _start(child: WorkerChild, target: str, charges: str, seed: int, python: str) -> WorkerChild:
+def start_worker(
+    child: WorkerChild, target: str, charges: str, seed: int, python: str = sys.executable
+) -> WorkerChild:
+    """Start ``child`` (armed if its ``crash_at`` is set) on ``target``; its output is read
+    by a thread (``acks``, ``resumed``, ``started``; ``running`` is set once it runs)."""
     cmd = [*child_command("tests.harness.worker_workload", python), "--store", target]
     cmd += ["--charges", charges, "--seed", str(seed)]
     if target.startswith("postgres"):
@@ -253,7 +259,7 @@ def _start(child: WorkerChild, target: str, charges: str, seed: int, python: str
     return child
 
 
-def _finish(child: WorkerChild, sig: int | None, how: str) -> None:
+def stop_worker(child: WorkerChild, sig: int | None, how: str) -> None:
     """Send ``sig`` (if the process still runs) and collect the process."""
     proc = child.proc
     assert proc is not None
@@ -509,7 +515,7 @@ def run_worker_trial(
         serial[0] += 1
         child = WorkerChild(f"w{serial[0]}", crash_at=crash_at)
         all_children.append(child)
-        return _start(child, target, charges, seed, python)
+        return start_worker(child, target, charges, seed, python)
 
     job_threads = queue_jobs(target, plan, range(1, early + 1), workspaces)
     live = [spawn(), spawn()]
@@ -521,7 +527,7 @@ def run_worker_trial(
             # any worker that died at its crash point is replaced first (unarmed)
             for i, child in enumerate(live):
                 if child.proc is not None and child.proc.poll() is not None:
-                    _finish(child, None, "")
+                    stop_worker(child, None, "")
                     live[i] = spawn()
             for child in live:
                 child.running.wait(START_TIMEOUT)
@@ -542,7 +548,7 @@ def run_worker_trial(
                 time.sleep(delay)
                 how = f"SIGKILL {delay * 1000:.0f} ms into the round"
             for i in victims:
-                _finish(live[i], signal.SIGKILL, how)
+                stop_worker(live[i], signal.SIGKILL, how)
             for i in victims:
                 crash_at = None
                 if rng.random() < 0.35:
@@ -553,7 +559,7 @@ def run_worker_trial(
         while True:
             for i, child in enumerate(live):
                 if child.proc is not None and child.proc.poll() is not None:
-                    _finish(child, None, "")
+                    stop_worker(child, None, "")
                     live[i] = spawn()
             for child in live:
                 child.running.wait(START_TIMEOUT)  # (a SIGTERM before its handler kills it)
@@ -566,7 +572,7 @@ def run_worker_trial(
     finally:
         for child in live:
             if child.proc is not None and child.returncode is None:
-                _finish(child, signal.SIGTERM, "SIGTERM at the end")
+                stop_worker(child, signal.SIGTERM, "SIGTERM at the end")
     acks = [a for c in all_children for a in c.acks]
     check = check_worker_store(target, root, job_threads, acks)
     return WorkerTrial(seed, target, root, job_threads, all_children, check, problems)
