@@ -9,6 +9,9 @@
 * `tests.harness.agent_workload` and `tests.harness.agent_crashloop` do the same for the agent
   runtime (``tests/faults/test_agent_kill9.py``, ``tests/faults/test_crash_at_every_type.py``
   and ``scripts/agent_crash_loop.py``).
+* `tests.harness.worker_workload` and `tests.harness.worker_crashloop` do it for ``threadlog
+  worker`` processes sharing a store, embedded or PostgreSQL (``tests/faults/test_worker_kill9.py``
+  and ``scripts/worker_crash_loop.py``).
 
 They live here rather than in ``threadlog.testing`` because users of the library do not need
 them; ``threadlog.testing`` keeps what they do need (the crash-simulating file layer).
