@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass, field
 
-__all__ = ["PROJECT_ROOT", "child_command", "child_env"]
+__all__ = ["PROJECT_ROOT", "Findings", "child_command", "child_env"]
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 """The directory that holds ``tests/``: on the children's import path so that
@@ -52,3 +53,25 @@ def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
     src = os.path.dirname(os.path.dirname(os.path.abspath(threadlog.__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, PROJECT_ROOT, env.get("PYTHONPATH")) if p)
     return env
+
+
+@dataclass
+class Findings:
+    """What a crash loop's check found wrong, by kind (each check's result extends it)."""
+
+    losses: list[str] = field(default_factory=list)
+    """Acknowledged records the store no longer has."""
+    verify_failures: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    """Non-idempotent effects made twice."""
+    other: list[str] = field(default_factory=list)
+    """Any other broken invariant."""
+
+    @property
+    def violations(self) -> list[str]:
+        return (
+            [f"LOSS: {m}" for m in self.losses]
+            + [f"VERIFY: {m}" for m in self.verify_failures]
+            + [f"DUPLICATE EFFECT: {m}" for m in self.duplicates]
+            + [f"INVARIANT: {m}" for m in self.other]
+        )

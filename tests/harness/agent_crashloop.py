@@ -44,7 +44,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tests.harness import child_command, child_env
+from tests.harness import Findings, child_command, child_env
 from tests.harness.agent_workload import (
     RESOLVER,
     WorkloadPlan,
@@ -104,29 +104,16 @@ class AgentChild:
 
 
 @dataclass
-class AgentCheck:
+class AgentCheck(Findings):
     """What `check_agent_home` found."""
 
     thread: str | None = None
     records: int = 0
     acked_checked: int = 0
     charges: int = 0
-    losses: list[str] = field(default_factory=list)
-    verify_failures: list[str] = field(default_factory=list)
-    duplicates: list[str] = field(default_factory=list)
-    other: list[str] = field(default_factory=list)
     unknowns: int = 0
     resolved: Counter[str] = field(default_factory=Counter)
     """How the unknown calls were resolved: ``reconcile:done``, ``workload:retry`` …"""
-
-    @property
-    def violations(self) -> list[str]:
-        return (
-            [f"LOSS: {m}" for m in self.losses]
-            + [f"VERIFY: {m}" for m in self.verify_failures]
-            + [f"DUPLICATE EFFECT: {m}" for m in self.duplicates]
-            + [f"INVARIANT: {m}" for m in self.other]
-        )
 
 
 @dataclass

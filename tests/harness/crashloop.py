@@ -35,7 +35,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tests.harness import child_command, child_env
+from tests.harness import Findings, child_command, child_env
 from tests.harness.workload import WORKLOAD_TYPE, payload
 from threadlog.errors import ThreadlogError
 from threadlog.store.embedded import EmbeddedStore
@@ -113,24 +113,13 @@ class ChildResult:
 
 
 @dataclass
-class CheckResult:
+class CheckResult(Findings):
     """What `check_home` found."""
 
     threads: int = 0
     records: int = 0
     acked_checked: int = 0
-    losses: list[str] = field(default_factory=list)
-    verify_failures: list[str] = field(default_factory=list)
-    other: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def violations(self) -> list[str]:
-        return (
-            [f"LOSS: {m}" for m in self.losses]
-            + [f"VERIFY: {m}" for m in self.verify_failures]
-            + [f"INVARIANT: {m}" for m in self.other]
-        )
 
 
 @dataclass

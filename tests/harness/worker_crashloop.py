@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from tests.harness import child_command, child_env
+from tests.harness import Findings, child_command, child_env
 from tests.harness.worker_workload import (
     CHARGES,
     INPUTS_FILE,
@@ -135,7 +135,7 @@ class WorkerChild:
 
 
 @dataclass
-class WorkerCheck:
+class WorkerCheck(Findings):
     """What `check_worker_store` found."""
 
     threads: int = 0
@@ -150,19 +150,6 @@ class WorkerCheck:
     """How the unknown calls were resolved: ``reconcile:done``, ``reconcile:retry``."""
     resumes: int = 0
     """``thread.resumed`` records over all threads (takeovers and their recoveries)."""
-    losses: list[str] = field(default_factory=list)
-    verify_failures: list[str] = field(default_factory=list)
-    duplicates: list[str] = field(default_factory=list)
-    other: list[str] = field(default_factory=list)
-
-    @property
-    def violations(self) -> list[str]:
-        return (
-            [f"LOSS: {m}" for m in self.losses]
-            + [f"VERIFY: {m}" for m in self.verify_failures]
-            + [f"DUPLICATE EFFECT: {m}" for m in self.duplicates]
-            + [f"INVARIANT: {m}" for m in self.other]
-        )
 
 
 @dataclass
