@@ -25,6 +25,7 @@ from threadlog.cli import cli
 from threadlog.cli import live as _live  # noqa: F401 - registers the commands
 from threadlog.model.commands import Cancel, Submit
 from threadlog.runtime import Reply, Runtime, ScriptedModel, Tool, ToolCallSpec, ToolContext
+from threadlog.runtime.takeover import waiting_threads
 from threadlog.store.protocol import Mailbox
 
 
@@ -344,3 +345,70 @@ def test_cancel_with_no_live_session_ends_the_turn_and_its_pending_calls(
     assert [t.status for t in state.turns.values()] == ["aborted"]
     assert state.tool_calls[call_id].status == "cancelled"
     assert not (workspace / "effects.txt").exists()
+
+
+def pay_model() -> ScriptedModel:
+    """Pay once (a non-idempotent call: it asks a human by default), then answer."""
+
+    def reply(request: Any, step: int) -> Reply:
+        if any(m.get("role") == "tool" for m in request.messages):
+            return Reply("paid")
+        return Reply("", [ToolCallSpec("pay", {}, id="pay-1")])
+
+    return ScriptedModel(reply)
+
+
+def pay_tools(paid: list[str]) -> list[Tool]:
+    async def pay(ctx: ToolContext, args: dict[str, Any]) -> Any:
+        paid.append(ctx.call_id)
+        return "ok"
+
+    return [Tool("pay", "pays", {"type": "object"}, "non_idempotent", pay)]
+
+
+@pytest.mark.parametrize("how", ["open", "resume", "threadlog resume"])
+def test_a_decision_made_after_a_clean_close_lets_the_turn_go_on_uninterrupted(
+    home: str, workspace: Path, how: str
+) -> None:
+    """A turn parked on a human when its session closed, then approved with the CLI while
+    no session was live: the next session drives it on as it is. Before, the open (or
+    resume) recorded a "process stopped" recovery (``thread.resumed`` with
+    ``turn_interrupted``, the turn ended ``interrupted``, a continuation), which a clean close
+    never warrants."""
+    paid: list[str] = []
+
+    async def first() -> str:
+        async with Runtime(home, model=pay_model(), tools=pay_tools(paid)) as runtime:
+            session = await runtime.create("u", cwd=str(workspace))
+            await session.submit("pay")
+            await session.wait_idle(10)
+            assert session.waiting_for_human
+            return session.thread_id  # closed cleanly, parked
+
+    thread = run(first())
+    code, approved = cli_json("approve", thread, "pay-1", "--home", home)
+    assert code == 0 and approved["applied"] is True, approved
+    count = len(types(home, thread))
+    with open_store(home) as store:  # a program's own thread (sdk): no worker drives it on
+        assert waiting_threads(store) == []
+
+    if how == "threadlog resume":
+        code, report = cli_json("resume", thread, "--home", home)
+        assert code == 0 and report["repaired"] is False, report
+        assert len(types(home, thread)) == count  # nothing to repair, nothing written
+
+    async def second() -> None:
+        async with Runtime(home, model=pay_model(), tools=pay_tools(paid)) as runtime:
+            session = await (runtime.resume(thread) if how == "resume" else runtime.open(thread))
+            await session.wait_idle(10)
+
+    run(second())
+    after = types(home, thread)[count:]
+    assert "turn_interrupted" not in str(after) and after.count("turn.started") == 0
+    with open_store(home) as store:
+        state = store.state(thread)
+        records = store.read(thread)
+    assert [t.status for t in state.turns.values()] == ["completed"]
+    assert paid == ["pay-1"]
+    resumed = [r.data["repairs"] for r in records if r.type == "thread.resumed"]
+    assert all(r["kind"] != "turn_interrupted" for repairs in resumed for r in repairs)

@@ -23,12 +23,14 @@ import pytest
 from tests.harness.service import ServerProcess
 from tests.harness.worker import QUICK_READS, WorkerProcess
 from tests.postgres.server import Schemas, pg_schemas, pg_server  # noqa: F401 - fixtures
+from tests.runtime.test_handover import cli_json, pay_model, pay_tools
 from tests.server.agents import READS
 from threadlog import open_store
 from threadlog._clock import new_id
 from threadlog.model.commands import Submit
 from threadlog.model.events import InputQueued
 from threadlog.runtime.runtime import Runtime
+from threadlog.runtime.worker import Worker
 from threadlog.store.protocol import Mailbox, Store
 from threadlog.testing.contract import check_chain
 
@@ -257,3 +259,57 @@ def test_a_worker_paused_past_its_lease_never_writes_after_the_takeover(
     )  # nothing of the paused worker's session after the takeover
     finished = [r.data["call_id"] for r in records if r.type == "tool_call.finished"]
     assert len(finished) == len(set(finished)) == READS
+
+
+def test_a_worker_gives_back_a_parked_thread_and_drives_it_on_once_approved(
+    target: str, workdir: Path
+) -> None:
+    """A turn waiting for a human holds no worker slot: the worker closes its session (the
+    turn stays parked, nothing of it interrupted) and takes other work; once a human
+    approves with the CLI (no session is live, so the decision is recorded at once), the
+    next step opens the thread and drives the turn on. Before, a worker kept every parked
+    session open, so ``max_sessions`` approvals waiting stopped it taking any work, and a
+    parked thread whose session had closed (a worker stopped) was never driven again."""
+    first, second = queue_work(target, 2, workdir)
+    paid: list[str] = []
+
+    async def drive() -> None:
+        async with Runtime(
+            target, model=pay_model(), tools=pay_tools(paid), source="api"
+        ) as runtime:
+            worker = Worker(runtime, poll=0.05, max_sessions=1)
+
+            async def step_until(what: str, check: Callable[[Any], bool]) -> Any:
+                for _ in range(200):
+                    done = await worker.step()
+                    if check(done):
+                        return done
+                    await asyncio.sleep(0.05)
+                raise AssertionError(f"timed out waiting for {what}")
+
+            done = await step_until("a thread to start", lambda d: d.started)
+            (one,) = done.started
+            # parked on the payment: given back, and the slot goes to the other thread
+            done = await step_until("the parked session to close", lambda d: one in d.closed)
+            if not done.started:
+                done = await step_until("the other thread to start", lambda d: d.started)
+            assert done.started == [{first, second}.difference([one]).pop()]
+            await step_until("the second to park and close", lambda d: d.closed)
+            with open_store(target) as store:
+                assert all(store.state(t).active_turn for t in (first, second))  # both parked
+            assert paid == []
+            code, approved = await asyncio.to_thread(
+                cli_json, "approve", one, "pay-1", "--store", target
+            )
+            assert code == 0 and approved["applied"] is True, approved
+            await step_until("the approved thread to be driven on", lambda d: one in d.started)
+            await step_until("its turn to end", lambda d: one in d.closed)
+
+    asyncio.run(drive())
+    assert paid == ["pay-1"]
+    with open_store(target) as store:
+        records = store.read(first) + store.read(second)
+        state = {t: store.state(t) for t in (first, second)}
+    done_thread = next(t for t, s in state.items() if s.active_turn is None)
+    assert [t.status for t in state[done_thread].turns.values()] == ["completed"]
+    assert not [r for r in records if r.type == "thread.resumed"]  # nothing was interrupted

@@ -294,7 +294,11 @@ def _apply_event(state: ThreadState, record: Record, event: Event) -> None:
                         f"turn {turn_id!r} cannot start from input {input_id!r}: not queued"
                     )
             state.turns[turn_id] = TurnState(
-                turn_id=turn_id, input=text, status="running", started_ord=ord_
+                turn_id=turn_id,
+                input=text,
+                status="running",
+                started_ord=ord_,
+                source=state.session_source,
             )
             state.active_turn = turn_id
             if queued is not None:

@@ -50,7 +50,8 @@ their artifact references (`threadlog.runtime.large_values`). 4: the nodes apart
 packed. 5: the context also holds the last step's exact context (the base of the next step's,
 `threadlog.model.stepcontext`). 6: the state may be trimmed (`ThreadState.trimmed`: a store's
 checkpoint keeps past turns and calls without their payloads). 7: the state knows what
-opened its open session (`ThreadState.session_source`)."""
+opened its open session (`ThreadState.session_source`) and each turn what opened the session
+that started it (`TurnState.source`)."""
 
 _NESTED: dict[str, type[Any]] = {
     "turns": TurnState,

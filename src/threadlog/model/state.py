@@ -39,6 +39,9 @@ class TurnState:
     """Steering inputs consumed into this turn, in order."""
     usage: dict[str, Any] = field(default_factory=dict)
     """Tokens (and cost) this turn's model responses used (`threadlog.model.budget`)."""
+    source: str | None = None
+    """What opened the session that started the turn (``cli``, ``api``, ``sdk``; None for a
+    turn a fork inherited): a service drives on only the turns a service started."""
 
 
 @dataclass(slots=True, kw_only=True)

@@ -23,8 +23,10 @@ order that makes every decision on facts:
 4. mark non-idempotent calls of unknown outcome and ask their ``reconcile`` hook (again, for
    calls an earlier run marked);
 5. end the running turn ``interrupted`` — unless it can simply be driven again: parked on a
-   human decision (a durable wait), or *fresh* (it has not called the model yet: a crash
-   right after it started, or the turn ``threadlog resume`` left for the next session);
+   human decision (a durable wait), *fresh* (it has not called the model yet: a crash
+   right after it started, or the turn ``threadlog resume`` left for the next session), or
+   left by a clean close (it was parked when its session closed, and a decision recorded
+   since with no session live lets it go on);
 6. with ``continue_work``, start a turn that carries on with the interrupted task (or
    with the task of a turn that an earlier resume ended ``interrupted`` and died before
    continuing: `continuation_cut_short`).
@@ -240,10 +242,18 @@ def _abort_cut_short(state: ThreadState) -> bool:
 
 def _carries_on(state: ThreadState) -> bool:
     """Whether the running turn can simply be driven again: nothing is in flight, and it
-    waits for a human or is fresh (see the module docstring)."""
+    waits for a human, is fresh, or was left by a clean close (see the module docstring)."""
     if state.active_turn is None or _in_flight(state) or _abort_cut_short(state):
         return False
-    return is_parked(state) or _fresh(state)
+    return is_parked(state) or _fresh(state) or _left_by_a_clean_close(state)
+
+
+def _left_by_a_clean_close(state: ThreadState) -> bool:
+    """Whether the running turn's last session closed cleanly (``session.closed``) with
+    nothing in flight. A clean close leaves a turn running only when it waits for a human;
+    a decision recorded since (``threadlog approve``, ``deny`` or ``resolve`` while no
+    session was live) lets it go on, and nothing of it was interrupted."""
+    return state.active_turn is not None and state.session is None and not _in_flight(state)
 
 
 async def reopen(session: Resumable, store: Store) -> RecoveryReport | None:
@@ -372,8 +382,9 @@ async def recover(
     """
     state = session.state
     aborting = end == "aborted" or _abort_cut_short(state)
-    # parked or fresh: the running turn goes on as it is, nothing of it is interrupted
-    parked = not aborting and (is_parked(state) or _fresh(state))
+    # parked, fresh or left by a clean close: the running turn goes on as it is, nothing of
+    # it is interrupted
+    parked = not aborting and (is_parked(state) or _fresh(state) or _left_by_a_clean_close(state))
     plan = plan_recovery(state)
     # (before anything is appended: this session's session.opened changes state.session)
     uncontinued = None if aborting else continuation_cut_short(state)

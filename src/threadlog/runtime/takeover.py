@@ -24,8 +24,10 @@ workers) are taken over: a thread a user's own program (``sdk``) or the command 
 driving is left for that program to resume.
 
 `waiting_threads` finds new work: input queued while nobody drove the thread (``threadlog
-send``), and commands waiting in the store's `Mailbox`; `Runtime.open` applies both (a turn
-starts with the oldest such input). Steering an aborted or failed turn left untaken is not
+send``), commands waiting in the store's `Mailbox`, and turns a service left parked on a
+human when its session closed that a decision recorded since lets go on (`undriven`);
+`Runtime.open` applies them (a turn starts with the oldest such input; a decided turn is
+driven on as it is, nothing of it interrupted). Steering an aborted or failed turn left untaken is not
 new work (`threadlog.model.turns.startable_input`): a worker never starts it as a turn of its
 own after a user cancelled.
 """
@@ -37,17 +39,18 @@ from typing import TYPE_CHECKING
 
 from threadlog.errors import IntegrityError, LeaseHeld, UsageError
 from threadlog.model.recovery import continuation_cut_short
-from threadlog.model.turns import startable_input
+from threadlog.model.turns import is_parked, startable_input
 from threadlog.store.protocol import Catalog, Mailbox
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from threadlog.model.state import ThreadState
     from threadlog.runtime.runtime import Runtime
     from threadlog.runtime.session import Session
     from threadlog.store.protocol import Store
 
-__all__ = ["interrupted_threads", "take_over", "waiting_threads"]
+__all__ = ["interrupted_threads", "take_over", "undriven", "waiting_threads"]
 
 log = logging.getLogger("threadlog.runtime")
 
@@ -88,10 +91,14 @@ def interrupted_threads(
     return found
 
 
-def waiting_threads(store: Store, *, skip: Iterable[str] = ()) -> list[str]:
-    """Threads with new work and no running turn: input queued while nobody drove them, or
-    commands waiting in the store's mailbox."""
-    skipped = set(skip)
+def waiting_threads(
+    store: Store, *, sources: Iterable[str] = SERVICE_SOURCES, skip: Iterable[str] = ()
+) -> list[str]:
+    """Threads with new work: input queued while nobody drove them, commands waiting in the
+    store's mailbox, or a turn that a service started, left waiting for a human when its
+    session closed cleanly, and that a decision recorded since (``threadlog approve`` while
+    no session was live) lets go on (`undriven`)."""
+    wanted, skipped = set(sources), set(skip)
     found = []
     for thread_id in store.thread_ids():
         if thread_id in skipped:
@@ -101,11 +108,25 @@ def waiting_threads(store: Store, *, skip: Iterable[str] = ()) -> list[str]:
                 found.append(thread_id)
                 continue
             state = store.state(thread_id, history=False)
-            if startable_input(state) is not None:
+            if startable_input(state) is not None or undriven(state, wanted):
                 found.append(thread_id)
         except Exception as exc:
             log.warning("thread %s not checked for work: %s", thread_id, exc)
     return found
+
+
+def undriven(state: ThreadState, sources: Iterable[str] = SERVICE_SOURCES) -> bool:
+    """Whether ``state``'s running turn, started by a session of one of ``sources``, is left
+    with no session and can go on: its session closed cleanly while it waited for a human (a
+    worker that stopped, or that gave the thread back), and it no longer waits (a decision
+    was recorded since, with no session live). `Runtime.open` then drives it on as it is."""
+    turn_id = state.active_turn
+    return (
+        turn_id is not None
+        and state.session is None
+        and state.turns[turn_id].source in set(sources)
+        and not is_parked(state)
+    )
 
 
 async def take_over(runtime: Runtime, thread_id: str, *, resume: bool = True) -> Session | None:

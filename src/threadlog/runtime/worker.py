@@ -9,12 +9,16 @@ a loop that every ``poll`` seconds (`Worker.step`):
 1. **closes** its sessions whose turn has ended (their close protocol writes
    ``session.closed`` and gives the lease back, so that any worker may take the thread's next
    turn), logging why a turn stopped if it failed (`LeaseLost` when the lease passed to
-   another worker);
+   another worker), and those whose turn waits for a human: the wait is durable (the close
+   leaves the turn parked), a decision may take days, and a parked session would hold one of
+   the worker's ``max_sessions`` slots all that time;
 2. **takes over** interrupted threads: a running turn whose service session never closed
    (`threadlog.runtime.takeover.interrupted_threads`), resumed with `Runtime.resume`;
 3. **accepts new work**: threads with input queued while nobody drove them (``threadlog
-   send``) or commands in the store's mailbox (`waiting_threads`), opened with
-   `Runtime.open`, which starts a turn with the oldest queued input;
+   send``), commands in the store's mailbox, or a turn a service left parked that a decision
+   recorded since lets go on (``threadlog approve`` with no session live; `waiting_threads`),
+   opened with `Runtime.open`, which starts a turn with the oldest queued input or drives the
+   decided turn on;
 
 each only while it holds fewer than ``max_sessions`` sessions. A session drives its turn by
 itself (a task of the runtime); the loop only opens and closes sessions.
@@ -66,7 +70,7 @@ class Step:
     started: list[str] = field(default_factory=list)
     """Threads opened for queued work."""
     closed: list[str] = field(default_factory=list)
-    """Threads whose turn had ended, closed (their lease given back)."""
+    """Threads whose turn had ended or waits for a human, closed (their lease given back)."""
 
 
 class Worker:
@@ -90,7 +94,7 @@ class Worker:
         done = Step()
         sessions = self.runtime.sessions
         for thread_id, session in list(sessions.items()):
-            if not session.busy:
+            if not session.busy or session.waiting_for_human:
                 try:
                     await session.wait_idle(0)  # a turn that failed says why (LeaseLost…)
                 except Exception as exc:
