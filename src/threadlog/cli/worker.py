@@ -68,9 +68,11 @@ def worker_cmd(
     max_sessions: int,
     lease: float | None,
 ) -> None:
-    """Drive threads: resume those a dead worker or server left mid-turn, and start turns
-    for input queued while nobody drove a thread (threadlog send) or commands left in its
-    mailbox.
+    """Drive threads: resume those a dead worker or server left mid-turn, start turns for
+    input queued while nobody drove a thread (threadlog send) or commands left in its
+    mailbox, and drive on a parked turn a human has since decided (threadlog approve). A
+    session whose turn waits for a human is closed (the turn stays parked), so that waiting
+    approvals hold no worker slot.
 
     Any number of workers (and servers) may share a store: a thread's single-writer lease
     decides who drives it, and a worker that dies loses its leases, so another takes its
