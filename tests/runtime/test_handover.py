@@ -412,3 +412,46 @@ def test_a_decision_made_after_a_clean_close_lets_the_turn_go_on_uninterrupted(
     assert paid == ["pay-1"]
     resumed = [r.data["repairs"] for r in records if r.type == "thread.resumed"]
     assert all(r["kind"] != "turn_interrupted" for repairs in resumed for r in repairs)
+
+
+def test_a_copy_cut_between_a_response_and_its_proposals_is_recovered_not_driven(
+    home: str, workspace: Path
+) -> None:
+    """A store-level copy (`Store.fork` at any record, as ``threadlog resume --salvage``
+    makes) may end between a model response and the proposals of its tool calls, with no
+    session open: the turn is not one a clean close left (no session of the copy started it),
+    so opening the copy recovers it and proposes the response's calls, rather than driving
+    the turn on, which would end it ``completed`` without them."""
+    paid: list[str] = []
+
+    def reply(request: Any, step: int) -> Reply:
+        if any(m.get("role") == "tool" for m in request.messages):
+            return Reply("paid")
+        return Reply("", [ToolCallSpec("pay", {}, id="pay-1")])
+
+    async def first() -> str:
+        model = ScriptedModel(reply)
+        policy = {"non_idempotent": "auto"}
+        async with Runtime(home, model=model, tools=pay_tools(paid)) as runtime:
+            session = await runtime.create("u", cwd=str(workspace), approval_policy=policy)
+            await session.submit("pay")
+            await session.wait_idle(10)
+            return session.thread_id
+
+    thread = run(first())
+    assert paid == ["pay-1"]
+    with open_store(home) as store:
+        responded = next(r.ord for r in store.read(thread) if r.type == "model.responded")
+        copy = store.fork(thread, responded, kind="salvage")
+        assert store.state(copy).active_turn is not None
+
+    async def second() -> None:
+        async with Runtime(home, model=ScriptedModel(reply), tools=pay_tools(paid)) as runtime:
+            session = await runtime.open(copy)
+            await session.wait_idle(10)
+
+    run(second())
+    with open_store(home) as store:
+        state = store.state(copy)
+    assert "pay-1" in state.tool_calls  # proposed from the response, not dropped
+    assert [t.status for t in state.turns.values()][0] == "interrupted"

@@ -249,11 +249,20 @@ def _carries_on(state: ThreadState) -> bool:
 
 
 def _left_by_a_clean_close(state: ThreadState) -> bool:
-    """Whether the running turn's last session closed cleanly (``session.closed``) with
-    nothing in flight. A clean close leaves a turn running only when it waits for a human;
-    a decision recorded since (``threadlog approve``, ``deny`` or ``resolve`` while no
-    session was live) lets it go on, and nothing of it was interrupted."""
-    return state.active_turn is not None and state.session is None and not _in_flight(state)
+    """Whether the running turn, started by a session of this thread, was left by a clean
+    close (no session is open: the last one wrote ``session.closed``) with nothing in
+    flight. A clean close leaves a turn running only when it waits for a human; a decision
+    recorded since (``threadlog approve``, ``deny`` or ``resolve`` while no session was
+    live) lets it go on, and nothing of it was interrupted. A turn a fork or a salvage copy
+    inherited (no session of this thread started it) may have been cut anywhere, e.g.
+    between a response and its proposals: it is recovered, never simply driven."""
+    turn_id = state.active_turn
+    return (
+        turn_id is not None
+        and state.session is None
+        and state.turns[turn_id].source is not None
+        and not _in_flight(state)
+    )
 
 
 async def reopen(session: Resumable, store: Store) -> RecoveryReport | None:
