@@ -30,6 +30,7 @@ from threadlog._clock import new_id
 from threadlog.model.commands import Submit
 from threadlog.model.events import InputQueued
 from threadlog.runtime.runtime import Runtime
+from threadlog.runtime.takeover import waiting_threads
 from threadlog.runtime.worker import Worker
 from threadlog.store.protocol import Mailbox, Store
 from threadlog.testing.contract import check_chain
@@ -313,3 +314,36 @@ def test_a_worker_gives_back_a_parked_thread_and_drives_it_on_once_approved(
     done_thread = next(t for t, s in state.items() if s.active_turn is None)
     assert [t.status for t in state[done_thread].turns.values()] == ["completed"]
     assert not [r for r in records if r.type == "thread.resumed"]  # nothing was interrupted
+
+
+def test_a_workers_scan_reads_again_only_the_threads_whose_log_grew(
+    target: str, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`waiting_threads` with ``checked`` (what `Worker` keeps between polls): a thread found
+    with nothing to do is not read again until its log grows, and input sent to it then,
+    by another process, is found. (Each poll used to read every thread's state.)"""
+
+    async def make() -> list[str]:
+        async with Runtime(target) as runtime:
+            threads = []
+            for _ in range(3):
+                session = await runtime.create("alice", cwd=str(workdir))
+                await session.close()
+                threads.append(session.thread_id)
+            return threads
+
+    threads = asyncio.run(make())
+    checked: dict[str, int] = {}
+    with open_store(target) as store:
+        assert waiting_threads(store, checked=checked) == []
+        assert set(threads) <= set(checked)
+        reads: list[str] = []
+        state = store.state
+        monkeypatch.setattr(
+            store, "state", lambda thread, **kw: reads.append(thread) or state(thread, **kw)
+        )
+        assert waiting_threads(store, checked=checked) == [] and reads == []
+        with open_store(target) as other:  # `threadlog send`, from another process
+            other.append(threads[1], InputQueued(input_id=new_id(), text="read it"))
+        assert waiting_threads(store, checked=checked) == [threads[1]]
+        assert reads == [threads[1]]

@@ -35,15 +35,16 @@ own after a user cancelled.
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from threadlog.errors import IntegrityError, LeaseHeld, UsageError
 from threadlog.model.recovery import continuation_cut_short
 from threadlog.model.turns import is_parked, startable_input
-from threadlog.store.protocol import Catalog, Mailbox
+from threadlog.store.protocol import Catalog, LocalHome, Mailbox, Maintenance
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from threadlog.model.state import ThreadState
     from threadlog.runtime.runtime import Runtime
@@ -92,13 +93,24 @@ def interrupted_threads(
 
 
 def waiting_threads(
-    store: Store, *, sources: Iterable[str] = SERVICE_SOURCES, skip: Iterable[str] = ()
+    store: Store,
+    *,
+    sources: Iterable[str] = SERVICE_SOURCES,
+    skip: Iterable[str] = (),
+    checked: dict[str, int] | None = None,
 ) -> list[str]:
     """Threads with new work: input queued while nobody drove them, commands waiting in the
     store's mailbox, or a turn that a service started, left waiting for a human when its
     session closed cleanly, and that a decision recorded since (``threadlog approve`` while
-    no session was live) lets go on (`undriven`)."""
+    no session was live) lets go on (`undriven`).
+
+    ``checked`` (a caller that polls keeps it from call to call: `Worker`) remembers where
+    each thread's log ended when it was found with no work (`_ends`); a thread whose log
+    still ends there is not read again: new work in a log is a new record, and the mailbox
+    is looked at every time. Without it, every thread's state is read (~0.25 ms a thread
+    here: 0.5 s a poll for 2,000 threads; with it, 0.05 s)."""
     wanted, skipped = set(sources), set(skip)
+    end_of = _ends(store) if checked is not None else None
     found = []
     for thread_id in store.thread_ids():
         if thread_id in skipped:
@@ -107,12 +119,36 @@ def waiting_threads(
             if isinstance(store, Mailbox) and store.pending(thread_id):
                 found.append(thread_id)
                 continue
+            end = end_of(thread_id) if end_of is not None else None
+            if checked is not None and end is not None and checked.get(thread_id) == end:
+                continue  # no record since it was found with nothing to do
             state = store.state(thread_id, history=False)
             if startable_input(state) is not None or undriven(state, wanted):
                 found.append(thread_id)
+            elif checked is not None and end is not None:
+                checked[thread_id] = end
         except Exception as exc:
             log.warning("thread %s not checked for work: %s", thread_id, exc)
     return found
+
+
+def _ends(store: Store) -> Callable[[str], int | None] | None:
+    """What says a thread's log has grown since it was last looked at: its file's size on a
+    store on disk (the file is the truth: the index lags a writer that was killed before it
+    indexed), its catalog row's last ordinal on a database (the row changes in the
+    transaction that appends); None for a store with neither."""
+    if isinstance(store, LocalHome) and isinstance(store, Maintenance):
+
+        def size(thread_id: str) -> int | None:
+            try:
+                return os.stat(store.path_of(thread_id)).st_size
+            except OSError:
+                return None
+
+        return size
+    if isinstance(store, Catalog):
+        return {row.thread_id: row.last_ord for row in store.threads(archived=None)}.get
+    return None
 
 
 def undriven(state: ThreadState, sources: Iterable[str] = SERVICE_SOURCES) -> bool:

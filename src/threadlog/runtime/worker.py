@@ -33,8 +33,9 @@ lease (SIGSTOP) finds its appends refused when it wakes (fencing tokens, on Post
 its sessions fail-stop. Two workers may thus look at the same thread at once: only one can
 write it, and every log stays a single gap-free chain.
 
-Each step scans every thread's state (a read of each log): right for hundreds of threads; a
-store-side queue of runnable threads would be the next step beyond that.
+Each step lists the threads and their mailboxes, and reads the state of those with new
+records since the worker last found them with nothing to do (`waiting_threads`' ``checked``):
+a store-side queue of runnable threads would be the next step beyond that.
 
 Sessions are opened with source ``api``: a worker is the back end of the service, and the
 server's own start-up resumption (`ThreadHost.resume_interrupted`) and a worker's take over
@@ -87,6 +88,8 @@ class Worker:
         self.runtime = runtime
         self.poll = poll
         self.max_sessions = max_sessions
+        self._checked: dict[str, int] = {}
+        """Threads found with no work, and the last ordinal they had then (`waiting_threads`)."""
 
     async def step(self) -> Step:
         """One round: close finished sessions, take over interrupted threads, start queued
@@ -110,7 +113,9 @@ class Worker:
             if await take_over(self.runtime, thread_id) is not None:
                 log.info("took over thread %s (its worker stopped mid-turn)", thread_id)
                 done.resumed.append(thread_id)
-        for thread_id in await asyncio.to_thread(waiting_threads, store, skip=list(sessions)):
+        for thread_id in await asyncio.to_thread(
+            waiting_threads, store, skip=list(sessions), checked=self._checked
+        ):
             if len(sessions) >= self.max_sessions:
                 return done
             if await take_over(self.runtime, thread_id, resume=False) is not None:
