@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["PROJECT_ROOT", "Findings", "child_command", "child_env"]
 
@@ -66,6 +68,26 @@ class Findings:
     """Non-idempotent effects made twice."""
     other: list[str] = field(default_factory=list)
     """Any other broken invariant."""
+    acked_checked: int = 0
+    """Acknowledged records found in the log as acknowledged."""
+
+    def check_acks(
+        self, where: str, acks: Iterable[tuple[int, str]], records: Sequence[Any]
+    ) -> None:
+        """Each acknowledged ``(ord, hash)`` must be in ``records`` (a thread's log, from ord
+        1) with that hash: a loss otherwise. ``where`` prefixes each finding."""
+        for ord_, digest in acks:
+            if ord_ > len(records):
+                self.losses.append(
+                    f"{where}ord {ord_}: acknowledged, but the log ends at {len(records)}"
+                )
+            elif records[ord_ - 1].hash != digest or records[ord_ - 1].ord != ord_:
+                self.losses.append(
+                    f"{where}ord {ord_}: acknowledged as {digest[:12]}…, stored as "
+                    f"{records[ord_ - 1].hash[:12]}…"
+                )
+            else:
+                self.acked_checked += 1
 
     @property
     def violations(self) -> list[str]:

@@ -109,7 +109,6 @@ class AgentCheck(Findings):
 
     thread: str | None = None
     records: int = 0
-    acked_checked: int = 0
     charges: int = 0
     unknowns: int = 0
     resolved: Counter[str] = field(default_factory=Counter)
@@ -322,16 +321,7 @@ def check_agent_home(
     if not report.ok:
         check.verify_failures.append(f"thread {thread}: {report.to_dict()}")
     check.records = len(records)
-    for ord_, digest in sorted(acked.items()):
-        if ord_ > len(records):
-            check.losses.append(f"ord {ord_}: acknowledged, but the log ends at {len(records)}")
-        elif records[ord_ - 1].hash != digest or records[ord_ - 1].ord != ord_:
-            check.losses.append(
-                f"ord {ord_}: acknowledged as {digest[:12]}…, stored as "
-                f"{records[ord_ - 1].hash[:12]}…"
-            )
-        else:
-            check.acked_checked += 1
+    check.check_acks("", sorted(acked.items()), records)
     try:
         state = replay(records)
     except ThreadlogError as exc:

@@ -118,7 +118,6 @@ class CheckResult(Findings):
 
     threads: int = 0
     records: int = 0
-    acked_checked: int = 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -326,18 +325,7 @@ def _check_thread(
                 result.other.append(
                     f"thread {thread_id} ord {record.ord}: data is not what the workload wrote"
                 )
-    for ord_, digest in acks:
-        if ord_ > n:
-            result.losses.append(
-                f"thread {thread_id} ord {ord_}: acknowledged, but the log ends at ord {n}"
-            )
-        elif records[ord_ - 1].hash != digest:
-            result.losses.append(
-                f"thread {thread_id} ord {ord_}: acknowledged with hash {digest[:12]}…, "
-                f"stored with {records[ord_ - 1].hash[:12]}…"
-            )
-        else:
-            result.acked_checked += 1
+    result.check_acks(f"thread {thread_id} ", acks, records)
     report = store.verify(thread_id)
     if not report.ok:
         result.verify_failures.append(f"thread {thread_id}: {report.to_dict()}")

@@ -140,7 +140,6 @@ class WorkerCheck(Findings):
 
     threads: int = 0
     records: int = 0
-    acked_checked: int = 0
     charges: int = 0
     completed: int = 0
     waiting: list[str] = field(default_factory=list)
@@ -361,21 +360,11 @@ def check_worker_store(
                 check.verify_failures.append(f"thread {thread}: replay failed: {exc!r}")
             check.threads += 1
             check.records += len(records)
-            for (t, ord_), digest in sorted(acked.items()):
-                if t != thread:
-                    continue
-                if ord_ > len(records):
-                    check.losses.append(
-                        f"thread {thread} ord {ord_}: acknowledged, but the log ends at "
-                        f"{len(records)}"
-                    )
-                elif records[ord_ - 1].hash != digest:
-                    check.losses.append(
-                        f"thread {thread} ord {ord_}: acknowledged as {digest[:12]}…, stored "
-                        f"as {records[ord_ - 1].hash[:12]}…"
-                    )
-                else:
-                    check.acked_checked += 1
+            check.check_acks(
+                f"thread {thread} ",
+                [(o, digest) for (t, o), digest in sorted(acked.items()) if t == thread],
+                records,
+            )
             if thread not in by_thread:
                 check.other.append(f"thread {thread} is no job's thread")
                 continue
