@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,25 @@ class Findings:
     """Any other broken invariant."""
     acked_checked: int = 0
     """Acknowledged records found in the log as acknowledged."""
+    unknowns: int = 0
+    """Calls marked ``tool_call.unknown``."""
+    resolved: Counter[str] = field(default_factory=Counter)
+    """How the unknown calls were resolved: ``reconcile:done``, ``workload:retry`` …"""
+
+    def count_unknowns(self, records: Iterable[Any]) -> set[str]:
+        """Count the calls ``records`` mark unknown and how each was resolved (`resolved`,
+        by ``who:decision``, any reconcile hook as ``reconcile``); the ids never resolved."""
+        pending: set[str] = set()
+        for record in records:
+            if record.type == "tool_call.unknown":
+                self.unknowns += 1
+                pending.add(record.data["call_id"])
+            elif record.type == "tool_call.resolved" and record.data["call_id"] in pending:
+                pending.discard(record.data["call_id"])
+                by = str(record.data["by"])
+                who = "reconcile" if by.startswith("reconcile:") else by
+                self.resolved[f"{who}:{record.data['decision']}"] += 1
+        return pending
 
     def check_acks(
         self, where: str, acks: Iterable[tuple[int, str]], records: Sequence[Any]

@@ -110,9 +110,6 @@ class AgentCheck(Findings):
     thread: str | None = None
     records: int = 0
     charges: int = 0
-    unknowns: int = 0
-    resolved: Counter[str] = field(default_factory=Counter)
-    """How the unknown calls were resolved: ``reconcile:done``, ``workload:retry`` …"""
 
 
 @dataclass
@@ -383,20 +380,12 @@ def _check_goals(check: AgentCheck, state: ThreadState, plan: WorkloadPlan) -> N
 
 
 def _count_unknowns(check: AgentCheck, records: list[Record]) -> None:
-    pending: set[str] = set()
-    for record in records:
-        if record.type == "tool_call.unknown":
-            check.unknowns += 1
-            pending.add(record.data["call_id"])
-        elif record.type == "tool_call.resolved" and record.data["call_id"] in pending:
-            pending.discard(record.data["call_id"])
-            by = str(record.data["by"])
-            who = "reconcile" if by.startswith("reconcile:") else by
-            if who not in ("reconcile", RESOLVER):
-                check.other.append(f"call {record.data['call_id']} was resolved by {by!r}")
-            check.resolved[f"{who}:{record.data['decision']}"] += 1
-    for call_id in sorted(pending):
+    for call_id in sorted(check.count_unknowns(records)):
         check.other.append(f"call {call_id} was marked unknown and never resolved")
+    for key in check.resolved:
+        who = key.rpartition(":")[0]
+        if who not in ("reconcile", RESOLVER):
+            check.other.append(f"a call was resolved by {who!r}")
 
 
 def run_agent_trial(

@@ -144,9 +144,6 @@ class WorkerCheck(Findings):
     completed: int = 0
     waiting: list[str] = field(default_factory=list)
     """Threads left waiting for a human (a charge of unknown outcome reconcile cannot tell)."""
-    unknowns: int = 0
-    resolved: Counter[str] = field(default_factory=Counter)
-    """How the unknown calls were resolved: ``reconcile:done``, ``reconcile:retry``."""
     resumes: int = 0
     """``thread.resumed`` records over all threads (takeovers and their recoveries)."""
 
@@ -445,16 +442,7 @@ def _check_job(
         else:
             if report != expected_report(inputs):
                 check.other.append(f"{where}: the report is not the expected text")
-    pending: set[str] = set()
-    for record in records:
-        if record.type == "tool_call.unknown":
-            check.unknowns += 1
-            pending.add(record.data["call_id"])
-        elif record.type == "tool_call.resolved" and record.data["call_id"] in pending:
-            pending.discard(record.data["call_id"])
-            by = str(record.data["by"])
-            who = "reconcile" if by.startswith("reconcile:") else by
-            check.resolved[f"{who}:{record.data['decision']}"] += 1
+    pending = check.count_unknowns(records)
     if pending and not waiting:
         check.other.append(f"{where}: calls {sorted(pending)} marked unknown, never resolved")
 
