@@ -12,6 +12,7 @@ import shutil
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from tests.store.test_follow_cursor import new_thread
 
 from threadlog import EmbeddedStore, IntegrityError
 from threadlog.model import codec, envelope
@@ -186,21 +187,13 @@ def test_a_copied_thread_keeps_the_digests_of_its_lines(
         _assert_digests_of_the_file(dest, thread)
 
 
-def _thread(home: str, records: int) -> str:
-    with EmbeddedStore(home) as store:
-        thread = store.create_thread("tester")
-        for i in range(records - 1):
-            store.append(thread, "custom.n", {"i": i}, durable=False)
-    return thread
-
-
 @pytest.mark.parametrize("key", ["data", "parent", "v", "ts"])
 def test_a_flipped_bit_in_a_key_inside_a_chunk_is_an_integrity_error(
     tmp_path: Path, key: str
 ) -> None:
     """The line is still JSON with ten keys; a field the envelope needs is missing."""
     home = str(tmp_path / "home")
-    thread = _thread(home, 1200)
+    thread = new_thread(home, 1200)
     with EmbeddedStore(home) as store:
         path = store.path_of(thread)
     with open(path, "rb") as f:
@@ -257,7 +250,7 @@ def test_a_verified_run_stops_at_a_field_of_the_wrong_type(
     """`parse_run` makes `parse_next`'s class checks: it stops before such a line, whose
     verdict is then the full check's."""
     home = str(tmp_path / "home")
-    thread = _thread(home, 1600)
+    thread = new_thread(home, 1600)
     with EmbeddedStore(home) as store:
         records = store.read(thread)
     lines = [record_line(r, codec.canonical(r.data))[0] for r in _crafted(records, change, 1500)]
@@ -284,7 +277,7 @@ def test_a_verified_run_stops_at_a_field_of_the_wrong_type(
 @pytest.mark.parametrize("offset", ["x", 800000.5])
 def test_a_damaged_sparse_offset_is_only_a_hint(tmp_path: Path, offset: object) -> None:
     home = str(tmp_path / "home")
-    thread = _thread(home, 2200)
+    thread = new_thread(home, 2200)
     with EmbeddedStore(home) as store:
         expected = store.read(thread)
         store.index.run(

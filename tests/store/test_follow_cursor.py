@@ -49,7 +49,8 @@ def _refuse_whole_scans(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(reader_module.Reader, "scan_whole", refuse)
 
 
-def _thread(home: str, records: int) -> str:
+def new_thread(home: str, records: int) -> str:
+    """A thread of ``records`` records (``thread.created`` and ``custom.n`` ones, buffered)."""
     with EmbeddedStore(home) as store:
         thread = store.create_thread("tester")
         for i in range(records - 1):
@@ -75,7 +76,7 @@ def test_the_last_yielded_records_newline_overwritten_raises(
 ) -> None:
     # the whole read calls it damage (a whole record whose newline was overwritten); the
     # window follow re-read the file's last line each poll and raised; the cursor must too
-    thread = _thread(home, 30)
+    thread = new_thread(home, 30)
     with EmbeddedStore(home) as store:
         follower = _caught_up(store, thread)
         _overwrite_last_newline(store.path_of(thread))
@@ -85,7 +86,7 @@ def test_the_last_yielded_records_newline_overwritten_raises(
 
 def test_a_new_record_whose_newline_was_overwritten_raises(home: str, bounded_polls: None) -> None:
     # also where the index cannot say the record was acknowledged
-    thread = _thread(home, 30)
+    thread = new_thread(home, 30)
     with EmbeddedStore(home) as store:
         follower = _caught_up(store, thread)
         with EmbeddedStore(home) as writer:
@@ -98,7 +99,7 @@ def test_a_new_record_whose_newline_was_overwritten_raises(home: str, bounded_po
 
 def test_a_fragment_after_the_cursor_is_waited_on(home: str, bounded_polls: None) -> None:
     # a torn tail is not a record, and not damage: once a writer repairs it, follow goes on
-    thread = _thread(home, 30)
+    thread = new_thread(home, 30)
     with EmbeddedStore(home) as store:
         follower = _caught_up(store, thread)
         with open(store.path_of(thread), "ab") as f:
@@ -109,7 +110,7 @@ def test_a_fragment_after_the_cursor_is_waited_on(home: str, bounded_polls: None
 
 
 def _fork(home: str) -> tuple[str, list[Record]]:
-    source = _thread(home, 40)
+    source = new_thread(home, 40)
     with EmbeddedStore(home) as store:
         fork = store.fork(source, 20)
         for i in range(30):
@@ -141,7 +142,7 @@ def test_a_fork_is_followed_by_windows(
 def test_an_id_seen_in_an_earlier_window_is_refused(
     home: str, bounded_polls: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    thread = _thread(home, 60)
+    thread = new_thread(home, 60)
     with EmbeddedStore(home) as store:
         path = store.path_of(thread)
         lines = _rechained(store.read(thread), reuse=(5, 40))  # ord 40 takes ord 5's id

@@ -92,7 +92,7 @@ def thread_status(state: ThreadState) -> str:
         return "waiting"
     if state.active_turn is not None:
         return "running"
-    last = next(reversed(state.turns.values()), None) if state.turns else None
+    last = state.last_turn
     if last is not None and last.status == "interrupted":
         return "interrupted"
     return "idle"

@@ -26,7 +26,7 @@ from threadlog._dataclass import dataclass
 if TYPE_CHECKING:
     from threadlog.model.state import ThreadState
 
-__all__ = ["RecoveryPlan", "continuation_cut_short", "plan_recovery"]
+__all__ = ["RecoveryPlan", "continuation_cut_short", "left_by_a_clean_close", "plan_recovery"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +63,12 @@ class RecoveryPlan:
             or self.not_started
             or self.open_operations
         )
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a dead process left something half done: a model call, a tool call that
+        started, an operation."""
+        return bool(self.interrupted_steps or self.rerun or self.unknown or self.open_operations)
 
     def to_data(self) -> list[dict[str, Any]]:
         """The plan as the ``repairs`` list of ``thread.resumed``."""
@@ -121,7 +127,19 @@ def continuation_cut_short(state: ThreadState) -> str | None:
     (a resume that chose not to continue and closed cleanly is left as it is). The next
     resume with ``continue_work`` starts the continuation; without it the task would be
     dropped, and steering queued for it started as a turn of its own."""
-    if state.active_turn is not None or state.session is None or not state.turns:
+    last = state.last_turn
+    if state.active_turn is not None or state.session is None or last is None:
         return None
-    last = next(reversed(state.turns.values()))
     return last.turn_id if last.status == "interrupted" else None
+
+
+def left_by_a_clean_close(state: ThreadState) -> bool:
+    """Whether the running turn, started by a session of this thread, was left by a clean
+    close: no session is open (the last one wrote ``session.closed``). A clean close leaves
+    a turn running only when it waits for a human, with nothing in flight; a decision
+    recorded since (``threadlog approve``, ``deny`` or ``resolve`` while no session was
+    live) lets it go on, and nothing of it was interrupted. A turn a fork or a salvage copy
+    inherited (no session of this thread started it) may have been cut anywhere, e.g.
+    between a response and its proposals: it is not one."""
+    turn_id = state.active_turn
+    return turn_id is not None and state.session is None and state.turns[turn_id].source is not None

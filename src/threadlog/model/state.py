@@ -162,6 +162,11 @@ class ThreadState:
     every past call and turn)."""
 
     @property
+    def last_turn(self) -> TurnState | None:
+        """The turn started last (the running one, when one runs), or None."""
+        return next(reversed(self.turns.values()), None)
+
+    @property
     def pending_inputs(self) -> list[InputState]:
         """Queued input not yet consumed by a turn, oldest first."""
         return [i for i in self.inputs.values() if i.consumed_by is None]

@@ -139,7 +139,7 @@ def startable_input(state: ThreadState) -> InputState | None:
     turn runs or nothing was sent since."""
     if state.active_turn is not None:
         return None
-    last = next(reversed(state.turns.values())) if state.turns else None
+    last = state.last_turn
     after = 0 if last is None else last.ended_ord or 0
     return next((i for i in state.pending_inputs if i.queued_ord > after), None)
 

@@ -60,7 +60,11 @@ from threadlog.model.events import (
     ToolCallFinished,
     TurnEnded,
 )
-from threadlog.model.recovery import continuation_cut_short, plan_recovery
+from threadlog.model.recovery import (
+    continuation_cut_short,
+    left_by_a_clean_close,
+    plan_recovery,
+)
 from threadlog.model.turns import is_parked
 from threadlog.runtime import procs
 from threadlog.runtime.artifact_audit import damaged_artifacts
@@ -217,10 +221,8 @@ class Resumable(Protocol):
 
 
 def _in_flight(state: ThreadState) -> bool:
-    """Whether a dead process left something half done: a model call, a tool call that
-    started, an operation."""
-    plan = plan_recovery(state)
-    return bool(plan.interrupted_steps or plan.rerun or plan.unknown or plan.open_operations)
+    """Whether a dead process left something half done (`RecoveryPlan.in_flight`)."""
+    return plan_recovery(state).in_flight
 
 
 def _fresh(state: ThreadState) -> bool:
@@ -245,24 +247,7 @@ def _carries_on(state: ThreadState) -> bool:
     waits for a human, is fresh, or was left by a clean close (see the module docstring)."""
     if state.active_turn is None or _in_flight(state) or _abort_cut_short(state):
         return False
-    return is_parked(state) or _fresh(state) or _left_by_a_clean_close(state)
-
-
-def _left_by_a_clean_close(state: ThreadState) -> bool:
-    """Whether the running turn, started by a session of this thread, was left by a clean
-    close (no session is open: the last one wrote ``session.closed``) with nothing in
-    flight. A clean close leaves a turn running only when it waits for a human; a decision
-    recorded since (``threadlog approve``, ``deny`` or ``resolve`` while no session was
-    live) lets it go on, and nothing of it was interrupted. A turn a fork or a salvage copy
-    inherited (no session of this thread started it) may have been cut anywhere, e.g.
-    between a response and its proposals: it is recovered, never simply driven."""
-    turn_id = state.active_turn
-    return (
-        turn_id is not None
-        and state.session is None
-        and state.turns[turn_id].source is not None
-        and not _in_flight(state)
-    )
+    return is_parked(state) or _fresh(state) or left_by_a_clean_close(state)
 
 
 async def reopen(session: Resumable, store: Store) -> RecoveryReport | None:
@@ -391,10 +376,12 @@ async def recover(
     """
     state = session.state
     aborting = end == "aborted" or _abort_cut_short(state)
+    plan = plan_recovery(state)
     # parked, fresh or left by a clean close: the running turn goes on as it is, nothing of
     # it is interrupted
-    parked = not aborting and (is_parked(state) or _fresh(state) or _left_by_a_clean_close(state))
-    plan = plan_recovery(state)
+    parked = not aborting and (
+        is_parked(state) or _fresh(state) or (left_by_a_clean_close(state) and not plan.in_flight)
+    )
     # (before anything is appended: this session's session.opened changes state.session)
     uncontinued = None if aborting else continuation_cut_short(state)
     # First end what a dead agent's commands left running, so that the effect of a call

@@ -39,7 +39,7 @@ import os
 from typing import TYPE_CHECKING
 
 from threadlog.errors import IntegrityError, LeaseHeld, UsageError
-from threadlog.model.recovery import continuation_cut_short
+from threadlog.model.recovery import continuation_cut_short, left_by_a_clean_close
 from threadlog.model.turns import is_parked, startable_input
 from threadlog.store.protocol import Catalog, LocalHome, Mailbox, Maintenance
 
@@ -159,7 +159,7 @@ def undriven(state: ThreadState, sources: Iterable[str] = SERVICE_SOURCES) -> bo
     turn_id = state.active_turn
     return (
         turn_id is not None
-        and state.session is None
+        and left_by_a_clean_close(state)
         and state.turns[turn_id].source in set(sources)
         and not is_parked(state)
     )
