@@ -12,7 +12,10 @@ second waits, then finds nothing left to do). Upgrading is idempotent.
 `SCHEMA_VERSION`:
 
 * a database (or schema) with no threadlog tables at all is migrated on the spot, so that
-  ``open_store("postgresql://…")`` on a fresh database just works (the three-line README);
+  ``open_store("postgresql://…")`` on a fresh database just works (the three-line README).
+  All the migrations then run in one transaction under the lock: stores opened at the same
+  time (several workers started together) see no schema or the whole of it, never a version
+  half way, which they would refuse as too old;
 * an older version is refused with a message that says to run ``threadlog db upgrade``: a
   migration of a shared database is the operator's decision, not a side effect of a worker
   starting;
@@ -311,6 +314,23 @@ def upgrade(conn: psycopg.Connection[Any], schema: str) -> tuple[int, int]:
     return before or 0, SCHEMA_VERSION
 
 
+def _create(conn: psycopg.Connection[Any], schema: str) -> int | None:
+    """Create the schema in an empty database in one transaction, all migrations at once, so
+    that a store opening it at the same time finds nothing or all of it, never a version
+    half way (which it would refuse as too old). Returns the version found or made."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        have = current_version(conn, schema)  # another may have made it while we waited
+        if have is not None:
+            return have
+        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        conn.execute(f'SET LOCAL search_path TO "{schema}"')
+        for version, sql in MIGRATIONS:
+            conn.execute(sql)
+            conn.execute("INSERT INTO threadlog_schema_version (version) VALUES (%s)", (version,))
+    return SCHEMA_VERSION
+
+
 def check_schema(conn: psycopg.Connection[Any], schema: str, *, create: bool = True) -> None:
     """Check (or, for an empty database and ``create``, make) the schema at open; raises
     `SchemaTooOld` / `SchemaTooNew` with what to do (module docstring)."""
@@ -318,8 +338,9 @@ def check_schema(conn: psycopg.Connection[Any], schema: str, *, create: bool = T
     if have == SCHEMA_VERSION:
         return
     if have is None and create:
-        upgrade(conn, schema)
-        return
+        have = _create(conn, schema)
+        if have == SCHEMA_VERSION:
+            return
     if have is None or have < SCHEMA_VERSION:
         what = "no threadlog schema" if have is None else f"threadlog schema {have}"
         raise SchemaTooOld(
