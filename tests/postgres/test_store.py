@@ -112,33 +112,42 @@ def test_concurrent_upgrades_apply_each_migration_once(pg_schemas: Schemas) -> N
     assert _sql(pg_schemas.server, versions) == [(v,) for v, _ in MIGRATIONS]
 
 
-def _open_at_once(server: str, schema: str, others: int) -> tuple[list[str], list[BaseException]]:
-    """One store opens an empty schema; ``others`` open it as soon as it shows (the first
-    migration's commit, before the fix). The threads they made and what they raised."""
+def _open_at_once(
+    server: str, schema: str, others: int, *, together: bool
+) -> tuple[list[str], list[BaseException]]:
+    """One store opens an empty schema; ``others`` open it at the same moment (``together``)
+    or as soon as the schema shows (the first migration's commit, before the fix). The
+    threads they made and what they raised."""
     url = with_schema(server, schema)
     first_done = threading.Event()
+    gate = threading.Barrier(others + 1)
     errors: list[BaseException] = []
     opened: list[str] = []
 
-    def open_first() -> None:
-        try:
-            with PostgresStore(url) as store:
-                opened.append(store.create_thread("a"))
-        finally:
-            first_done.set()
-
-    def open_once_it_shows() -> None:
-        with psycopg.connect(server, autocommit=True) as conn:
-            while current_version(conn, schema) is None and not first_done.is_set():
-                pass
+    def open_store_once() -> None:
         try:
             with PostgresStore(url) as store:
                 opened.append(store.create_thread("a"))
         except BaseException as exc:
             errors.append(exc)
 
+    def open_first() -> None:
+        gate.wait()
+        try:
+            open_store_once()
+        finally:
+            first_done.set()
+
+    def open_other() -> None:
+        gate.wait()
+        if not together:
+            with psycopg.connect(server, autocommit=True) as conn:
+                while current_version(conn, schema) is None and not first_done.is_set():
+                    pass
+        open_store_once()
+
     openers = [threading.Thread(target=open_first)]
-    openers += [threading.Thread(target=open_once_it_shows) for _ in range(others)]
+    openers += [threading.Thread(target=open_other) for _ in range(others)]
     for t in openers:
         t.start()
     for t in openers:
@@ -146,17 +155,21 @@ def _open_at_once(server: str, schema: str, others: int) -> tuple[list[str], lis
     return opened, errors
 
 
-def test_stores_opened_at_once_on_an_empty_database_all_open(pg_schemas: Schemas) -> None:
+@pytest.mark.parametrize("together", [True, False], ids=["together", "as-it-shows"])
+def test_stores_opened_at_once_on_an_empty_database_all_open(
+    pg_schemas: Schemas, together: bool
+) -> None:
     # Several workers started together on a fresh database: the first to open it creates the
-    # schema. Another that looked while it was half way through its migrations used to find
-    # an old version and refuse to open ("run threadlog db upgrade").
+    # schema. One that looked while another was half way through its migrations used to find
+    # an old version and refuse to open ("run threadlog db upgrade"); one that waited for the
+    # other's creation must see it, not create the tables again.
     for _ in range(3):
         schema = pg_schemas.name()
-        opened, errors = _open_at_once(pg_schemas.server, schema, 3)
+        opened, errors = _open_at_once(pg_schemas.server, schema, 5, together=together)
         assert errors == []
         versions = f"SELECT version FROM {schema}.threadlog_schema_version ORDER BY version"
         assert _sql(pg_schemas.server, versions) == [(v,) for v, _ in MIGRATIONS]
-        assert len(_sql(pg_schemas.server, f"SELECT 1 FROM {schema}.threads")) == len(opened) == 4
+        assert len(_sql(pg_schemas.server, f"SELECT 1 FROM {schema}.threads")) == len(opened) == 6
 
 
 def test_a_version_1_database_is_upgraded_with_its_threads(pg_schemas: Schemas) -> None:

@@ -4,9 +4,9 @@ Theory of operation
 -------------------
 The database records which migrations it has had in ``threadlog_schema_version`` (one row per
 applied version). `MIGRATIONS` is the ordered list of ``(version, statements)``; `upgrade`
-applies those the database lacks, each in its own transaction, under a transaction-level
-advisory lock so that two processes upgrading at once apply each migration exactly once (the
-second waits, then finds nothing left to do). Upgrading is idempotent.
+applies those the database lacks, each in its own transaction, under an advisory lock so that
+two processes upgrading at once apply each migration exactly once (the second waits, then finds
+nothing left to do). Upgrading is idempotent.
 
 `check_schema`, run by every `PostgresStore` open, compares the database's version with
 `SCHEMA_VERSION`:
@@ -30,12 +30,15 @@ after that schema, so several threadlog stores can share one database.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from threadlog.errors import StorageError, UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import psycopg
 
 __all__ = [
@@ -290,27 +293,44 @@ def current_version(conn: psycopg.Connection[Any], schema: str) -> int | None:
     return int(got[0]) if got and got[0] is not None else 0
 
 
+@contextmanager
+def _migrating(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """Hold the migration lock (``conn`` in autocommit): a session-level advisory lock, taken
+    before the transactions that read the version and migrate. Each of those begins after the
+    lock is granted, so it sees what a migration committed meanwhile; a transaction that took
+    a transaction-level lock after looking at the catalog could keep a stale "no such table"
+    from before the wait and run a migration again. Released on exit, or with the session."""
+    conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+    try:
+        yield
+    finally:
+        if not conn.closed:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
+
+
 def upgrade(conn: psycopg.Connection[Any], schema: str) -> tuple[int, int]:
     """Apply the migrations ``schema`` lacks; ``(version before, version after)``.
 
-    Each migration runs in its own transaction under an advisory lock (module docstring).
+    Each migration runs in its own transaction under the migration lock (module docstring).
     Raises `SchemaTooNew` for a database newer than this threadlog.
     """
-    before: int | None = None
-    for version, sql in MIGRATIONS:
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-            conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-            conn.execute(f'SET LOCAL search_path TO "{schema}"')
-            have = current_version(conn, schema) or 0
-            if before is None:
-                before = have
-                if have > SCHEMA_VERSION:
-                    raise _too_new(have)
-            if have >= version:
-                continue
-            conn.execute(sql)
-            conn.execute("INSERT INTO threadlog_schema_version (version) VALUES (%s)", (version,))
+    with _migrating(conn):
+        before = None
+        for version, sql in MIGRATIONS:
+            with conn.transaction():
+                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+                conn.execute(f'SET LOCAL search_path TO "{schema}"')
+                have = current_version(conn, schema) or 0
+                if before is None:
+                    before = have
+                    if have > SCHEMA_VERSION:
+                        raise _too_new(have)
+                if have >= version:
+                    continue
+                conn.execute(sql)
+                conn.execute(
+                    "INSERT INTO threadlog_schema_version (version) VALUES (%s)", (version,)
+                )
     return before or 0, SCHEMA_VERSION
 
 
@@ -318,8 +338,7 @@ def _create(conn: psycopg.Connection[Any], schema: str) -> int | None:
     """Create the schema in an empty database in one transaction, all migrations at once, so
     that a store opening it at the same time finds nothing or all of it, never a version
     half way (which it would refuse as too old). Returns the version found or made."""
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+    with _migrating(conn), conn.transaction():
         have = current_version(conn, schema)  # another may have made it while we waited
         if have is not None:
             return have
