@@ -254,3 +254,12 @@ def test_a_service_leaves_a_turn_a_clean_resume_chose_not_to_continue(
     with open_store(crashed) as store:
         assert store.thread_info(thread).status == "interrupted"
         assert interrupted_threads(store) == []
+        # a worker that polls (``checked``) reads such a thread once, not at every poll
+        checked: dict[str, int] = {}
+        assert interrupted_threads(store, checked=checked) == [] and thread in checked
+        reads: list[str] = []
+        state = store.state
+        store.state = lambda t, **kw: reads.append(t) or state(t, **kw)  # type: ignore[method-assign]
+        assert interrupted_threads(store, checked=checked) == [] and reads == []
+        store.append(thread, "custom.note", {"n": 1})  # its log grew: read again
+        assert interrupted_threads(store, checked=checked) == [] and reads == [thread]

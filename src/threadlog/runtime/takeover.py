@@ -63,30 +63,46 @@ SERVICE_SOURCES = ("api",)
 
 
 def interrupted_threads(
-    store: Store, *, sources: Iterable[str] = SERVICE_SOURCES, skip: Iterable[str] = ()
+    store: Store,
+    *,
+    sources: Iterable[str] = SERVICE_SOURCES,
+    skip: Iterable[str] = (),
+    checked: dict[str, int] | None = None,
 ) -> list[str]:
     """Threads whose last session was opened by one of ``sources`` and never closed, and
     which that session left with a turn running, or with a turn it ended ``interrupted``
     and no continuation started (it died between the two: `continuation_cut_short`).
     Candidates: whether their process is gone is the lease's to say. A thread that cannot
-    be read is skipped and logged, never fatal."""
+    be read is skipped and logged, never fatal.
+
+    ``checked``, as for `waiting_threads` (a dict of its own): a thread found to be no
+    candidate is not read again until its log grows (a thread left ``interrupted`` by a
+    resume that chose not to go on stays so in the catalog, and used to be read at every
+    poll). Only such threads are remembered: a candidate whose holder is alive becomes
+    one to take over when that holder dies, which adds nothing to its log."""
     wanted, skipped = set(sources), set(skip)
     if isinstance(store, Catalog):
         candidates = [row.thread_id for row in store.threads() if row.status in _UNFINISHED]
     else:
         candidates = store.thread_ids()
+    end_of = _ends(store) if checked is not None else None
     found = []
     for thread_id in candidates:
         if thread_id in skipped:
             continue
         try:
+            end = end_of(thread_id) if end_of is not None else None
+            if checked is not None and end is not None and checked.get(thread_id) == end:
+                continue  # no record since it was found to be no candidate
             state = store.state(thread_id, history=False)
-            if state.session is None or (
-                state.active_turn is None and continuation_cut_short(state) is None
+            if (
+                state.session is not None
+                and state.session_source in wanted
+                and (state.active_turn is not None or continuation_cut_short(state) is not None)
             ):
-                continue
-            if state.session_source in wanted:
                 found.append(thread_id)
+            elif checked is not None and end is not None:
+                checked[thread_id] = end
         except Exception as exc:  # a damaged thread is skipped, never fatal to the caller
             log.warning("thread %s not checked for resumption: %s", thread_id, exc)
     return found

@@ -89,7 +89,10 @@ class Worker:
         self.poll = poll
         self.max_sessions = max_sessions
         self._checked: dict[str, int] = {}
-        """Threads found with no work, and the last ordinal they had then (`waiting_threads`)."""
+        """Threads found with no work, and where their log ended then (`waiting_threads`)."""
+        self._settled: dict[str, int] = {}
+        """Threads found with nothing to take over, and where their log ended then
+        (`interrupted_threads`)."""
 
     async def step(self) -> Step:
         """One round: close finished sessions, take over interrupted threads, start queued
@@ -107,7 +110,9 @@ class Worker:
         store = self.runtime.store
         if len(sessions) >= self.max_sessions:
             return done
-        for thread_id in await asyncio.to_thread(interrupted_threads, store, skip=list(sessions)):
+        for thread_id in await asyncio.to_thread(
+            interrupted_threads, store, skip=list(sessions), checked=self._settled
+        ):
             if len(sessions) >= self.max_sessions:
                 return done
             if await take_over(self.runtime, thread_id) is not None:
