@@ -1,7 +1,8 @@
 """Storage backends behind one port. They read and write envelopes and never interpret event data.
 
 `Store` is the port every backend implements; `Snapshots`, `Catalog`, `LocalHome`, `Mailbox`,
-`Credentials`, `Maintenance`, `Transfer` and `Watch` are the optional capabilities (check them with ``isinstance``); `open_store` opens a backend by target
+`MailboxIndex`, `Credentials`, `Maintenance`, `Transfer` and `Watch` are the optional
+capabilities (check them with ``isinstance``); `open_store` opens a backend by target
 (``postgresql://…``: `threadlog.store.postgres.PostgresStore`, imported only then).
 """
 
@@ -16,6 +17,7 @@ from threadlog.store.protocol import (
     Credentials,
     LocalHome,
     Mailbox,
+    MailboxIndex,
     MailboxMessage,
     Maintenance,
     Snapshots,
@@ -34,6 +36,7 @@ __all__ = [
     "IndexedThread",
     "LocalHome",
     "Mailbox",
+    "MailboxIndex",
     "MailboxMessage",
     "Maintenance",
     "MemoryStore",

@@ -56,6 +56,11 @@ class MemoryMailbox:
         with self._mailbox_lock:
             return sorted(self._messages.get(thread_id, {}).values(), key=lambda m: m.id)
 
+    def addressed(self) -> set[str]:
+        """See `threadlog.store.protocol.MailboxIndex.addressed`."""
+        with self._mailbox_lock:
+            return {thread for thread, box in self._messages.items() if box}
+
     def done(self, message: MailboxMessage) -> None:
         """See `threadlog.store.protocol.Mailbox.done`."""
         with self._mailbox_lock:

@@ -10,7 +10,8 @@ which a consumer checks with ``isinstance(store, Snapshots)`` (they are all
 * `LocalHome`: the store lives in a local directory, beside which the runtime keeps the
   records of the processes its tools start.
 * `Mailbox`: other processes leave commands (approve, send, cancel…) for the live session
-  that holds a thread's lease, which alone may append to it.
+  that holds a thread's lease, which alone may append to it. `MailboxIndex`: which threads
+  have mail, in one call.
 * `Watch`: deliver the records *other processes* append to a thread to this store's
   listeners too (a scale-out backend, where many workers write one database).
 * `Artifacts`: store and fetch blobs by hash (a tool's full output, streamed in with bounded
@@ -58,6 +59,7 @@ __all__ = [
     "Listener",
     "LocalHome",
     "Mailbox",
+    "MailboxIndex",
     "MailboxMessage",
     "Maintenance",
     "Retention",
@@ -414,6 +416,19 @@ class Mailbox(Protocol):
 
     def done(self, message: MailboxMessage) -> None:
         """Remove a handled message so that `pending` never returns it again (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class MailboxIndex(Protocol):
+    """A `Mailbox` that can say at once which threads have mail (optional, on top of it): a
+    worker's scan for work asks once per poll instead of calling `Mailbox.pending` for every
+    thread (a query each on a database)."""
+
+    def addressed(self) -> set[str]:
+        """The threads with messages pending. It may name a thread whose only messages
+        `Mailbox.pending` would set aside; it never leaves out one whose messages it would
+        return."""
         ...
 
 

@@ -134,6 +134,23 @@ class MailboxDir:
             messages.append(MailboxMessage(id=name[:-5], thread_id=thread_id, command=command))
         return messages
 
+    def addressed(self) -> set[str]:
+        """The threads whose inbox folder holds a message (one listing of the inbox, and one
+        of each thread folder in it: those of threads that were ever sent a command)."""
+        root = os.path.join(self._home, INBOX_DIR)
+        try:
+            folders = [n for n in os.listdir(root) if is_uuid(n)]
+        except FileNotFoundError:
+            return set()
+        out = set()
+        for thread_id in folders:
+            try:
+                if any(n.endswith(".json") for n in os.listdir(os.path.join(root, thread_id))):
+                    out.add(thread_id)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+        return out
+
     def done(self, message: MailboxMessage) -> None:
         """Delete a message that was handled (idempotent)."""
         if os.path.basename(message.id) != message.id or message.id in ("", ".", ".."):

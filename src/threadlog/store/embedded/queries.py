@@ -67,6 +67,10 @@ class Queries:
         """See `threadlog.store.protocol.Mailbox.pending`."""
         return self._mailbox.pending(thread_id)
 
+    def addressed(self) -> set[str]:
+        """See `threadlog.store.protocol.MailboxIndex.addressed`."""
+        return self._mailbox.addressed()
+
     def done(self, message: MailboxMessage) -> None:
         """See `threadlog.store.protocol.Mailbox.done`."""
         self._mailbox.done(message)

@@ -256,6 +256,12 @@ class Tables:
             out.append(MailboxMessage(id=str(message_id), thread_id=thread_id, command=command))
         return out
 
+    def addressed(self) -> set[str]:
+        """See `threadlog.store.protocol.MailboxIndex.addressed` (one query)."""
+        with self._conn() as conn:
+            rows = conn.execute("SELECT DISTINCT thread_id FROM mailbox").fetchall()
+        return {row[0] for row in rows}
+
     def done(self, message: MailboxMessage) -> None:
         """Remove a handled message (idempotent)."""
         with self._conn() as conn:

@@ -1,6 +1,7 @@
 """The contract of the optional `Mailbox` capability: commands left for a thread's session.
 
-A posted command is pending until it is marked done, in posting order, for its thread only;
+A posted command is pending until it is marked done, in posting order, for its thread only
+(and a store that says which threads have mail, `MailboxIndex`, names exactly those);
 ``done`` is idempotent; a command with ill-typed fields, a malformed thread id and a thread
 that does not exist are refused and leave nothing behind. A store without the capability
 skips these tests.
@@ -12,7 +13,7 @@ import pytest
 
 from threadlog.errors import ThreadNotFound, UsageError
 from threadlog.model.commands import Approve, Cancel, Submit
-from threadlog.store.protocol import Mailbox, Store
+from threadlog.store.protocol import Mailbox, MailboxIndex, Store
 from threadlog.testing.contract._common import MISSING_THREAD
 
 __all__ = ["MailboxTests"]
@@ -44,6 +45,11 @@ class MailboxTests:
         mailbox.done(pending[0])  # idempotent
         assert [m.id for m in mailbox.pending(thread)] == [second]
         assert [m.command for m in mailbox.pending(other)] == [Submit(text="elsewhere")]
+        if isinstance(store, MailboxIndex):  # which threads have mail, in one call
+            assert mailbox.pending(store.create_thread("a")) == []
+            assert store.addressed() == {thread, other}
+            mailbox.done(mailbox.pending(thread)[0])
+            assert store.addressed() == {other}
 
     def test_posting_nothing_sensible_is_refused(self, store: Store) -> None:
         mailbox = _mailbox(store)
