@@ -91,7 +91,7 @@ def test_odd_lines_are_reported_and_kept(imported: Any) -> None:
         "event_msg:agent_message": 1,
     }
     notes = [r.data["kind"] for r in store.read(main.thread) if r.type == "custom.import.record"]
-    assert "context" in notes and "malformed" in notes and "world_state" in notes
+    assert "context" in notes and "malformed" in notes and "future_item" in notes
 
 
 def test_legacy_layout(imported: Any) -> None:

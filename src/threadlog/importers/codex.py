@@ -12,16 +12,27 @@ source): one ``RolloutLine`` a line, ``{"timestamp", "type", "payload"}`` (newer
   user / assistant / developer, ``content`` of ``input_text`` / ``output_text``),
   ``reasoning`` (``summary``, ``encrypted_content``), ``function_call`` (``name``, JSON-string
   ``arguments``, ``call_id``), ``function_call_output`` (``call_id``, ``output``),
-  ``custom_tool_call`` / ``custom_tool_call_output``, ``local_shell_call``…;
+  ``custom_tool_call`` / ``custom_tool_call_output``, ``local_shell_call``, and in newer
+  files ``tool_search_call`` / ``tool_search_output`` (a search for tools to load: a call
+  and its result when Codex runs it, ``call_id`` set), ``agent_message`` (the model's copy
+  of an inter-agent message), ``context_compaction``, ``additional_tools``…; an assistant
+  message may say its ``phase`` (commentary or final answer), a line may carry harness
+  ``metadata`` beside its payload;
 * ``event_msg``: what the UI was told: ``task_started`` / ``task_complete`` (turn
   boundaries), ``token_count`` (``info.last_token_usage``: the last model call's usage),
   ``user_message`` / ``agent_message`` / ``agent_reasoning`` /
-  ``agent_reasoning_raw_content`` (the same text as the response items), ``turn_aborted``…;
+  ``agent_reasoning_raw_content`` (the same text as the response items), ``turn_aborted``,
+  ``thread_rolled_back`` (the user took back the last ``num_turns`` turns)…;
 * ``compacted``: a compaction: its summary ``message`` (written by the model, when Codex
   compacts the history itself), and in newer files ``replacement_history``, the history Codex
   kept in place of the conversation (the user's last messages, and the summary as a user
   message, or the provider's encrypted ``compaction`` item when the provider compacted it,
-  ``message`` then empty).
+  ``message`` then empty);
+* in newer files (multi-agent Codex, 0.14x): ``inter_agent_communication``, a message another
+  agent sent this one (``author``, ``recipient``, ``content``, ``trigger_turn``), and
+  bookkeeping (`BOOKKEEPING`): ``world_state`` (every turn), ``token_usage_record``,
+  ``security_risk_score``, ``retained_context``, ``realtime_item``,
+  ``inter_agent_communication_metadata``.
 
 Files written before the wrapper existed hold the session meta as a bare first line
 (``{"id", "timestamp", "instructions"}``) and bare response items after it; they are read too.
@@ -33,7 +44,10 @@ the running one as steering when the file marks turns with ``task_started``), us
 that carry environment context or instructions (``<environment_context>``…) are kept as
 notes, not as prompts; ``task_complete`` / ``turn_aborted`` end the turn; ``turn_context``
 is a ``config.changed``; ``compacted`` a ``compaction`` of everything before it, whose
-summary is what the model was given in its place (`_compacted`). The ``event_msg`` items that
+summary is what the model was given in its place (`_compacted`). An inter-agent message is
+input, as a user's is. ``thread_rolled_back`` takes the conversation back to before the
+last ``num_turns`` user-turn boundaries (a user's message, an inter-agent message: what
+Codex drops from its history), so what follows is a branch beside the turns taken back. The ``event_msg`` items that
 repeat response items are not stored twice; every other line that is not conversation is kept
 as a note. Those lines (events, the session meta, context and developer messages, the known
 response items that are not conversation) are counted by type in the report
@@ -62,7 +76,9 @@ CONTEXT_PREFIXES = (
     "# AGENTS.md instructions",
     "<permissions instructions>",
 )
-ASSISTANT_ITEMS = frozenset({"reasoning", "function_call", "custom_tool_call", "local_shell_call"})
+ASSISTANT_ITEMS = frozenset(
+    {"reasoning", "function_call", "custom_tool_call", "local_shell_call", "tool_search_call"}
+)
 OUTPUT_ITEMS = frozenset({"function_call_output", "custom_tool_call_output"})
 DUPLICATE_EVENTS = frozenset(
     {"user_message", "agent_message", "agent_reasoning", "agent_reasoning_raw_content"}
@@ -73,11 +89,36 @@ KNOWN_ITEMS = frozenset(
         "ghost_snapshot",
         "compaction",
         "compaction_summary",
+        "context_compaction",
+        "compaction_trigger",
         "image_generation_call",
+        # the tools a tool search loaded, sent to the model as an item of their own
+        "additional_tools",
+        # the model's copy of an ``inter_agent_communication`` line (imported from that line)
+        "agent_message",
+        # a tool search the provider ran itself (no ``call_id``: nothing of ours to finish)
+        "tool_search_call",
+        "tool_search_output",
+    }
+)
+BOOKKEEPING = frozenset(
+    {
+        # rollout items newer Codex versions write beside the conversation: the world-state
+        # baseline the next turn's context is diffed against (every turn), token usage
+        # snapshots, retained-context and risk-score bookkeeping, realtime presentation
+        # facts, and whether an inter-agent message started a turn
+        "world_state",
+        "token_usage_record",
+        "retained_context",
+        "security_risk_score",
+        "realtime_item",
+        "inter_agent_communication_metadata",
     }
 )
 SETTINGS = ("model", "cwd", "effort", "approval_policy", "sandbox_policy", "summary")
-COMPACTION_ITEMS = frozenset({"compaction", "compaction_summary"})
+COMPACTION_ITEMS = frozenset({"compaction", "compaction_summary", "context_compaction"})
+BOUNDARIES = 256
+"""The most recent user-turn boundaries a parser keeps (and saves) for ``thread_rolled_back``."""
 ENCRYPTED = (
     "[the provider's summary of the earlier conversation, encrypted: readable only by the "
     "provider, kept in the compaction's note]"
@@ -136,12 +177,30 @@ def _compacted(payload: dict[str, Any]) -> str:
             parts.append(f"{role}: {text}")
         elif kind in COMPACTION_ITEMS:
             parts.append(ENCRYPTED)
-        elif kind in OUTPUT_ITEMS or kind in ASSISTANT_ITEMS or kind == "web_search_call":
+        elif kind == "agent_message":
+            text = _texts(item.get("content")).strip()
+            parts.append(f"{as_str(item.get('author')) or 'agent'}: {text or '[encrypted]'}")
+        elif (
+            kind in OUTPUT_ITEMS
+            or kind in ASSISTANT_ITEMS
+            or kind in ("web_search_call", "tool_search_output")
+        ):
             parts.append(f"[{kind}]")
         # (a ghost_snapshot is /undo's bookkeeping, never sent to the model)
     if message.strip() and message.strip() not in texts:
         parts.insert(0, message.strip())
     return "\n\n".join(parts) or "Conversation compacted (Codex kept no message)"
+
+
+def _inter_agent_text(message: dict[str, Any]) -> str:
+    """An ``inter_agent_communication``'s text, naming who sent it to whom (the model is
+    told; a reader of the thread would otherwise take it for the user's words)."""
+    author = as_str(message.get("author")) or "an agent"
+    recipient = as_str(message.get("recipient")) or "this agent"
+    content = str(message.get("content") or "")
+    if not content.strip() and message.get("encrypted_content"):
+        content = "[encrypted: readable only by the provider]"
+    return f"Message from {author} to {recipient}:\n{content}"
 
 
 def _output(raw: Any) -> tuple[str, bool]:
@@ -219,11 +278,15 @@ class Codex:
 
     def parser(self, ctx: FileContext, saved: dict[str, Any] | None) -> _Parser:
         saved = saved or {}
+        boundaries = saved.get("boundaries")
         return _Parser(
             ctx,
             explicit_turns=bool(saved.get("explicit_turns")),
             model=saved.get("model") if isinstance(saved.get("model"), str) else None,
             settings=dict(as_dict(saved.get("settings"))),
+            boundaries=[b for b in boundaries if isinstance(b, str)]
+            if isinstance(boundaries, list)
+            else [],
         )
 
 
@@ -252,6 +315,13 @@ class _Parser:
     held: int | None = None
     """The line a response still being written starts at, when the file ends inside it
     (`finish`): the import stops before it and the next one reads it again."""
+    boundaries: list[str] = field(default_factory=list)
+    """For each user-turn boundary (a user's message, an inter-agent message), the record it
+    continued: where a ``thread_rolled_back`` that drops it takes the conversation back to
+    (the last `BOUNDARIES` of them)."""
+    cut: str | None = None
+    """Where the last ``thread_rolled_back`` took the conversation, until something follows
+    it: the active leaf when the import ends there (`finish`)."""
 
     def feed(self, line: Line) -> None:
         obj = line.obj
@@ -290,9 +360,11 @@ class _Parser:
             changes = {k: v for k, v in settings.items() if self.settings.get(k) != v}
             self.settings.update(changes)
             if changes:
+                self.cut = None
                 emit.config(key, emit.parent_of(None, previous=True), changes, ts)
         elif kind == "compacted":
             self._flush()
+            self.cut = None
             up = emit.parent_of(None, previous=True)
             emit.compaction(key, up, summary=_compacted(payload), last_entry=up, ts=ts)
             if payload.get("replacement_history"):
@@ -302,6 +374,13 @@ class _Parser:
             self._flush()
             self.ctx.report.count("session_meta")
             emit.note(key, emit.parent_of(None, previous=True), "session_meta", payload, ts)
+        elif kind == "inter_agent_communication":
+            self._flush()
+            self._inter_agent(key, payload, ts)
+        elif kind in BOOKKEEPING:
+            # (not a response's end: its items may go on after it, and its usage follows)
+            self.ctx.report.count(str(kind))
+            emit.note(key, emit.parent_of(None, previous=True), str(kind), payload, ts)
         else:
             self.ctx.report.problem(
                 line.no, "unknown_type", f"rollout item {kind!r} kept as a note"
@@ -328,8 +407,21 @@ class _Parser:
                 args = action if isinstance(action, dict) else {"action": action}
             name = as_str(item.get("name")) or "local_shell"
             self._open(key, ts, line).calls.append(Call(str(call_id), name, args))
+        elif kind == "tool_search_call" and isinstance(item.get("call_id"), str):
+            # a tool search Codex runs: a call like the others, its result the tools it found
+            search = as_dict(item.get("arguments"))
+            self._open(key, ts, line).calls.append(Call(item["call_id"], "tool_search", search))
+        elif kind == "tool_search_output" and isinstance(item.get("call_id"), str):
+            self._flush()
+            self.cut = None
+            text = orjson.dumps(item.get("tools") or []).decode()
+            error = item.get("status") not in (None, "completed")
+            up = emit.parent_of(None, previous=True)
+            if not emit.tool_results(key, up, [(item["call_id"], text, error)], ts):
+                emit.note(key, up, "unwritten_output", item, ts)
         elif kind in OUTPUT_ITEMS:
             self._flush()
+            self.cut = None
             text, error = _output(item.get("output"))
             up = emit.parent_of(None, previous=True)
             if not emit.tool_results(key, up, [(str(item.get("call_id")), text, error)], ts):
@@ -341,7 +433,9 @@ class _Parser:
             if text.lstrip().startswith(CONTEXT_PREFIXES):
                 self.ctx.report.count("response_item:context")
                 emit.note(key, up, "context", item, ts)
-            elif self.explicit_turns and emit.active_turn is not None:
+                return
+            self._boundary(up)
+            if self.explicit_turns and emit.active_turn is not None:
                 emit.steer(key, up, text, ts)
             else:
                 emit.user(key, up, text, ts)
@@ -376,6 +470,14 @@ class _Parser:
         elif kind == "turn_aborted":
             reason = event.get("reason")
             emit.end_turn(key, up, "aborted", str(reason) if reason else None, ts=ts)
+        elif kind == "thread_rolled_back":
+            # the user took back the last ``num_turns`` turns: what follows continues from
+            # before them, a branch beside the turns taken back (which stay in the thread)
+            self.ctx.report.count(f"event_msg:{kind}")
+            cut = self._roll_back(event.get("num_turns"))
+            emit.note(key, cut or up, f"event:{kind}", event, ts)
+            if cut is not None:
+                self.cut = cut
         else:
             # what the UI was told: the conversation is in the response items, so every other
             # event (of the many Codex has, and adds) is a note, counted, never a problem
@@ -383,6 +485,40 @@ class _Parser:
                 self.explicit_turns = True
             self.ctx.report.count(f"event_msg:{kind}")
             emit.note(key, up, f"event:{kind}", event, ts)
+
+    def _inter_agent(self, key: str, message: dict[str, Any], ts: str | None) -> None:
+        """A message another agent sent this one (Codex's multi-agent threads): what the model
+        got in place of a user's prompt, so it is imported as one, and Codex counts it as a
+        turn boundary. One that does not ``trigger_turn`` joins the running turn."""
+        emit = self.ctx.emit
+        up = emit.parent_of(None, previous=True)
+        text = _inter_agent_text(message)
+        self._boundary(up)
+        if not message.get("trigger_turn") and emit.active_turn is not None:
+            emit.steer(key, up, text, ts)
+        else:
+            emit.user(key, up, text, ts)
+
+    def _boundary(self, up: str) -> None:
+        """A user-turn boundary begins after record ``up``."""
+        self.cut = None
+        self.boundaries.append(up)
+        if len(self.boundaries) > 2 * BOUNDARIES:
+            del self.boundaries[:-BOUNDARIES]
+
+    def _roll_back(self, turns: Any) -> str | None:
+        """Where dropping the last ``turns`` user turns takes the conversation (the record
+        before the first of them), as Codex rolls back its history: every user turn when
+        there are fewer, and nowhere (None) when there are none or ``turns`` is not a
+        positive count."""
+        if isinstance(turns, bool) or not isinstance(turns, int) or turns <= 0:
+            return None
+        if not self.boundaries:
+            return None
+        at = max(0, len(self.boundaries) - turns)
+        cut = self.boundaries[at]
+        del self.boundaries[at:]
+        return cut
 
     def _open(self, key: str, ts: str | None, line: Line) -> _Pending:
         if self.pending is None:
@@ -393,6 +529,7 @@ class _Parser:
         pending, self.pending = self.pending, None
         if pending is None:
             return
+        self.cut = None
         emit = self.ctx.emit
         emit.assistant(
             pending.key,
@@ -414,13 +551,14 @@ class _Parser:
         pending = self.pending
         if pending is not None and not (self.ctx.settled or pending.texts or pending.calls):
             self.held, self.pending = pending.line, None
-            return None
+            return self.cut
         self._flush()
-        return None
+        return self.cut  # (None: the leaf is where the records appended left it)
 
     def saved(self) -> dict[str, Any]:
         return {
             "explicit_turns": self.explicit_turns,
             "model": self.model,
             "settings": self.settings,
+            "boundaries": self.boundaries[-BOUNDARIES:],
         }
