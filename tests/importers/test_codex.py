@@ -185,3 +185,29 @@ def test_local_shell_calls_and_an_aborted_turn(tmp_path: Any) -> None:
     assert (turn.status, turn.reason) == ("aborted", "interrupted")
     assert state.tool_calls["ls1"].args == {"type": "exec", "command": ["ls"]}
     assert [p.kind for p in f.problems] == ["orphan_result"]
+
+
+def test_a_compressed_rollout_is_reported_not_read_and_the_others_are_imported(
+    tmp_path: Any,
+) -> None:
+    # Codex keeps older rollouts as ``.jsonl.zst``: such a file is listed and reported as not
+    # read (what to do), never read as garbage lines nor skipped in silence; a compressed
+    # file beside its plain sibling is not listed (Codex reads the plain one).
+    import shutil
+
+    sessions = tmp_path / "sessions" / "2025" / "09" / "01"
+    sessions.mkdir(parents=True)
+    plain = next((FIXTURES / "codex").rglob("rollout-*.jsonl"))
+    shutil.copy(plain, sessions / plain.name)
+    frame = b"\x28\xb5\x2f\xfd" + bytes(range(40))
+    (sessions / "rollout-2025-09-01T00-00-00-archived.jsonl.zst").write_bytes(frame)
+    (sessions / f"{plain.name}.zst").write_bytes(frame)  # its plain sibling is there
+    with open_store(str(tmp_path / "home")) as store:
+        report = import_paths(store, source_format("codex"), [str(tmp_path / "sessions")])
+        by_name = {f.path.rsplit("/", 1)[1]: f for f in report.files}
+        assert set(by_name) == {plain.name, "rollout-2025-09-01T00-00-00-archived.jsonl.zst"}
+        archived = by_name["rollout-2025-09-01T00-00-00-archived.jsonl.zst"]
+        assert archived.status == "failed" and archived.thread is None
+        assert "zstd -d" in archived.problems[0].message
+        assert by_name[plain.name].status == "imported"
+        assert len(store.thread_ids()) == 1

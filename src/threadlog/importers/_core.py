@@ -48,7 +48,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from threadlog._dataclass import dataclass
-from threadlog.errors import ThreadlogError
+from threadlog.errors import ThreadlogError, UsageError
 from threadlog.importers._bulk import Bulk, BulkStore, NewLog
 from threadlog.importers._emit import Emitter
 from threadlog.importers._ledger import Ledger
@@ -330,6 +330,10 @@ def thread_settings(
     return {"principal": "local", "title": identity.title, "lineage": lineage, "config": config}
 
 
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+"""The first bytes of a zstd frame: a compressed file is refused by name, not read as lines."""
+
+
 def walk(paths: Iterable[str], fmt: SourceFormat) -> Iterator[str]:
     """The files to import: each path that is a file, and the format's files under each
     directory (sorted, symlinked directories not followed)."""
@@ -389,6 +393,12 @@ def _import(
         return
     with open(source, "rb") as f:
         head = read_head(f)
+        if head.startswith(ZSTD_MAGIC):
+            raise UsageError(
+                "the file is compressed with zstd (Codex keeps older rollouts as .jsonl.zst), "
+                f"which this import does not read: decompress it (zstd -d {source}) and "
+                "import the .jsonl"
+            )
         base = len(BOM) if head.startswith(BOM) else 0
         first_lines = split(head_lines(head, base), base, 0, report)
         identity = fmt.identify(source, first_lines)

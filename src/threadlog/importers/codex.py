@@ -221,6 +221,10 @@ class Codex:
 
     def matches(self, path: str) -> bool:
         name = os.path.basename(path)
+        if name.startswith("rollout-") and name.endswith(".jsonl.zst"):
+            # an archived rollout Codex compressed: listed, so that the import reports it
+            # (it is not read), unless its plain sibling is there (which Codex reads first)
+            return not os.path.exists(path[: -len(".zst")])
         if not name.endswith(".jsonl"):
             return False
         if name.startswith("rollout-"):
