@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,server,otel,postgres,langgraph,openai-agents,adk,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,server,otel,postgres,langgraph,openai-agents,adk,bench,zstd]'
 	$(PYTHON) scripts/install_chromium.py
 	touch $(STAMP)
 

@@ -3,6 +3,8 @@ layout, newer files with ordinals, and a sub-agent's file with its lineage."""
 
 from __future__ import annotations
 
+import shutil
+import sys
 from typing import Any
 
 import pytest
@@ -187,27 +189,70 @@ def test_local_shell_calls_and_an_aborted_turn(tmp_path: Any) -> None:
     assert [p.kind for p in f.problems] == ["orphan_result"]
 
 
-def test_a_compressed_rollout_is_reported_not_read_and_the_others_are_imported(
-    tmp_path: Any,
-) -> None:
-    # Codex keeps older rollouts as ``.jsonl.zst``: such a file is listed and reported as not
-    # read (what to do), never read as garbage lines nor skipped in silence; a compressed
-    # file beside its plain sibling is not listed (Codex reads the plain one).
-    import shutil
-
+def _archived(tmp_path: Any, compressed: bytes) -> tuple[Any, str]:
+    """A sessions tree with one plain rollout (a fixture), one archived ``.jsonl.zst`` of
+    ``compressed`` bytes, and a compressed copy beside the plain one (which Codex ignores)."""
     sessions = tmp_path / "sessions" / "2025" / "09" / "01"
     sessions.mkdir(parents=True)
     plain = next((FIXTURES / "codex").rglob("rollout-*.jsonl"))
     shutil.copy(plain, sessions / plain.name)
-    frame = b"\x28\xb5\x2f\xfd" + bytes(range(40))
-    (sessions / "rollout-2025-09-01T00-00-00-archived.jsonl.zst").write_bytes(frame)
-    (sessions / f"{plain.name}.zst").write_bytes(frame)  # its plain sibling is there
+    (sessions / "rollout-2025-09-01T00-00-00-archived.jsonl.zst").write_bytes(compressed)
+    (sessions / f"{plain.name}.zst").write_bytes(compressed)  # its plain sibling is there
+    return tmp_path / "sessions", plain.name
+
+
+def _by_name(report: Any) -> dict[str, Any]:
+    return {f.path.rsplit("/", 1)[1]: f for f in report.files}
+
+
+def test_a_compressed_rollout_is_imported_as_its_plain_twin(tmp_path: Any) -> None:
+    # Codex keeps older rollouts as ``.jsonl.zst``: read through a zstd decoder, one gives
+    # the conversation its plain file gives (written in two frames, as a stream may be).
+    zstandard = pytest.importorskip("zstandard")
+    twin = next((FIXTURES / "codex").rglob("rollout-*.jsonl"))
+    raw = twin.read_bytes()
+    half = raw.index(b"\n", len(raw) // 2) + 1
+    encoder = zstandard.ZstdCompressor()
+    frames = encoder.compress(raw[:half]) + encoder.compress(raw[half:])
+    sessions, plain = _archived(tmp_path, frames)
     with open_store(str(tmp_path / "home")) as store:
-        report = import_paths(store, source_format("codex"), [str(tmp_path / "sessions")])
-        by_name = {f.path.rsplit("/", 1)[1]: f for f in report.files}
-        assert set(by_name) == {plain.name, "rollout-2025-09-01T00-00-00-archived.jsonl.zst"}
-        archived = by_name["rollout-2025-09-01T00-00-00-archived.jsonl.zst"]
+        report = import_paths(store, source_format("codex"), [str(sessions)])
+        files = _by_name(report)
+        assert set(files) == {plain, "rollout-2025-09-01T00-00-00-archived.jsonl.zst"}
+        archived = files["rollout-2025-09-01T00-00-00-archived.jsonl.zst"]
+        assert archived.status == "unchanged" and archived.problems == []
+        # the same session id: the archived file is the same thread, its lines known
+        assert archived.thread == files[plain].thread and archived.records == 0
+    other = tmp_path / "alone"
+    other.mkdir()
+    (other / "rollout-2025-09-01T00-00-00-archived.jsonl.zst").write_bytes(frames)
+    with open_store(str(tmp_path / "home2")) as a, open_store(str(tmp_path / "home3")) as b:
+        from_zst = import_paths(a, source_format("codex"), [str(other)]).files[0]
+        from_plain = import_paths(b, source_format("codex"), [str(twin)]).files[0]
+        assert from_zst.records == from_plain.records > 0
+        assert conversation(a.read(from_zst.thread)) == conversation(b.read(from_plain.thread))
+        again = import_paths(a, source_format("codex"), [str(other)]).files[0]
+        assert again.status == "unchanged"
+
+
+def test_a_compressed_rollout_that_cannot_be_read_is_reported_and_the_others_are_imported(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a damaged frame, or no decoder installed: the file is reported with what to do, never
+    # read as garbage lines nor skipped in silence, and the other files are imported
+    sessions, plain = _archived(tmp_path, b"\x28\xb5\x2f\xfd" + bytes(range(40)))
+    with open_store(str(tmp_path / "home")) as store:
+        files = _by_name(import_paths(store, source_format("codex"), [str(sessions)]))
+        archived = files["rollout-2025-09-01T00-00-00-archived.jsonl.zst"]
         assert archived.status == "failed" and archived.thread is None
-        assert "zstd -d" in archived.problems[0].message
-        assert by_name[plain.name].status == "imported"
+        assert "cannot be read" in archived.problems[0].message
+        assert files[plain].status == "imported"
         assert len(store.thread_ids()) == 1
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # no decoder (before Python 3.14)
+    monkeypatch.setitem(sys.modules, "compression", None)
+    with open_store(str(tmp_path / "home2")) as store:
+        files = _by_name(import_paths(store, source_format("codex"), [str(sessions)]))
+        archived = files["rollout-2025-09-01T00-00-00-archived.jsonl.zst"]
+        assert archived.status == "failed"
+        assert "zstd -d" in archived.problems[0].message
+        assert "threadlog[zstd]" in archived.problems[0].message

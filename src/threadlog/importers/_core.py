@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import multiprocessing
 import os
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, cast
 
 from threadlog._dataclass import dataclass
 from threadlog.errors import ThreadlogError, UsageError
@@ -331,7 +332,51 @@ def thread_settings(
 
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-"""The first bytes of a zstd frame: a compressed file is refused by name, not read as lines."""
+"""The first bytes of a zstd frame (Codex keeps its older rollouts as ``.jsonl.zst``)."""
+
+
+def _decompressed(f: BinaryIO, source: str, size: int) -> tuple[BinaryIO, int]:
+    """``f`` and its length, or, for a zstd-compressed file, its decompressed bytes and
+    theirs (held in memory, as a plain file's are read whole). The decoder is the standard
+    library's (Python 3.14) or the ``zstandard`` package's (``threadlog[zstd]``); with
+    neither, the file is refused with what to do, never read as lines."""
+    if f.read(len(ZSTD_MAGIC)) != ZSTD_MAGIC:
+        f.seek(0)
+        return f, size
+    f.seek(0)
+    decompress = _zstd_decoder(source)
+    try:
+        data = decompress(f.read())
+    except Exception as exc:  # a damaged or cut frame: the decoder's own error types
+        raise UsageError(f"the zstd-compressed file cannot be read: {exc}") from None
+    return io.BytesIO(data), len(data)
+
+
+def _zstd_decoder(source: str) -> Callable[[bytes], bytes]:
+    """A function that decompresses a whole zstd stream (one frame or several, with or
+    without their sizes in the header); `UsageError` when no decoder is installed."""
+    try:
+        from compression import zstd  # type: ignore[import-not-found, unused-ignore]
+
+        return cast("Callable[[bytes], bytes]", zstd.decompress)
+    except ImportError:
+        pass
+    try:
+        import zstandard
+    except ImportError:
+        raise UsageError(
+            "the file is compressed with zstd (Codex keeps older rollouts as .jsonl.zst) "
+            "and no zstd decoder is installed: pip install 'threadlog[zstd]', or "
+            f"decompress it (zstd -d {source}) and import the .jsonl"
+        ) from None
+
+    def decompress(raw: bytes) -> bytes:
+        reader = zstandard.ZstdDecompressor().stream_reader(
+            io.BytesIO(raw), read_across_frames=True
+        )
+        return reader.readall()
+
+    return decompress
 
 
 def walk(paths: Iterable[str], fmt: SourceFormat) -> Iterator[str]:
@@ -391,14 +436,9 @@ def _import(
         report.thread = entry["thread"]
         report.children = list(entry.get("children") or [])
         return
-    with open(source, "rb") as f:
+    with open(source, "rb") as raw:
+        f, length = _decompressed(raw, source, st.st_size)
         head = read_head(f)
-        if head.startswith(ZSTD_MAGIC):
-            raise UsageError(
-                "the file is compressed with zstd (Codex keeps older rollouts as .jsonl.zst), "
-                f"which this import does not read: decompress it (zstd -d {source}) and "
-                "import the .jsonl"
-            )
         base = len(BOM) if head.startswith(BOM) else 0
         first_lines = split(head_lines(head, base), base, 0, report)
         identity = fmt.identify(source, first_lines)
@@ -427,7 +467,7 @@ def _import(
                 progress is not None
                 and not progress.get("restart")
                 and isinstance(offset, int)
-                and base <= offset <= st.st_size
+                and base <= offset <= length
                 and digest(head[: min(offset, HEAD)]) == progress.get("head")
             ):
                 at = max(0, offset - HEAD)
