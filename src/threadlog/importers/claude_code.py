@@ -174,7 +174,14 @@ class ClaudeCode:
 
     def parser(self, ctx: FileContext, saved: dict[str, Any] | None) -> _Parser:
         sub = (ctx.identity.lineage or {}).get("kind") == "subagent"
-        return _Parser(ctx, subagent_file=sub, last_message=(saved or {}).get("last_message"))
+        saved = saved or {}
+        results = saved.get("last_results")
+        return _Parser(
+            ctx,
+            subagent_file=sub,
+            last_message=saved.get("last_message"),
+            last_results=results if isinstance(results, str) else None,
+        )
 
 
 def _prompt(obj: dict[str, Any]) -> str | None:
@@ -196,6 +203,9 @@ class _Parser:
     ctx: FileContext
     subagent_file: bool
     last_message: str | None = None
+    last_results: str | None = None
+    """``uuid`` of the last user line that carried tool results: a meta line continuing it
+    (a skill's instructions after its ``Skill`` call's result) joins the running turn."""
     """``message.id`` of the last assistant line: its usage is counted once."""
     restart: bool = False
     held: int | None = None
@@ -373,18 +383,31 @@ class _Parser:
             return
         content = message.get("content")
         if kind == "user":
-            self._user(emit, uuid, up, content, ts)
+            # text Claude Code itself adds right after a tool's result (``isMeta``: a skill's
+            # instructions after its ``Skill`` call) is part of the running turn, not a prompt
+            inside = (
+                bool(obj.get("isMeta"))
+                and self.last_results is not None
+                and parent_uuid == self.last_results
+            )
+            self._user(emit, uuid, up, content, ts, inside=inside)
         else:
             self._assistant(emit, uuid, up, message, ts)
 
-    def _user(self, emit: Emitter, uuid: str, up: str, content: Any, ts: str | None) -> None:
+    def _user(
+        self, emit: Emitter, uuid: str, up: str, content: Any, ts: str | None, *, inside: bool
+    ) -> None:
         blocks = content if isinstance(content, list) else None
         results = [
             b for b in blocks or [] if isinstance(b, dict) and b.get("type") == "tool_result"
         ]
         if not results:
-            emit.user(uuid, up, block_text(content), ts)
+            if inside:
+                emit.steer(uuid, up, block_text(content), ts)  # (a prompt if no turn runs)
+            else:
+                emit.user(uuid, up, block_text(content), ts)
             return
+        self.last_results = uuid
         rest = [
             b for b in blocks or [] if not (isinstance(b, dict) and b.get("type") == "tool_result")
         ]
@@ -450,4 +473,4 @@ class _Parser:
         return self.leaf
 
     def saved(self) -> dict[str, Any]:
-        return {"last_message": self.last_message}
+        return {"last_message": self.last_message, "last_results": self.last_results}
