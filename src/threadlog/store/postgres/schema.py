@@ -304,7 +304,7 @@ def _migrating(conn: psycopg.Connection[Any]) -> Iterator[None]:
     try:
         yield
     finally:
-        if not conn.closed:
+        if not (conn.closed or conn.broken):  # (a lost session's locks went with it)
             conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
 
 
