@@ -161,3 +161,39 @@ def test_an_extension_message_is_user_text(tmp_path: Any) -> None:
         ("user", "extension says"),
         ("system", "An abandoned branch of this conversation, summarized:\ns"),
     ]
+
+
+def test_a_failed_or_cut_off_response_is_a_note_not_part_of_the_conversation(
+    tmp_path: Any,
+) -> None:
+    # Pi drops an assistant message that ended with an error or was aborted from every
+    # context it builds (the model retries from the last good state): it is kept, as a note
+    # with its error, but the conversation goes on without it, as Pi's does.
+    import json
+
+    def message(id_: str, parent: str | None, body: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "message", "id": id_, "parentId": parent, "timestamp": "t", "message": body}
+
+    entries = [
+        {"type": "session", "version": 3, "id": "err", "timestamp": "2026-01-01T00:00:00Z",
+         "cwd": "/home/user/project"},
+        message("a", None, {"role": "user", "content": "hi"}),
+        message("b", "a", {"role": "assistant", "content": [], "stopReason": "error",
+                           "errorMessage": "overloaded"}),
+        message("c", "b", {"role": "assistant", "stopReason": "aborted", "content": [
+            {"type": "text", "text": "half a"},
+            {"type": "toolCall", "id": "x1", "name": "bash", "arguments": {"command": "ls"}}]}),
+        message("d", "c", {"role": "user", "content": "again"}),
+        message("e", "d", {"role": "assistant", "stopReason": "stop",
+                           "content": [{"type": "text", "text": "hello"}]}),
+    ]  # fmt: skip
+    path = tmp_path / "err.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    with open_store("memory://") as store:
+        [f] = import_paths(store, source_format("pi"), [str(path)]).files
+        records = store.read(f.thread)
+    assert f.problems == []
+    assert f.bookkeeping["assistant:error"] == 1 and f.bookkeeping["assistant:aborted"] == 1
+    assert conversation(records) == [("user", "hi"), ("user", "again"), ("assistant", "hello", [])]
+    notes = [r.data for r in records if r.type == "custom.import.record"]
+    assert any(n.get("raw", {}).get("errorMessage") == "overloaded" for n in notes)

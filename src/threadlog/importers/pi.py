@@ -264,6 +264,13 @@ class _Parser:
             role = "custom"
         if role == "user":
             emit.user(key, up, _text(message.get("content")), ts)
+        elif role == "assistant" and message.get("stopReason") in ("error", "aborted"):
+            # a response that failed or was cut off: Pi never sends it to a model again (it
+            # drops such messages from the context it builds), so it is kept as a note, with
+            # its ``errorMessage``, and what follows continues from it in the tree
+            kind = f"assistant:{message['stopReason']}"
+            self.ctx.report.count(kind)
+            emit.note(key, up, kind, message, ts)
         elif role == "assistant":
             texts: list[str] = []
             calls: list[Call] = []
