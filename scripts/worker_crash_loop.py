@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     trials = kills = crashed = acked = records = resumes = jobs = completed = waiting = 0
+    tails = 0  # records at the end of a log whose writer died before acknowledging them
     losses = duplicates = verify = other = failed = unknowns = 0
     resolved: Counter[str] = Counter()
     for i in range(args.trials):
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         crashed += sum(1 for c in result.children if c.killed and c.how.startswith("crashed"))
         check = result.check
         acked += check.acked_checked
+        tails += check.unacked_tail
         records += check.records
         resumes += check.resumes
         jobs += len(result.jobs)
@@ -126,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\nsummary: seed {seed}, store {args.store}, {trials} trials, {kills} kills "
         f"({crashed} at a crash point inside a takeover), {resumes} thread.resumed records, "
-        f"{acked} acked records checked ({records} records in the final logs), "
+        f"{acked} acked records checked ({records} records in the final logs; {tails} at the "
+        "end of a log whose writer died before acknowledging them), "
         f"{losses} lost records, {duplicates} duplicate effects, {verify} verify failures, "
         f"{other} other violations; {jobs} jobs: {completed} completed, {waiting} waiting for a "
         f"human; {unknowns} unknowns surfaced (resolved by reconcile: done "

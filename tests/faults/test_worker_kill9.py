@@ -31,10 +31,11 @@ def _assert_clean(result: WorkerTrial) -> None:
     assert not result.violations, result.describe()
     check = result.check
     assert check.completed + len(check.waiting) == len(result.jobs), result.describe()
-    # the last workers acknowledged every log from its first record, so all were checked,
-    # but for the close of a parked thread whose worker was killed before acknowledging it
-    assert check.unacked == [], result.describe()
-    assert check.acked_checked + check.closed_unacked == check.records > 0, result.describe()
+    # every session acknowledges its log from its first record, so every record was checked
+    # but those at the end of a log whose writer died before acknowledging them and that no
+    # later session opened (its turn over, or given back to wait for a human)
+    assert check.acked_checked > 0, result.describe()
+    assert check.acked_checked + check.unacked_tail == check.records, result.describe()
 
 
 def _completed(target: str, thread: str) -> bool:
