@@ -203,10 +203,10 @@ class _Parser:
     ctx: FileContext
     subagent_file: bool
     last_message: str | None = None
+    """``message.id`` of the last assistant line: its usage is counted once."""
     last_results: str | None = None
     """``uuid`` of the last user line that carried tool results: a meta line continuing it
     (a skill's instructions after its ``Skill`` call's result) joins the running turn."""
-    """``message.id`` of the last assistant line: its usage is counted once."""
     restart: bool = False
     held: int | None = None
     leaf: str | None = None

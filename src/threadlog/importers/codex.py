@@ -47,8 +47,8 @@ is a ``config.changed``; ``compacted`` a ``compaction`` of everything before it,
 summary is what the model was given in its place (`_compacted`). An inter-agent message is
 input, as a user's is. ``thread_rolled_back`` takes the conversation back to before the
 last ``num_turns`` user-turn boundaries (a user's message, an inter-agent message: what
-Codex drops from its history), so what follows is a branch beside the turns taken back. The ``event_msg`` items that
-repeat response items are not stored twice; every other line that is not conversation is kept
+Codex drops from its history), so what follows is a branch beside the turns taken back. The
+``event_msg`` items that repeat response items are not stored twice; every other line that is not conversation is kept
 as a note. Those lines (events, the session meta, context and developer messages, the known
 response items that are not conversation) are counted by type in the report
 (`FileReport.bookkeeping`), not reported as problems: only a rollout item or a response item
@@ -222,8 +222,8 @@ class Codex:
     def matches(self, path: str) -> bool:
         name = os.path.basename(path)
         if name.startswith("rollout-") and name.endswith(".jsonl.zst"):
-            # an archived rollout Codex compressed: listed, so that the import reports it
-            # (it is not read), unless its plain sibling is there (which Codex reads first)
+            # an archived rollout Codex compressed (read through a zstd decoder, or reported
+            # when there is none), unless its plain sibling is there, which Codex reads first
             return not os.path.exists(path[: -len(".zst")])
         if not name.endswith(".jsonl"):
             return False
