@@ -27,9 +27,9 @@ driving is left for that program to resume.
 send``), commands waiting in the store's `Mailbox`, and turns a service left parked on a
 human when its session closed that a decision recorded since lets go on (`undriven`);
 `Runtime.open` applies them (a turn starts with the oldest such input; a decided turn is
-driven on as it is, nothing of it interrupted). Steering an aborted or failed turn left untaken is not
-new work (`threadlog.model.turns.startable_input`): a worker never starts it as a turn of its
-own after a user cancelled.
+driven on as it is, nothing of it interrupted). Steering an aborted or failed turn left
+untaken is not new work (`threadlog.model.turns.startable_input`): a worker never starts it
+as a turn of its own after a user cancelled.
 """
 
 from __future__ import annotations
@@ -85,14 +85,14 @@ def interrupted_threads(
         candidates = [row.thread_id for row in store.threads() if row.status in _UNFINISHED]
     else:
         candidates = store.thread_ids()
-    end_of = _ends(store) if checked is not None else None
+    memory = _Memory(store, checked)
     found = []
     for thread_id in candidates:
         if thread_id in skipped:
             continue
         try:
-            end = end_of(thread_id) if end_of is not None else None
-            if checked is not None and end is not None and checked.get(thread_id) == end:
+            end = memory.end(thread_id)
+            if memory.unchanged(thread_id, end):
                 continue  # no record since it was found to be no candidate
             state = store.state(thread_id, history=False)
             if (
@@ -101,8 +101,8 @@ def interrupted_threads(
                 and (state.active_turn is not None or continuation_cut_short(state) is not None)
             ):
                 found.append(thread_id)
-            elif checked is not None and end is not None:
-                checked[thread_id] = end
+            else:
+                memory.remember(thread_id, end)
         except Exception as exc:  # a damaged thread is skipped, never fatal to the caller
             log.warning("thread %s not checked for resumption: %s", thread_id, exc)
     return found
@@ -127,7 +127,7 @@ def waiting_threads(
     here: 0.5 s a poll for 2,000 threads; with it, 0.05 s). The mailbox is asked once which
     threads have mail where the store can say (`MailboxIndex`), instead of once a thread."""
     wanted, skipped = set(sources), set(skip)
-    end_of = _ends(store) if checked is not None else None
+    memory = _Memory(store, checked)
     mailbox = store if isinstance(store, Mailbox) else None
     # which threads have mail, in one call where the store can say (a query, not one a thread)
     addressed = store.addressed() if isinstance(store, MailboxIndex) else None
@@ -143,17 +143,41 @@ def waiting_threads(
             ):
                 found.append(thread_id)
                 continue
-            end = end_of(thread_id) if end_of is not None else None
-            if checked is not None and end is not None and checked.get(thread_id) == end:
+            end = memory.end(thread_id)
+            if memory.unchanged(thread_id, end):
                 continue  # no record since it was found with nothing to do
             state = store.state(thread_id, history=False)
             if startable_input(state) is not None or undriven(state, wanted):
                 found.append(thread_id)
-            elif checked is not None and end is not None:
-                checked[thread_id] = end
+            else:
+                memory.remember(thread_id, end)
         except Exception as exc:
             log.warning("thread %s not checked for work: %s", thread_id, exc)
     return found
+
+
+class _Memory:
+    """A poller's ``checked``: threads found with nothing to do, and where each one's log
+    ended then (`_ends`). Without ``checked``, or on a store that cannot say where a log
+    ends, it remembers nothing and every thread is read."""
+
+    def __init__(self, store: Store, checked: dict[str, int] | None) -> None:
+        self._checked = checked
+        self._end_of = _ends(store) if checked is not None else None
+
+    def end(self, thread_id: str) -> int | None:
+        """Where the thread's log ends now (None: not known), taken before its state is
+        read, so that a record appended meanwhile makes it read again next time."""
+        return self._end_of(thread_id) if self._end_of is not None else None
+
+    def unchanged(self, thread_id: str, end: int | None) -> bool:
+        """Whether the thread was found with nothing to do when its log ended at ``end``."""
+        return end is not None and self._checked is not None and self._checked.get(thread_id) == end
+
+    def remember(self, thread_id: str, end: int | None) -> None:
+        """The thread, its log ending at ``end``, has nothing to do."""
+        if end is not None and self._checked is not None:
+            self._checked[thread_id] = end
 
 
 def _ends(store: Store) -> Callable[[str], int | None] | None:
