@@ -318,19 +318,14 @@ def upgrade(conn: psycopg.Connection[Any], schema: str) -> tuple[int, int]:
         before = None
         for version, sql in MIGRATIONS:
             with conn.transaction():
-                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-                conn.execute(f'SET LOCAL search_path TO "{schema}"')
+                _enter(conn, schema)
                 have = current_version(conn, schema) or 0
                 if before is None:
                     before = have
                     if have > SCHEMA_VERSION:
                         raise _too_new(have)
-                if have >= version:
-                    continue
-                conn.execute(sql)
-                conn.execute(
-                    "INSERT INTO threadlog_schema_version (version) VALUES (%s)", (version,)
-                )
+                if have < version:
+                    _apply(conn, version, sql)
     return before or 0, SCHEMA_VERSION
 
 
@@ -342,12 +337,22 @@ def _create(conn: psycopg.Connection[Any], schema: str) -> int | None:
         have = current_version(conn, schema)  # another may have made it while we waited
         if have is not None:
             return have
-        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-        conn.execute(f'SET LOCAL search_path TO "{schema}"')
+        _enter(conn, schema)
         for version, sql in MIGRATIONS:
-            conn.execute(sql)
-            conn.execute("INSERT INTO threadlog_schema_version (version) VALUES (%s)", (version,))
+            _apply(conn, version, sql)
     return SCHEMA_VERSION
+
+
+def _enter(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Make ``schema`` (if new) the current transaction's place for the migrations' tables."""
+    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    conn.execute(f'SET LOCAL search_path TO "{schema}"')
+
+
+def _apply(conn: psycopg.Connection[Any], version: int, sql: str) -> None:
+    """Run migration ``version`` and record it, in the current transaction."""
+    conn.execute(sql)
+    conn.execute("INSERT INTO threadlog_schema_version (version) VALUES (%s)", (version,))
 
 
 def check_schema(conn: psycopg.Connection[Any], schema: str, *, create: bool = True) -> None:
