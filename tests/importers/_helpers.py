@@ -3,9 +3,12 @@ thread back as plain tuples to compare with what the source says."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from threadlog import open_store
+from threadlog.importers import import_paths, source_format
 from threadlog.model.context import Context
 from threadlog.model.ids import derived_id
 
@@ -37,3 +40,12 @@ def conversation(records: list[Any], leaf: str | None = None) -> list[tuple[Any,
     """The thread's conversation at ``leaf`` (default: its active leaf), simplified."""
     context = Context.from_records(records)
     return simple(context.messages if leaf is None else context.messages_at(leaf))
+
+
+def import_lines(path: Path, fmt: str, lines: list[dict[str, Any]]) -> tuple[Any, list[Any]]:
+    """Write ``lines`` as the JSONL session file ``path``, import it (format ``fmt``) into a
+    store in memory; its file report and its thread's records."""
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with open_store("memory://") as store:
+        [report] = import_paths(store, source_format(fmt), [str(path)]).files
+        return report, store.read(report.thread)

@@ -17,7 +17,7 @@ from threadlog import open_store
 from threadlog.importers import import_paths, source_format
 from threadlog.model.reducer import replay
 
-from ._helpers import FIXTURES, anchor, conversation
+from ._helpers import FIXTURES, anchor, conversation, import_lines
 
 SESSION = "7d3c2a10-5b6e-4f1a-9c8d-0e1f2a3b4c5d"
 KEY = f"claude-code:{SESSION}"
@@ -342,12 +342,8 @@ def test_text_beside_tool_results_joins_the_running_turn(tmp_path: Path) -> None
             },
         },
     ]
-    path = tmp_path / "mixed.jsonl"
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    with open_store("memory://") as store:
-        [f] = import_paths(store, source_format("claude-code"), [str(path)]).files
-        records = store.read(f.thread)
-        state = replay(records)
+    f, records = import_lines(tmp_path / "mixed.jsonl", "claude-code", lines)
+    state = replay(records)
     assert f.problems == []
     assert conversation(records) == [
         ("user", "run it"),
@@ -414,12 +410,8 @@ def test_a_skills_instructions_after_its_call_join_the_running_turn(tmp_path: Pa
         {"type": "user", "uuid": "k7", "parentUuid": "k6",
          "message": {"role": "user", "content": "<command-name>/cost</command-name>"}},
     ]  # fmt: skip
-    path = tmp_path / "skill.jsonl"
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    with open_store("memory://") as store:
-        [f] = import_paths(store, source_format("claude-code"), [str(path)]).files
-        records = store.read(f.thread)
-        state = replay(records)
+    f, records = import_lines(tmp_path / "skill.jsonl", "claude-code", lines)
+    state = replay(records)
     assert f.problems == []
     assert conversation(records) == [
         ("user", "tidy the repo"),

@@ -11,7 +11,7 @@ from threadlog import open_store
 from threadlog.importers import import_paths, source_format
 from threadlog.model.reducer import replay
 
-from ._helpers import FIXTURES, anchor, conversation
+from ._helpers import FIXTURES, anchor, conversation, import_lines
 
 V3 = "b2c4e6f8-1a3c-4e5f-8a9b-0c1d2e3f4a5b"
 KEY = f"pi:{V3}"
@@ -116,7 +116,6 @@ def test_version_4_reads_like_3(imported: Any) -> None:
 
 
 def test_an_extension_message_is_user_text(tmp_path: Any) -> None:
-    import json
 
     entries = [
         {
@@ -151,11 +150,7 @@ def test_an_extension_message_is_user_text(tmp_path: Any) -> None:
             "summary": "s",
         },
     ]
-    path = tmp_path / "ext.jsonl"
-    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
-    with open_store("memory://") as store:
-        [f] = import_paths(store, source_format("pi"), [str(path)]).files
-        records = store.read(f.thread)
+    _, records = import_lines(tmp_path / "ext.jsonl", "pi", entries)
     assert conversation(records) == [
         ("user", "hi"),
         ("user", "extension says"),
@@ -169,7 +164,6 @@ def test_a_failed_or_cut_off_response_is_a_note_not_part_of_the_conversation(
     # Pi drops an assistant message that ended with an error or was aborted from every
     # context it builds (the model retries from the last good state): it is kept, as a note
     # with its error, but the conversation goes on without it, as Pi's does.
-    import json
 
     def message(id_: str, parent: str | None, body: dict[str, Any]) -> dict[str, Any]:
         return {"type": "message", "id": id_, "parentId": parent, "timestamp": "t", "message": body}
@@ -187,11 +181,7 @@ def test_a_failed_or_cut_off_response_is_a_note_not_part_of_the_conversation(
         message("e", "d", {"role": "assistant", "stopReason": "stop",
                            "content": [{"type": "text", "text": "hello"}]}),
     ]  # fmt: skip
-    path = tmp_path / "err.jsonl"
-    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
-    with open_store("memory://") as store:
-        [f] = import_paths(store, source_format("pi"), [str(path)]).files
-        records = store.read(f.thread)
+    f, records = import_lines(tmp_path / "err.jsonl", "pi", entries)
     assert f.problems == []
     assert f.bookkeeping["assistant:error"] == 1 and f.bookkeeping["assistant:aborted"] == 1
     assert conversation(records) == [("user", "hi"), ("user", "again"), ("assistant", "hello", [])]
